@@ -1,0 +1,127 @@
+"""Actor-critic networks with a masked categorical head.
+
+A net maps observations to (logits, value). Illegal actions get a logit of -1e9 before the
+softmax (the "invalid action masking" of Huang & Ontañón 2020), so they are never sampled and
+the log-probabilities of legal actions are exact: the masked softmax renormalises over legal
+actions only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from games.core import GameSpec
+
+MASKED_LOGIT = -1e9
+
+
+def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Logits with illegal actions pushed to -1e9 (finite, so no NaN in entropy or gradients)."""
+    return torch.where(mask, logits, torch.full_like(logits, MASKED_LOGIT))
+
+
+def masked_categorical(logits: torch.Tensor, mask: torch.Tensor) -> torch.distributions.Categorical:
+    return torch.distributions.Categorical(logits=masked_logits(logits, mask))
+
+
+def layer_init(layer: nn.Linear | nn.Conv2d, std: float = math.sqrt(2), bias: float = 0.0):
+    """Orthogonal init as in CleanRL's PPO (Engstrom et al. 2020, "implementation matters")."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """Architecture of an actor-critic net; stored in snapshot manifests to rebuild it."""
+
+    kind: str = "mlp"
+    """'mlp' (any observation, flattened) or 'conv' (observations shaped [C, H, W])."""
+    hidden: tuple[int, ...] = (128, 128)
+    """Widths of the hidden layers of the MLP trunk (for 'conv': of the layers after the convolutions)."""
+    channels: tuple[int, ...] = (32, 64)
+    """Convolution channels, 3x3 kernels with padding 1 ('conv' only)."""
+    activation: str = "tanh"
+    """'tanh' (CleanRL's default for PPO on vectors) or 'relu'."""
+    shared_trunk: bool = False
+    """True: actor and critic share the trunk; False: separate trunks (CleanRL's default)."""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: dict) -> "NetConfig":
+        data = dict(data)
+        for key in ("hidden", "channels"):
+            if key in data:
+                data[key] = tuple(data[key])
+        return NetConfig(**data)
+
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def _mlp(in_dim: int, hidden: tuple[int, ...], activation: str) -> tuple[nn.Sequential, int]:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}: use one of {sorted(_ACTIVATIONS)}")
+    layers: list[nn.Module] = []
+    dim = in_dim
+    for width in hidden:
+        layers += [layer_init(nn.Linear(dim, width)), _ACTIVATIONS[activation]()]
+        dim = width
+    return nn.Sequential(*layers), dim
+
+
+class ActorCritic(nn.Module):
+    """forward(obs, mask) -> (masked logits [N, A], value [N])."""
+
+    def __init__(self, spec: GameSpec, config: NetConfig = NetConfig()):
+        super().__init__()
+        self.spec = spec
+        self.config = config
+        self.obs_dim = int(np.prod(spec.observation_shape))
+        if config.kind == "mlp":
+            self.actor_trunk, dim = _mlp(self.obs_dim, config.hidden, config.activation)
+            self.critic_trunk = (self.actor_trunk if config.shared_trunk
+                                 else _mlp(self.obs_dim, config.hidden, config.activation)[0])
+        elif config.kind == "conv":
+            self.actor_trunk, dim = self._conv_trunk(spec, config)
+            self.critic_trunk = self.actor_trunk if config.shared_trunk else self._conv_trunk(spec, config)[0]
+        else:
+            raise ValueError(f"unknown net kind {config.kind!r}: use 'mlp' or 'conv'")
+        # Small policy-head init keeps the initial policy near uniform (CleanRL: std=0.01).
+        self.policy_head = layer_init(nn.Linear(dim, spec.num_actions), std=0.01)
+        self.value_head = layer_init(nn.Linear(dim, 1), std=1.0)
+
+    @staticmethod
+    def _conv_trunk(spec: GameSpec, config: NetConfig) -> tuple[nn.Sequential, int]:
+        if len(spec.observation_shape) != 3:
+            raise ValueError(f"conv net needs observations shaped [C, H, W]; game {spec.id!r} has "
+                             f"{spec.observation_shape}: use kind 'mlp'")
+        c, h, w = spec.observation_shape
+        layers: list[nn.Module] = []
+        for out in config.channels:
+            layers += [layer_init(nn.Conv2d(c, out, 3, padding=1)), nn.ReLU()]
+            c = out
+        layers.append(nn.Flatten())
+        head, dim = _mlp(c * h * w, config.hidden, config.activation)
+        return nn.Sequential(*layers, *head), dim
+
+    def _trunk_input(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.config.kind == "mlp":
+            return obs.reshape(obs.shape[0], self.obs_dim)
+        return obs
+
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._trunk_input(obs.float())
+        logits = masked_logits(self.policy_head(self.actor_trunk(x)), mask)
+        value = self.value_head(self.critic_trunk(x)).squeeze(-1)
+        return logits, value
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_head(self.critic_trunk(self._trunk_input(obs.float()))).squeeze(-1)

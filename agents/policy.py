@@ -1,0 +1,81 @@
+"""The Policy protocol: batched action selection over observations and legal masks.
+
+Every agent in Ludus — a neural snapshot, a bot, a sandboxed arena submission — answers the
+same call: given N decision points (rows), pick one legal action per row. Rows may come from
+different games and seats; batching them is how self-play gets fast (../shared/REFERENCE.md §1:
+an MLP costs 39 us per board alone, 1.65 us per board in a batch of 1,024).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ActBatch:
+    """N decision points to answer."""
+
+    obs: np.ndarray
+    """[N, *observation_shape] observations."""
+    mask: np.ndarray
+    """[N, A] bool legal actions; every row has at least one True."""
+    seats: np.ndarray
+    """[N] int seat that acts in each row."""
+    histories: Sequence[tuple[int, ...]] | None = None
+    """Per row, the game's action history (bots that search, e.g. MCTS, rebuild the state from it)."""
+
+    def __len__(self) -> int:
+        return int(self.mask.shape[0])
+
+
+@dataclass(frozen=True)
+class ActOutput:
+    """The answer to an `ActBatch`."""
+
+    actions: np.ndarray
+    """[N] int64 chosen actions (always legal)."""
+    log_probs: np.ndarray
+    """[N] float32 log-probability of each chosen action under the acting distribution (0 for
+    deterministic bots); PPO uses it as the behaviour log-prob."""
+    values: np.ndarray
+    """[N] float32 value estimates (0 when the agent has no critic)."""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that acts. `greedy=True` picks the most likely legal action (no sampling)."""
+
+    needs_history: bool
+    """True when `act` reads `ActBatch.histories` (callers must then provide them)."""
+
+    def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput: ...
+
+
+def zero_output(actions: np.ndarray) -> ActOutput:
+    """ActOutput for deterministic bots: log-prob 0 and value 0."""
+    n = len(actions)
+    return ActOutput(np.asarray(actions, dtype=np.int64), np.zeros(n, np.float32), np.zeros(n, np.float32))
+
+
+def sample_legal_uniform(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One uniformly random legal action per row of a [N, A] bool mask, vectorised."""
+    counts = mask.sum(axis=1)
+    if np.any(counts == 0):
+        raise ValueError("a row of the legal mask has no legal action")
+    pick = (rng.random(len(mask)) * counts).astype(np.int64)
+    # the pick-th True of each row: cumulative count reaches pick+1 there first
+    return np.argmax(np.cumsum(mask, axis=1) > pick[:, None], axis=1).astype(np.int64)
+
+
+class RandomPolicy:
+    """Uniform over legal actions."""
+
+    needs_history = False
+
+    def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
+        actions = sample_legal_uniform(batch.mask, rng)
+        counts = batch.mask.sum(axis=1)
+        return ActOutput(actions, -np.log(counts).astype(np.float32), np.zeros(len(actions), np.float32))

@@ -1,0 +1,176 @@
+"""Games by id.
+
+Ids are either a registered native name (``connect_four``, ``tic_tac_toe``, ``negotiation``)
+or an adapter prefix followed by the foreign name:
+
+* ``spiel:<pyspiel game string>`` e.g. ``spiel:goofspiel(num_cards=4)``
+* ``pz:<module path of a PettingZoo env>`` e.g. ``pz:pettingzoo.classic.connect_four_v3``
+* ``gym:<Gymnasium env id>`` e.g. ``gym:CartPole-v1``
+
+Native names may take parameters the same way: ``negotiation(max_turns=4)``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from games.core import Game, GameError, GameSpec, LoopVectorGame, VectorGame
+
+
+@dataclass(frozen=True)
+class GameEntry:
+    """A registered native game."""
+
+    name: str
+    make: Callable[..., Game]
+    """Builds one game from keyword parameters."""
+    make_vector: Callable[..., VectorGame] | None
+    """Builds a natively batched version: make_vector(num_games, seed, **params); None to loop."""
+    summary: str
+
+
+_NATIVE: dict[str, GameEntry] = {}
+_PREFIXES = ("spiel", "pz", "gym")
+_ID_RE = re.compile(r"^(?P<name>[A-Za-z_][\w\-.]*)(\((?P<params>.*)\))?$")
+
+
+def register(name: str, make: Callable[..., Game], make_vector: Callable[..., VectorGame] | None = None,
+             summary: str = "") -> None:
+    """Register a native game under `name` (see docs/games.md, 'Adding a game')."""
+    if name in _NATIVE:
+        raise GameError(f"game {name!r} is already registered")
+    _NATIVE[name] = GameEntry(name, make, make_vector, summary)
+
+
+def _ensure_builtin() -> None:
+    # Imported here, not at module top, so the registry stays importable from those modules.
+    import games.native  # noqa: F401  (registers connect_four, tic_tac_toe)
+    try:
+        import games.negotiation  # noqa: F401  (registers the dialogue games)
+    except ModuleNotFoundError as exc:  # only the module itself may be absent, not its imports
+        if exc.name != "games.negotiation":
+            raise
+
+
+def parse_params(text: str, game_id: str) -> dict[str, Any]:
+    """Parse ``a=1,b=x,c=0.5`` into typed values (int, float, bool, str)."""
+    params: dict[str, Any] = {}
+    if not text.strip():
+        return params
+    for part in text.split(","):
+        if "=" not in part:
+            raise GameError(f"bad parameter {part!r} in game id {game_id!r}: use name(key=value,...)")
+        key, value = (s.strip() for s in part.split("=", 1))
+        if not key.isidentifier():
+            raise GameError(f"bad parameter name {key!r} in game id {game_id!r}")
+        params[key] = _parse_value(value)
+    return params
+
+
+def _parse_value(value: str) -> Any:
+    if value in ("true", "True"):
+        return True
+    if value in ("false", "False"):
+        return False
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def native_names() -> list[str]:
+    _ensure_builtin()
+    return sorted(_NATIVE)
+
+
+def _split(game_id: str) -> tuple[str | None, str]:
+    if not isinstance(game_id, str) or not game_id.strip():
+        raise GameError("empty game id: try `ludus games` for the list")
+    prefix, sep, rest = game_id.partition(":")
+    if sep:
+        if prefix not in _PREFIXES:
+            raise GameError(f"unknown game prefix {prefix!r} in {game_id!r}: use one of "
+                            f"{', '.join(p + ':' for p in _PREFIXES)} or a native name")
+        if not rest:
+            raise GameError(f"game id {game_id!r} names no game after {prefix!r}")
+        return prefix, rest
+    return None, game_id
+
+
+def make(game_id: str) -> Game:
+    """Build one game from its id; raises GameError with a one-line message on a bad id."""
+    prefix, rest = _split(game_id)
+    if prefix == "spiel":
+        from games.spiel import make_spiel_game
+
+        return make_spiel_game(rest)
+    if prefix == "pz":
+        from games.pz import make_pettingzoo_game
+
+        return make_pettingzoo_game(rest)
+    if prefix == "gym":
+        from games.gym import make_gym_game
+
+        return make_gym_game(rest)
+    entry, params = _native(rest)
+    try:
+        return entry.make(**params)
+    except TypeError as exc:
+        raise GameError(f"bad parameters for game {entry.name!r}: {exc}") from None
+
+
+def make_vector(game_id: str, num_games: int, seed: int = 0) -> VectorGame:
+    """B games stepped per call: natively batched where the game has it, else a loop."""
+    prefix, rest = _split(game_id)
+    if prefix is None:
+        entry, params = _native(rest)
+        if entry.make_vector is not None:
+            try:
+                return entry.make_vector(num_games=num_games, seed=seed, **params)
+            except TypeError as exc:
+                raise GameError(f"bad parameters for game {entry.name!r}: {exc}") from None
+    make(game_id)  # fail on a bad id before building B copies
+    return LoopVectorGame(lambda: make(game_id), num_games, seed=seed)
+
+
+def spec(game_id: str) -> GameSpec:
+    return make(game_id).spec
+
+
+def _native(text: str) -> tuple[GameEntry, dict[str, Any]]:
+    _ensure_builtin()
+    match = _ID_RE.match(text.strip())
+    if not match:
+        raise GameError(f"malformed game id {text!r}: use name or name(key=value,...)")
+    name = match.group("name")
+    if name not in _NATIVE:
+        close = difflib.get_close_matches(name, list(_NATIVE) + [f"spiel:{name}"], n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise GameError(f"unknown game {name!r}{hint} (`ludus games` lists them; "
+                        f"spiel:NAME, pz:MODULE and gym:ID reach OpenSpiel, PettingZoo and Gymnasium)")
+    return _NATIVE[name], parse_params(match.group("params") or "", text)
+
+
+# Games `ludus games` lists beyond the native ones, and the set check_game is run over in tests.
+EXAMPLE_IDS: tuple[str, ...] = (
+    "spiel:tic_tac_toe",
+    "spiel:connect_four",
+    "spiel:kuhn_poker",
+    "spiel:leduc_poker",
+    "spiel:goofspiel(num_cards=4)",
+    "spiel:kuhn_poker(players=3)",
+    "pz:pettingzoo.classic.tictactoe_v3",
+    "pz:pettingzoo.classic.texas_holdem_v4",
+    "pz:mpe2.simple_spread_v3",
+    "gym:CartPole-v1",
+)
+
+
+def listed_ids() -> list[str]:
+    """Every id `ludus games` shows: native games, then the adapter examples."""
+    return native_names() + list(EXAMPLE_IDS)

@@ -1,0 +1,3 @@
+from ludus.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""The `ludus` command line: a thin shell over the Python API of each package.
+
+Each package contributes its subcommands through `<package>/cli.py:register(subparsers)`;
+those modules import nothing heavy at import time, so `ludus --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ludus import __version__
+from ludus.errors import UserError
+
+# Packages that add subcommands, in the order `ludus --help` lists them.
+COMMAND_MODULES = ("games.cli", "agents.cli", "league.cli", "arena.cli", "evaluation.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ludus", description="Ludus: multi-agent self-play league, arena and evaluation.")
+    parser.add_argument("--version", action="version", version=f"ludus {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that package has no commands yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.run(args)
+    except UserError as exc:
+        print(f"ludus: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ludus: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
