@@ -67,6 +67,10 @@ class GameSpec:
     """The pyspiel game string this game is equivalent to (same actions and returns), if any.
 
     Lets OpenSpiel tools (MCTS, exploitability) work on the game by replaying its history."""
+    observation_low: float | None = None
+    """Lowest value of any observation entry, if known (PettingZoo/Gymnasium exports bound their spaces by it)."""
+    observation_high: float | None = None
+    """Highest value of any observation entry, if known."""
 
     def __post_init__(self) -> None:
         if self.num_players < 1:

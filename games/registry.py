@@ -7,7 +7,7 @@ or an adapter prefix followed by the foreign name:
 * ``pz:<module path of a PettingZoo env>`` e.g. ``pz:pettingzoo.classic.connect_four_v3``
 * ``gym:<Gymnasium env id>`` e.g. ``gym:CartPole-v1``
 
-Native names may take parameters the same way: ``negotiation(max_turns=4)``.
+Native names may take parameters the same way: ``negotiation(max_utterances=4)``.
 """
 
 from __future__ import annotations
@@ -149,11 +149,19 @@ def _native(text: str) -> tuple[GameEntry, dict[str, Any]]:
         raise GameError(f"malformed game id {text!r}: use name or name(key=value,...)")
     name = match.group("name")
     if name not in _NATIVE:
-        close = difflib.get_close_matches(name, list(_NATIVE) + [f"spiel:{name}"], n=3, cutoff=0.5)
+        close = difflib.get_close_matches(name, list(_NATIVE), n=3, cutoff=0.5)
+        if not close and _is_spiel_name(name):
+            close = [f"spiel:{name}"]
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise GameError(f"unknown game {name!r}{hint} (`ludus games` lists them; "
                         f"spiel:NAME, pz:MODULE and gym:ID reach OpenSpiel, PettingZoo and Gymnasium)")
     return _NATIVE[name], parse_params(match.group("params") or "", text)
+
+
+def _is_spiel_name(name: str) -> bool:
+    import pyspiel
+
+    return name in pyspiel.registered_names()
 
 
 # Games `ludus games` lists beyond the native ones, and the set check_game is run over in tests.

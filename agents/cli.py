@@ -1,0 +1,48 @@
+"""`ludus play` and `ludus export`. Nothing heavy is imported until a command runs."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _run_play(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from agents.play import play_terminal
+
+    seed = args.seed if args.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+    print(f"seed {seed} (replay this game with --seed {seed})")
+    play_terminal(args.game, args.against, human_seat=args.seat, seed=seed)
+    return 0
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from agents.export import export_snapshot
+
+    report = export_snapshot(args.snapshot, args.format, args.out)
+    print(f"wrote {report.path} ({report.format}); max |diff| vs the torch net: "
+          f"logits {report.max_abs_diff_logits:.1e}, value {report.max_abs_diff_value:.1e}")
+    return 0
+
+
+def register(subparsers) -> None:
+    play = subparsers.add_parser(
+        "play", help="play a game in the terminal against a bot or a snapshot",
+        description="Play GAME in the terminal: the board is drawn, legal move numbers are listed, "
+                    "you type one. Ctrl-D quits.")
+    play.add_argument("game", metavar="GAME", help="game id, e.g. tic_tac_toe or spiel:connect_four")
+    play.add_argument("--against", required=True, metavar="BOT|SNAPSHOT",
+                      help="a bot (random, mcts-100, mcts(simulations=100,uct_c=1.4), perfect) "
+                           "or a snapshot directory")
+    play.add_argument("--seat", type=int, default=0, help="your seat (0 moves first; default 0)")
+    play.add_argument("--seed", type=int, default=None, help="seed of the game and the opponent (default: random)")
+    play.set_defaults(run=_run_play)
+
+    export = subparsers.add_parser(
+        "export", help="export a snapshot's net to TorchScript or ONNX",
+        description="Write the snapshot's actor-critic (inputs obs, mask; outputs logits, value) and "
+                    "check the file reproduces the net.")
+    export.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory")
+    export.add_argument("--format", required=True, choices=("torchscript", "onnx"))
+    export.add_argument("--out", required=True, metavar="FILE", help="file to write")
+    export.set_defaults(run=_run_export)

@@ -1,0 +1,582 @@
+"""Language-model policies: a causal LM with a value head, acting one token at a time.
+
+In a dialogue game one action is one word token (games/dialogue.py), so a causal language model
+is a policy: its next-token distribution over the vocabulary, masked to the legal tokens, is
+pi(a | observation). A scalar value head on the trunk's last hidden state gives the critic that
+token-level PPO needs (agents/token_ppo.py; Ziegler et al. 2019, "Fine-Tuning Language Models from
+Human Preferences", put the value head on the same trunk).
+
+Two kinds of model come in through the same wrapper, `LMWithValueHead`:
+
+* a tiny GPT-2 built from `TinyLMConfig` (~113k parameters at the defaults, pure CPU), the model
+  that learns negotiation from scratch (../shared/REFERENCE.md §4);
+* any Hugging Face causal LM saved in a LOCAL directory (`load_hf_causal_lm`), e.g. SmolLM2-135M
+  from a GGUF file, loaded with ``local_files_only=True`` and HF_HUB_OFFLINE=1: never the hub.
+
+Sampling uses the caller's `np.random.Generator`, never torch's global RNG: one uniform number per
+(row, new token) and the inverse of the cumulative distribution (token = first index whose
+cumulative probability exceeds u). Illegal tokens have probability exactly 0 (their logit is
+-1e9, agents.nets.MASKED_LOGIT), so the cumulative sum is flat across them and they can never be
+picked. Because the numbers are drawn per (row, step) up front, batched and per-sample generation
+consume them identically and give the same tokens for the same Generator state.
+
+Snapshots store the model as JSON (the Hugging Face config) plus safetensors (the state dict) and,
+for pretrained models, the tokenizer's JSON/text files: never pickle (`lm_state_for_snapshot`,
+`lm_from_snapshot_files`). agents/snapshot.py writes them as kind "lm".
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.nets import layer_init, masked_logits
+from agents.policy import ActBatch, ActOutput
+from ludus.errors import UserError
+
+
+class LMError(UserError, ValueError):
+    """A language model that cannot be loaded or rebuilt; the message says what to do."""
+
+
+# ------------------------------------------------------------------------------------ the model
+
+
+@dataclass(frozen=True)
+class TinyLMConfig:
+    """A small GPT-2 (Radford et al. 2019) for token games; stored in snapshots to rebuild it."""
+
+    vocab_size: int = 75
+    """Number of tokens (the dialogue game's vocabulary size)."""
+    n_positions: int = 128
+    """Longest token sequence the model can read (learned position embeddings)."""
+    n_embd: int = 64
+    """Width of the residual stream."""
+    n_layer: int = 2
+    """Number of transformer blocks."""
+    n_head: int = 4
+    """Attention heads per block (must divide n_embd)."""
+    dropout: float = 0.0
+    """Dropout on embeddings, residuals and attention; 0 keeps PPO's probability ratios exact."""
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TinyLMConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"TinyLMConfig: n_head={self.n_head} must divide n_embd={self.n_embd}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"TinyLMConfig.dropout must be in [0, 1), got {self.dropout}")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> "TinyLMConfig":
+        return TinyLMConfig(**data)
+
+    def gpt2_config(self):
+        """The transformers `GPT2Config` of this model."""
+        from transformers import GPT2Config
+
+        # bos/eos None: GPT-2's defaults (50256) lie outside a game vocabulary; we never use them.
+        return GPT2Config(vocab_size=self.vocab_size, n_positions=self.n_positions, n_embd=self.n_embd,
+                          n_layer=self.n_layer, n_head=self.n_head, resid_pdrop=self.dropout,
+                          embd_pdrop=self.dropout, attn_pdrop=self.dropout, bos_token_id=None,
+                          eos_token_id=None, pad_token_id=None)
+
+
+class LMWithValueHead(nn.Module):
+    """A Hugging Face causal LM plus a scalar value head on its trunk's last hidden state.
+
+    forward(input_ids, attention_mask, past_key_values) -> (logits [B, T, V], values [B, T], past).
+    values[:, t] estimates the return from the state after reading tokens 0..t, i.e. the state in
+    which token t+1 is chosen; logits[:, t] is the distribution of token t+1.
+
+    Works for any `*ForCausalLM` whose `base_model` is the trunk and whose output embeddings are
+    the LM head (GPT-2, Llama/SmolLM2, Qwen, ...): we run the two parts ourselves so that one
+    trunk pass feeds both heads and so that generation can apply the LM head to the last position
+    only.
+    """
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.lm = lm
+        hidden = int(lm.config.hidden_size)
+        # CleanRL's critic init (orthogonal, std 1): values start O(1), trunk features unchanged.
+        self.value_head = layer_init(nn.Linear(hidden, 1), std=1.0)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.lm.get_output_embeddings().out_features)
+
+    @property
+    def max_positions(self) -> int | None:
+        """Longest sequence the model reads (None when its positions are unbounded, e.g. RoPE)."""
+        config = self.lm.config
+        if getattr(config, "model_type", "") == "gpt2":
+            return int(config.n_positions)
+        return None
+
+    def trunk(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+              past_key_values: Any = None, position_ids: torch.Tensor | None = None,
+              use_cache: bool = False) -> tuple[torch.Tensor, Any]:
+        """Last hidden states [B, T, H] (after the final norm) and the KV cache (None unless use_cache)."""
+        out = self.lm.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                 past_key_values=past_key_values, position_ids=position_ids,
+                                 use_cache=use_cache)
+        return out.last_hidden_state, (out.past_key_values if use_cache else None)
+
+    def heads(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [..., V], values [...]) from hidden states [..., H]."""
+        logits = self.lm.get_output_embeddings()(hidden)
+        values = self.value_head(hidden).squeeze(-1)
+        return logits, values
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                past_key_values: Any = None, position_ids: torch.Tensor | None = None,
+                use_cache: bool = False) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        hidden, past = self.trunk(input_ids, attention_mask, past_key_values, position_ids,
+                                  use_cache or past_key_values is not None)
+        logits, values = self.heads(hidden)
+        return logits, values, past
+
+
+def build_tiny_lm(config: TinyLMConfig, seed: int) -> LMWithValueHead:
+    """A freshly initialised tiny GPT-2 with a value head, seeded.
+
+    transformers initialises weights from torch's global RNG; we seed it inside `fork_rng`, which
+    restores the caller's RNG state afterwards, so no global state leaks out.
+    """
+    from transformers import GPT2LMHeadModel
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LMWithValueHead(GPT2LMHeadModel(config.gpt2_config()))
+    return model.eval()
+
+
+@dataclass(frozen=True)
+class LoadedLM:
+    """A causal LM with its value head and (for pretrained models) its tokenizer."""
+
+    model: LMWithValueHead
+    tokenizer: Any | None
+    """A transformers tokenizer, or None for models that read game token ids directly."""
+
+
+_TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+def load_hf_causal_lm(path: str | os.PathLike, gguf_file: str | None = None) -> LoadedLM:
+    """Any Hugging Face causal LM and its tokenizer from a LOCAL directory, with a new value head.
+
+    Offline only: HF_HUB_OFFLINE=1 is set and every load passes ``local_files_only=True``, so a
+    missing file is an error here, never a download. ``trust_remote_code`` stays off (no code
+    from the model directory runs). `gguf_file`: name of a GGUF file inside `path` (quantised
+    weights are de-quantised to float32 by transformers; needs the `gguf` package).
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise LMError(f"no model directory at {directory}: give a local directory saved with "
+                      f"save_pretrained or holding a GGUF file")
+    if gguf_file is not None and not (directory / gguf_file).is_file():
+        raise LMError(f"no GGUF file {gguf_file!r} in {directory}: give the file name inside that directory")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    extra = {"gguf_file": gguf_file} if gguf_file is not None else {}
+    # A GGUF file carries its tokenizer; otherwise the tokenizer is optional (a model trained on
+    # game token ids has none) and transformers would invent an empty one from config.json alone.
+    has_tokenizer = gguf_file is not None or any((directory / name).is_file() for name in _TOKENIZER_MARKERS)
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, dtype=torch.float32, **extra)
+        tokenizer = (AutoTokenizer.from_pretrained(directory, local_files_only=True, **extra)
+                     if has_tokenizer else None)
+    except (OSError, ValueError) as exc:
+        raise LMError(f"cannot load a causal LM from {directory}: {str(exc).splitlines()[0]}") from None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # the value head's init; the pretrained weights are not touched
+        model = LMWithValueHead(lm)
+    return LoadedLM(model.eval(), tokenizer)
+
+
+# --------------------------------------------------------------------------------- sampling
+
+
+def sample_tokens(logits: torch.Tensor, legal_mask: np.ndarray | None, uniforms: np.ndarray | None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """One token per row of [B, V] logits, masked to `legal_mask` [B, V] (None = all legal).
+
+    `uniforms` [B] in [0, 1): inverse-CDF sampling; None: greedy (argmax). Returns (tokens [B]
+    int64, log-probs [B] float32 under the masked softmax).
+    """
+    logits = logits.float()
+    if legal_mask is not None:
+        legal = torch.from_numpy(np.ascontiguousarray(legal_mask, dtype=bool))
+        if not bool(legal.any(dim=-1).all()):
+            raise ValueError("a row of the legal mask has no legal token")
+        logits = masked_logits(logits, legal)
+    log_pi = torch.log_softmax(logits, dim=-1)
+    if uniforms is None:
+        tokens = log_pi.argmax(dim=-1)
+    else:
+        cdf = torch.cumsum(log_pi.double().exp(), dim=-1)
+        # u scaled by the total mass (1 up to rounding) so that the count below is at most V-1.
+        u = torch.from_numpy(np.asarray(uniforms, dtype=np.float64)) * cdf[:, -1]
+        tokens = (cdf <= u[:, None]).sum(dim=-1)
+    chosen = log_pi.gather(1, tokens[:, None]).squeeze(1)
+    if not bool(torch.isfinite(chosen).all()) or bool((chosen < -1e8).any()):
+        # Only non-finite logits can get here: an illegal token has probability exactly 0.
+        raise FloatingPointError("the model produced non-finite logits; an illegal token was sampled")
+    return tokens.numpy().astype(np.int64), chosen.numpy().astype(np.float32)
+
+
+LegalMaskFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""legal_mask_fn(rows [b] int, new_tokens [b, s] int64) -> [b, V] bool: the legal next tokens of
+prompt rows `rows` after they generated `new_tokens` (called for unfinished rows only)."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Tokens generated for B prompts."""
+
+    tokens: np.ndarray
+    """[B, max_new_tokens] int64 generated tokens, the stop token included, then padding."""
+    lengths: np.ndarray
+    """[B] int64 number of generated tokens per row (the stop token counts)."""
+    log_probs: np.ndarray
+    """[B, max_new_tokens] float32 log pi(token) under the masked distribution; 0 after `lengths`."""
+    values: np.ndarray
+    """[B, max_new_tokens] float32 value of the state each token was chosen in; 0 after `lengths`."""
+
+    def row(self, i: int) -> list[int]:
+        return self.tokens[i, : self.lengths[i]].tolist()
+
+
+class LMPolicy:
+    """A `Policy` for token games, plus batched generation with the KV cache.
+
+    Observations are int64 token ids, right-padded with `pad_id`; a row's length is one past its
+    last non-pad token (a pad id inside the sequence is read as a token). The legal mask is over
+    the vocabulary. The policy reads the model it was given (no copy), so a learner's policy
+    follows its updates.
+    """
+
+    needs_history = False
+
+    def __init__(self, model: LMWithValueHead, pad_id: int = 0):
+        self.model = model
+        self.pad_id = int(pad_id)
+
+    # -- the Policy protocol --------------------------------------------------------------
+
+    def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
+        """Next token of every row: sampled (one uniform per row from `rng`) or greedy."""
+        obs = np.asarray(batch.obs)
+        if obs.ndim != 2 or not np.issubdtype(obs.dtype, np.integer):
+            raise ValueError(f"LMPolicy reads [N, L] integer token rows, got {obs.dtype} {obs.shape}")
+        lengths = self.row_lengths(obs)
+        width = int(lengths.max())
+        ids = torch.from_numpy(np.ascontiguousarray(obs[:, :width], dtype=np.int64))
+        # Right padding needs no mask for a causal model (real tokens never see later pads); the
+        # mask only keeps transformers from warning about pads when the config names a pad id.
+        attention = torch.from_numpy((np.arange(width)[None, :] < lengths[:, None]).astype(np.int64))
+        uniforms = None if greedy else rng.random(len(obs))
+        with torch.inference_mode():
+            hidden, _ = self.model.trunk(ids, attention)
+            last = hidden[torch.arange(len(obs)), torch.from_numpy(lengths - 1)]
+            logits, values = self.model.heads(last)
+            tokens, log_probs = sample_tokens(logits, batch.mask, uniforms)
+        return ActOutput(tokens, log_probs, values.numpy().astype(np.float32))
+
+    def row_lengths(self, obs: np.ndarray) -> np.ndarray:
+        """[N] length of each right-padded row: one past its last non-pad token."""
+        real = obs != self.pad_id
+        if not real.any(axis=1).all():
+            raise ValueError("an observation row holds only padding: the model needs at least one token")
+        return (obs.shape[1] - np.argmax(real[:, ::-1], axis=1)).astype(np.int64)
+
+    # -- generation -----------------------------------------------------------------------
+
+    def _check_prompts(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        rows = [list(map(int, p)) for p in prompts]
+        if not rows or any(len(r) == 0 for r in rows):
+            raise ValueError("generate needs at least one prompt, each with at least one token")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        limit = self.model.max_positions
+        longest = max(len(r) for r in rows) + max_new_tokens
+        if limit is not None and longest > limit:
+            raise ValueError(f"prompt + new tokens need {longest} positions, the model has {limit}: "
+                             f"shorten the prompts or generate fewer tokens")
+        return rows
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, rng: np.random.Generator,
+                 stop_token: int | None, legal_mask_fn: LegalMaskFn | None = None,
+                 greedy: bool = False) -> Generation:
+        """Continue every prompt by up to `max_new_tokens`, all rows in one batch per step.
+
+        Prompts of different lengths are LEFT-padded so that every row's next token sits in the
+        last column; the attention mask hides the pads and position ids count real tokens only
+        (position = number of real tokens before), so each row is computed exactly as if alone.
+        The KV cache makes each step cost one token per row. A row stops after emitting
+        `stop_token`; finished rows keep feeding padding until all are done (their outputs are
+        ignored).
+        """
+        rows = self._check_prompts(prompts, max_new_tokens)
+        batch, longest = len(rows), max(len(r) for r in rows)
+        uniforms = None if greedy else rng.random((batch, max_new_tokens))
+        ids = np.full((batch, longest), self.pad_id, dtype=np.int64)
+        attention = np.zeros((batch, longest), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, longest - len(row):] = row
+            attention[i, longest - len(row):] = 1
+        attention_t = torch.from_numpy(attention)
+        positions = (attention_t.cumsum(dim=1) - 1).clamp(min=0)
+        out = _GenerationBuffers(batch, max_new_tokens, self.pad_id)
+        finished = np.zeros(batch, dtype=bool)
+        all_rows = np.arange(batch)
+        with torch.inference_mode():
+            hidden, past = self.model.trunk(torch.from_numpy(ids), attention_t, None, positions, use_cache=True)
+            next_position = positions[:, -1:] + 1
+            for step in range(max_new_tokens):
+                logits, values = self.model.heads(hidden[:, -1])
+                mask = None
+                if legal_mask_fn is not None:
+                    mask = np.ones((batch, logits.shape[-1]), dtype=bool)
+                    active = all_rows[~finished]
+                    mask[active] = legal_mask_fn(active, out.tokens[active, :step])
+                tokens, log_probs = sample_tokens(logits, mask, None if uniforms is None else uniforms[:, step])
+                out.record(all_rows[~finished], step, tokens[~finished], log_probs[~finished],
+                           values.numpy()[~finished])
+                if stop_token is not None:
+                    finished |= tokens == stop_token
+                if finished.all() or step == max_new_tokens - 1:
+                    break
+                tokens[finished] = self.pad_id
+                attention_t = torch.cat([attention_t, torch.ones((batch, 1), dtype=torch.int64)], dim=1)
+                hidden, past = self.model.trunk(torch.from_numpy(tokens[:, None]), attention_t, past,
+                                                next_position, use_cache=True)
+                next_position = next_position + 1
+        return out.freeze()
+
+    def generate_naive(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, rng: np.random.Generator,
+                       stop_token: int | None, legal_mask_fn: LegalMaskFn | None = None,
+                       greedy: bool = False) -> Generation:
+        """The same as `generate`, one prompt at a time (no batching; each prompt keeps its own KV
+        cache). The reference that batched generation is checked and benchmarked against; it
+        consumes `rng` exactly like `generate`, so both give the same tokens."""
+        rows = self._check_prompts(prompts, max_new_tokens)
+        uniforms = None if greedy else rng.random((len(rows), max_new_tokens))
+        out = _GenerationBuffers(len(rows), max_new_tokens, self.pad_id)
+        with torch.inference_mode():
+            for i, row in enumerate(rows):
+                hidden, past = self.model.trunk(torch.tensor([row], dtype=torch.int64), None, None, None,
+                                                use_cache=True)
+                for step in range(max_new_tokens):
+                    logits, values = self.model.heads(hidden[:, -1])
+                    mask = None
+                    if legal_mask_fn is not None:
+                        mask = legal_mask_fn(np.array([i]), out.tokens[i: i + 1, :step])
+                    u = None if uniforms is None else uniforms[i: i + 1, step]
+                    tokens, log_probs = sample_tokens(logits, mask, u)
+                    out.record(np.array([i]), step, tokens, log_probs, values.numpy())
+                    if (stop_token is not None and tokens[0] == stop_token) or step == max_new_tokens - 1:
+                        break
+                    position = torch.tensor([[len(row) + step]])
+                    hidden, past = self.model.trunk(torch.from_numpy(tokens[:, None]), None, past, position,
+                                                    use_cache=True)
+        return out.freeze()
+
+
+@dataclass
+class _GenerationBuffers:
+    batch: int
+    max_new_tokens: int
+    pad_id: int
+    tokens: np.ndarray = field(init=False)
+    lengths: np.ndarray = field(init=False)
+    log_probs: np.ndarray = field(init=False)
+    values: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = np.full((self.batch, self.max_new_tokens), self.pad_id, dtype=np.int64)
+        self.lengths = np.zeros(self.batch, dtype=np.int64)
+        self.log_probs = np.zeros((self.batch, self.max_new_tokens), dtype=np.float32)
+        self.values = np.zeros((self.batch, self.max_new_tokens), dtype=np.float32)
+
+    def record(self, rows: np.ndarray, step: int, tokens: np.ndarray, log_probs: np.ndarray,
+               values: np.ndarray) -> None:
+        self.tokens[rows, step] = tokens
+        self.log_probs[rows, step] = log_probs
+        self.values[rows, step] = values
+        self.lengths[rows] = step + 1
+
+    def freeze(self) -> Generation:
+        return Generation(self.tokens, self.lengths, self.log_probs, self.values)
+
+
+def generate_text(lm: LoadedLM, prompts: Sequence[str], max_new_tokens: int, rng: np.random.Generator,
+                  greedy: bool = False, chat: bool = True) -> list[str]:
+    """Replies of a pretrained LM to text prompts (the text interface of dialogue games).
+
+    `chat`: wrap each prompt as a user turn with the tokenizer's chat template (instruction-tuned
+    models such as SmolLM2-Instruct expect it). Generation stops at the tokenizer's EOS token.
+    """
+    tokenizer = lm.tokenizer
+    if tokenizer is None:
+        raise LMError("generate_text needs a model loaded with its tokenizer (load_hf_causal_lm)")
+    encoded = []
+    for prompt in prompts:
+        if chat and tokenizer.chat_template is not None:
+            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                 add_generation_prompt=True)
+        else:
+            text = prompt
+        encoded.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    generation = LMPolicy(lm.model, pad_id=pad).generate(encoded, max_new_tokens, rng,
+                                                         stop_token=tokenizer.eos_token_id, greedy=greedy)
+    return [tokenizer.decode(generation.row(i), skip_special_tokens=True).strip() for i in range(len(prompts))]
+
+
+# ------------------------------------------------------------------------------- snapshots
+
+LM_ARCHITECTURE_FORMAT = "hf_causal_lm_with_value_head/1"
+TOKENIZER_FILE_NAMES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                  "chat_template.jinja", "vocab.json", "merges.txt"})
+"""Tokenizer files a snapshot may carry: JSON and plain text only (no pickled or code files)."""
+_UNSTABLE_CONFIG_KEYS = ("_name_or_path", "transformers_version")
+"""Left out of the architecture record: they vary with where and with what the model was saved,
+and the record is part of the snapshot's content hash."""
+
+
+@dataclass(frozen=True)
+class LMSnapshotParts:
+    """What an "lm" snapshot stores, before agents/snapshot.py writes it."""
+
+    architecture: dict
+    """JSON-safe record that rebuilds the model: {"format": LM_ARCHITECTURE_FORMAT, "hf_config": {...}}."""
+    tensors: dict[str, torch.Tensor]
+    """The state dict (CPU copies, contiguous, no shared storage): weights.safetensors."""
+    extra_files: dict[str, bytes]
+    """Tokenizer files (names from TOKENIZER_FILE_NAMES); empty for models without a tokenizer."""
+
+
+def lm_state_for_snapshot(model: LMWithValueHead, tokenizer: Any | None = None) -> LMSnapshotParts:
+    """The architecture record, tensors and tokenizer files of a model, ready for a snapshot."""
+    config = json.loads(model.lm.config.to_json_string(use_diff=False))
+    for key in _UNSTABLE_CONFIG_KEYS:
+        config.pop(key, None)
+    tensors = {name: t.detach().to(device="cpu", copy=True).contiguous() for name, t in model.state_dict().items()}
+    extra: dict[str, bytes] = {}
+    if tokenizer is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            tokenizer.save_pretrained(tmp)
+            for name in sorted(os.listdir(tmp)):
+                if name in TOKENIZER_FILE_NAMES:
+                    extra[name] = (Path(tmp) / name).read_bytes()
+        if "tokenizer.json" not in extra and "vocab.json" not in extra:
+            raise LMError("the tokenizer saved no tokenizer.json or vocab.json; only fast (JSON) tokenizers "
+                          "can go into a snapshot")
+    return LMSnapshotParts({"format": LM_ARCHITECTURE_FORMAT, "hf_config": config}, tensors, extra)
+
+
+def _hf_config_from_architecture(architecture: Mapping[str, Any]):
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if not isinstance(architecture, Mapping) or architecture.get("format") != LM_ARCHITECTURE_FORMAT:
+        raise LMError(f"unknown LM architecture record: expected format {LM_ARCHITECTURE_FORMAT!r}; "
+                      f"use the Ludus version that wrote the snapshot")
+    hf_config = architecture.get("hf_config")
+    if not isinstance(hf_config, Mapping) or not isinstance(hf_config.get("model_type"), str):
+        raise LMError("LM architecture record has no hf_config with a model_type")
+    model_type = hf_config["model_type"]
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise LMError(f"model type {model_type!r} is not a causal LM known to transformers")
+    # auto_map would name code to import from the model directory; a snapshot never runs code.
+    settings = {k: v for k, v in hf_config.items() if k not in ("model_type", "auto_map")}
+    try:
+        return AutoConfig.for_model(model_type, **settings)
+    except (TypeError, ValueError) as exc:
+        raise LMError(f"bad hf_config in the LM architecture record: {exc}") from None
+
+
+def _build_from_hf_config(hf_config) -> LMWithValueHead:
+    from transformers import AutoModelForCausalLM
+
+    return LMWithValueHead(AutoModelForCausalLM.from_config(hf_config))
+
+
+def lm_architecture_mismatch(architecture: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> str:
+    """Why tensors of these shapes cannot be the weights of this architecture; '' if they can.
+
+    The model is built on the meta device (shapes only, no memory), so a hostile record (say
+    n_embd=10**9) costs nothing before the weights prove it. Raises LMError for a bad record.
+    """
+    hf_config = _hf_config_from_architecture(architecture)
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in _build_from_hf_config(hf_config).state_dict().items()}
+    missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))
+    if missing or unexpected:
+        return f"missing tensors {missing[:3]}, unexpected tensors {unexpected[:3]}"
+    for name, shape in expected.items():
+        if tuple(shapes[name]) != shape:
+            return f"tensor {name} has shape {list(shapes[name])}, the architecture needs {list(shape)}"
+    return ""
+
+
+def lm_from_snapshot_files(architecture: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],
+                           extra_files: Mapping[str, bytes] | None = None) -> LoadedLM:
+    """Rebuild a model (and its tokenizer, if the snapshot has one) from an "lm" snapshot's parts.
+
+    `architecture`: the manifest's architecture record; `tensors`: weights.safetensors loaded with
+    safetensors; `extra_files`: {file name: bytes} of the tokenizer files. JSON, safetensors and
+    tokenizer JSON/text only: nothing is unpickled and no code from the snapshot runs.
+    """
+    problem = lm_architecture_mismatch(architecture, {k: tuple(t.shape) for k, t in tensors.items()})
+    if problem:
+        raise LMError(f"LM weights do not match the architecture: {problem}")
+    if any(not t.is_floating_point() for t in tensors.values()):
+        raise LMError("LM weights do not match the architecture: non-floating-point tensors")
+    hf_config = _hf_config_from_architecture(architecture)
+    with torch.random.fork_rng(devices=[]):  # init is overwritten by the weights; keep global RNG intact
+        model = _build_from_hf_config(hf_config)
+    model.load_state_dict(dict(tensors), strict=True)
+    model.eval()
+    tokenizer = None
+    files = dict(extra_files or {})
+    unknown = sorted(set(files) - TOKENIZER_FILE_NAMES)
+    if unknown:
+        raise LMError(f"LM snapshot has unknown extra files {unknown}: only tokenizer files "
+                      f"{sorted(TOKENIZER_FILE_NAMES)} are read")
+    if files:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        from transformers import AutoTokenizer
+
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in files.items():
+                (Path(tmp) / name).write_bytes(data)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(tmp, local_files_only=True)
+            except (OSError, ValueError) as exc:
+                raise LMError(f"cannot rebuild the tokenizer of the LM snapshot: {str(exc).splitlines()[0]}") from None
+    return LoadedLM(model, tokenizer)
+
+
+def frozen_copy(model: LMWithValueHead) -> LMWithValueHead:
+    """A deep copy with gradients off, in eval mode (a reference or opponent model)."""
+    clone = copy.deepcopy(model)
+    clone.requires_grad_(False)
+    return clone.eval()

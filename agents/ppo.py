@@ -1,0 +1,402 @@
+"""Proximal Policy Optimization (Schulman et al. 2017), shaped like CleanRL's ppo.py.
+
+`PPOLearner.update(batch)` is a pure compute step over a `RolloutBatch`: epochs of shuffled
+minibatches, the clipped surrogate objective (eq. 7), the combined loss with a value term and
+an entropy bonus (eq. 9), advantage normalisation per minibatch and gradient clipping. The
+probability ratio is taken against the behaviour log-probs stored with each transition, so
+data collected by a policy a few versions behind the learner (asynchronous self-play) is
+weighted correctly.
+
+`train_single_player` is a small CleanRL-style training loop over a single-player game of the
+registry (e.g. ``gym:CartPole-v1``): the same learner the league uses, fed by the same
+`SeatTrajectoryBuilder`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.nets import ActorCritic, NetConfig
+from agents.rollout import RolloutBatch, SeatTrajectoryBuilder
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyperparameters; the defaults are CleanRL's ppo.py (CartPole-v1)."""
+
+    learning_rate: float = 2.5e-4
+    """Adam step size (the starting value when `anneal_lr`)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run; the training loop applies it through
+    `PPOLearner.set_learning_rate` (the learner does not know the run's length)."""
+    adam_eps: float = 1e-5
+    """Adam epsilon (CleanRL uses 1e-5, not torch's 1e-8)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """lambda of generalised advantage estimation (Schulman et al. 2016)."""
+    num_minibatches: int = 4
+    """Minibatches per epoch: the batch is split into this many nearly equal parts."""
+    minibatch_size: int | None = None
+    """Fixed number of rows per minibatch instead (the last one may be smaller); None uses
+    `num_minibatches`. Useful when batch sizes vary, as in turn-based self-play."""
+    update_epochs: int = 4
+    """Passes over the batch per update (K in the paper)."""
+    norm_adv: bool = True
+    """Normalise advantages to zero mean and unit std within each minibatch."""
+    clip_coef: float = 0.2
+    """epsilon of the clipped surrogate objective (eq. 7), also the value-clipping range."""
+    clip_vloss: bool = True
+    """Clip the value prediction to within clip_coef of the behaviour value, as in the
+    reference implementation (baselines' ppo2)."""
+    ent_coef: float = 0.01
+    """c2 of eq. 9: weight of the entropy bonus."""
+    vf_coef: float = 0.5
+    """c1 of eq. 9: weight of the value loss."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clipping threshold."""
+    target_kl: float | None = None
+    """Stop the epochs of an update early once the approximate KL of the last minibatch
+    exceeds this; None never stops early."""
+
+    def __post_init__(self) -> None:
+        if self.num_minibatches < 1:
+            raise ValueError(f"num_minibatches must be >= 1, got {self.num_minibatches}")
+        if self.minibatch_size is not None and self.minibatch_size < 1:
+            raise ValueError(f"minibatch_size must be >= 1 or None, got {self.minibatch_size}")
+        if self.update_epochs < 1:
+            raise ValueError(f"update_epochs must be >= 1, got {self.update_epochs}")
+
+
+@dataclass(frozen=True)
+class PPOStats:
+    """What one `PPOLearner.update` did; losses are means over its minibatch steps."""
+
+    policy_loss: float
+    """Clipped surrogate loss (negated objective of eq. 7)."""
+    value_loss: float
+    """0.5 * squared error of the value head (clipped if `clip_vloss`)."""
+    entropy: float
+    """Mean entropy of the masked policy."""
+    old_approx_kl: float
+    """KL(behaviour || current) estimate mean(-log r)."""
+    approx_kl: float
+    """Lower-variance estimate mean((r - 1) - log r) (http://joschu.net/blog/kl-approx.html)."""
+    clipfrac: float
+    """Fraction of rows whose ratio r lies outside [1 - clip_coef, 1 + clip_coef]."""
+    ratio_mean: float
+    """Mean probability ratio r = pi(a|s) / pi_behaviour(a|s)."""
+    explained_variance: float
+    """1 - Var(returns - values) / Var(returns) of the behaviour critic; NaN if returns are constant."""
+    grad_norm: float
+    """Mean gradient norm before clipping."""
+    learning_rate: float
+    """Learning rate used."""
+    epochs: int
+    """Epochs run (fewer than `update_epochs` when `target_kl` stopped early)."""
+    minibatch_steps: int
+    """Optimizer steps taken."""
+    batch_size: int
+    """Rows in the batch."""
+    mean_policy_lag: float
+    """Mean of (learner version - policy_version) over the batch: how stale the data was."""
+
+
+class UpdateBackend(Protocol):
+    """How a loss becomes a parameter update: the seam a DeepSpeed engine plugs into."""
+
+    def step(self, loss: torch.Tensor) -> float:
+        """Backpropagate `loss`, clip and apply one optimizer step; return the gradient norm before clipping."""
+        ...
+
+    def set_learning_rate(self, learning_rate: float) -> None: ...
+
+    def learning_rate(self) -> float: ...
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The optimizer's state as named tensors only (safetensors can store it)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
+
+
+class TorchOptimizerBackend:
+    """Adam on one parameter group, with global gradient-norm clipping (CleanRL's update step)."""
+
+    def __init__(self, parameters: Iterable[nn.Parameter], learning_rate: float, adam_eps: float,
+                 max_grad_norm: float):
+        self.parameters = list(parameters)
+        self.optimizer = torch.optim.Adam(self.parameters, lr=learning_rate, eps=adam_eps)
+        self.max_grad_norm = max_grad_norm
+
+    def step(self, loss: torch.Tensor) -> float:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
+        self.optimizer.step()
+        return float(grad_norm)
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        self.optimizer.param_groups[0]["lr"] = learning_rate
+
+    def learning_rate(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        # Per-parameter state (Adam: step, exp_avg, exp_avg_sq) is all tensors; of the group's
+        # hyperparameters only the (annealed) learning rate changes, the rest come from the config.
+        flat = {"lr": torch.tensor(self.learning_rate(), dtype=torch.float64)}
+        for index, param_state in self.optimizer.state_dict()["state"].items():
+            for name, value in param_state.items():
+                flat[f"state.{index}.{name}"] = value.detach().clone()
+        return flat
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        param_state: dict[int, dict[str, torch.Tensor]] = {}
+        for key, value in state.items():
+            if key.startswith("state."):
+                _, index, name = key.split(".", 2)
+                param_state.setdefault(int(index), {})[name] = value.clone()
+        template = self.optimizer.state_dict()
+        template["param_groups"][0]["lr"] = float(state["lr"])
+        self.optimizer.load_state_dict({"state": param_state, "param_groups": template["param_groups"]})
+
+
+def _minibatches(indices: torch.Tensor, config: PPOConfig) -> tuple[torch.Tensor, ...]:
+    if config.minibatch_size is not None:
+        return torch.split(indices, config.minibatch_size)
+    return torch.tensor_split(indices, min(config.num_minibatches, len(indices)))
+
+
+class PPOLearner:
+    """Owns the net being trained, its optimizer (through a backend) and the minibatch RNG."""
+
+    def __init__(self, net: ActorCritic, config: PPOConfig = PPOConfig(), seed: int = 0,
+                 backend: UpdateBackend | None = None):
+        self.net = net
+        self.config = config
+        self.backend = backend if backend is not None else TorchOptimizerBackend(
+            net.parameters(), config.learning_rate, config.adam_eps, config.max_grad_norm)
+        # Minibatch shuffling draws from this generator only; its state is part of state_dict.
+        self.generator = torch.Generator().manual_seed(seed)
+        # Number of `update` calls so far: the version of the learner's policy.
+        self.updates = 0
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        self.backend.set_learning_rate(learning_rate)
+
+    def update(self, batch: RolloutBatch) -> PPOStats:
+        config = self.config
+        b_obs = torch.from_numpy(batch.obs)
+        b_mask = torch.from_numpy(batch.mask)
+        b_actions = torch.from_numpy(batch.actions)
+        b_logprobs = torch.from_numpy(batch.logprobs)
+        b_advantages = torch.from_numpy(batch.advantages)
+        b_returns = torch.from_numpy(batch.returns)
+        b_values = torch.from_numpy(batch.values)
+        batch_size = len(batch)
+        if batch_size == 0:
+            raise ValueError("PPO update on an empty batch: collect at least one closed transition first")
+        mean_policy_lag = float(np.mean(self.updates - batch.policy_version))
+
+        totals = torch.zeros(8, dtype=torch.float64)  # sums of the per-minibatch statistics below
+        minibatch_steps, epochs = 0, 0
+        for _ in range(config.update_epochs):
+            epochs += 1
+            b_inds = torch.randperm(batch_size, generator=self.generator)
+            for mb_inds in _minibatches(b_inds, config):
+                logits, newvalue = self.net(b_obs[mb_inds], b_mask[mb_inds])
+                # Masked logits carry -1e9 on illegal actions: their probability is exactly 0 and
+                # 0 * log 0 contributes 0 to the entropy, so both are over legal actions only.
+                log_pi = torch.log_softmax(logits, dim=-1)
+                newlogprob = log_pi.gather(1, b_actions[mb_inds].unsqueeze(1)).squeeze(1)
+                entropy = -(log_pi.exp() * log_pi).sum(dim=1)
+                # r_t(theta) = pi_theta(a|s) / pi_behaviour(a|s): the denominator is the stored
+                # log-prob of the policy that acted, however many versions ago.
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfrac = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
+
+                mb_advantages = b_advantages[mb_inds]
+                if config.norm_adv and len(mb_inds) > 1:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                # Clipped surrogate objective, eq. 7: E[min(r A, clip(r, 1-eps, 1+eps) A)], negated.
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - config.clip_coef, 1 + config.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                # Value loss (eq. 9's L^VF), clipped around the behaviour value as in baselines' ppo2.
+                mb_returns, mb_values = b_returns[mb_inds], b_values[mb_inds]
+                if config.clip_vloss:
+                    v_loss_unclipped = (newvalue - mb_returns) ** 2
+                    v_clipped = mb_values + torch.clamp(newvalue - mb_values, -config.clip_coef, config.clip_coef)
+                    v_loss_clipped = (v_clipped - mb_returns) ** 2
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                # Eq. 9, as a loss to minimise: -(L^CLIP - c1 L^VF + c2 S).
+                loss = pg_loss - config.ent_coef * entropy_loss + config.vf_coef * v_loss
+
+                grad_norm = self.backend.step(loss)
+                minibatch_steps += 1
+                totals += torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl,
+                                       approx_kl, clipfrac, ratio.detach().mean(),
+                                       torch.tensor(grad_norm)]).double()
+
+            if config.target_kl is not None and approx_kl.item() > config.target_kl:
+                break
+
+        self.updates += 1
+        means = (totals / minibatch_steps).tolist()
+        var_returns = float(np.var(batch.returns))
+        explained_variance = (float("nan") if var_returns == 0
+                              else 1.0 - float(np.var(batch.returns - batch.values)) / var_returns)
+        return PPOStats(
+            policy_loss=means[0], value_loss=means[1], entropy=means[2], old_approx_kl=means[3],
+            approx_kl=means[4], clipfrac=means[5], ratio_mean=means[6], explained_variance=explained_variance,
+            grad_norm=means[7], learning_rate=self.backend.learning_rate(), epochs=epochs,
+            minibatch_steps=minibatch_steps, batch_size=batch_size,
+            mean_policy_lag=mean_policy_lag)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Everything an exact resume needs, as named tensors: net, optimizer, shuffling RNG, update count."""
+        state = {f"net.{name}": tensor.detach().clone() for name, tensor in self.net.state_dict().items()}
+        state.update({f"optimizer.{name}": tensor for name, tensor in self.backend.state_dict().items()})
+        state["generator"] = self.generator.get_state()
+        state["updates"] = torch.tensor(self.updates, dtype=torch.int64)
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.net.load_state_dict({key[4:]: value for key, value in state.items() if key.startswith("net.")})
+        self.backend.load_state_dict({key[10:]: value for key, value in state.items()
+                                      if key.startswith("optimizer.")})
+        self.generator.set_state(state["generator"].clone())
+        self.updates = int(state["updates"])
+
+
+# ---------------------------------------------------------------------------------------------
+# A training loop for single-player games, through the game layer.
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Outcome of `train_single_player`."""
+
+    steps: int
+    """Environment steps taken, summed over the parallel games."""
+    seconds: float
+    """Wall time from the start of the call to its end."""
+    updates: int
+    """PPO updates applied."""
+    reached_target: bool
+    """True when the mean of the last `return_window` episode returns reached `target_return`."""
+    episode_returns: np.ndarray
+    """[E] float32 return of every finished episode, in the order they ended."""
+    episode_end_steps: np.ndarray
+    """[E] int64 value of `steps` when each episode ended."""
+    last_stats: PPOStats | None
+    """Statistics of the last update (None if no update ran)."""
+    net: ActorCritic
+    """The trained net."""
+
+    def mean_recent_return(self, window: int) -> float:
+        """Mean return of the last `window` finished episodes (NaN before any)."""
+        recent = self.episode_returns[-window:]
+        return float(recent.mean()) if len(recent) else float("nan")
+
+
+def train_single_player(game_id: str, config: PPOConfig = PPOConfig(), total_steps: int = 500_000, seed: int = 1,
+                        num_envs: int = 4, num_steps: int = 128, net_config: NetConfig = NetConfig(hidden=(64, 64)),
+                        target_return: float | None = None, return_window: int = 20,
+                        policy_lag: int = 0) -> TrainResult:
+    """CleanRL's PPO loop on `num_envs` copies of a single-player registry game.
+
+    Runs `total_steps // (num_envs * num_steps)` rollout/update iterations, annealing the
+    learning rate over all of them (as CleanRL), and stops early once the mean return of the
+    last `return_window` finished episodes reaches `target_return`.
+
+    policy_lag: the rollouts are collected by the learner's policy from that many updates ago
+    (0 = on-policy), to exercise learning from stale data as asynchronous self-play produces it.
+    The defaults (64x64 tanh actor and critic) are CleanRL's net.
+    """
+    from agents.policy import ActBatch
+    from agents.torch_policy import TorchPolicy
+    from games.core import GameError
+    from games.registry import make_vector
+
+    start_time = time.perf_counter()
+    games = make_vector(game_id, num_envs, seed)
+    spec = games.spec
+    if spec.num_players != 1:
+        raise GameError(f"train_single_player needs a one-player game; {game_id!r} has {spec.num_players} seats")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)  # the net's initial weights follow from `seed`, global RNG state untouched
+        net = ActorCritic(spec, net_config)
+    learner = PPOLearner(net, config, seed)
+    # The acting net: the learner's own, or a copy that lags `policy_lag` versions behind it.
+    behaviour_net = copy.deepcopy(net) if policy_lag > 0 else net
+    # (version, weights) of the last policy_lag + 1 versions; the oldest one acts.
+    recent_versions = deque([(0, copy.deepcopy(net.state_dict()))], maxlen=policy_lag + 1) if policy_lag > 0 else None
+    behaviour_version = 0
+    policy = TorchPolicy(behaviour_net)
+    rng = np.random.default_rng(seed)
+    builder = SeatTrajectoryBuilder(num_envs, 1, spec.observation_shape, spec.num_actions, spec.observation_dtype,
+                                    capacity=num_envs * (num_steps + 1))
+    record = np.ones((num_envs, 1), dtype=bool)
+    seats = np.zeros(num_envs, dtype=np.int64)
+
+    episode_returns: list[float] = []
+    episode_end_steps: list[int] = []
+    num_updates = total_steps // (num_envs * num_steps)
+    global_step, stats, reached = 0, None, False
+    ts = games.reset(games.seed_source(num_envs))
+    for update in range(1, num_updates + 1):
+        if config.anneal_lr:
+            learner.set_learning_rate((1.0 - (update - 1.0) / num_updates) * config.learning_rate)
+        for _ in range(num_steps):
+            out = policy.act(ActBatch(ts.obs[:, 0], ts.mask[:, 0], seats), rng)
+            actions = out.actions[:, None]
+            builder.record_actions(ts, actions, out.log_probs[:, None], out.values[:, None], record,
+                                   behaviour_version)
+            ts = games.step(actions)
+            builder.record_outcome(ts)
+            global_step += num_envs
+            if ts.done.any():
+                episode_returns.extend(ts.final_returns[ts.done, 0].tolist())
+                episode_end_steps.extend([global_step] * int(ts.done.sum()))
+                if (target_return is not None and len(episode_returns) >= return_window
+                        and np.mean(episode_returns[-return_window:]) >= target_return):
+                    reached = True
+                    break
+        if reached:
+            break
+        with torch.inference_mode():
+            next_value = behaviour_net.value(torch.from_numpy(ts.obs[:, 0])).numpy()
+        batch = builder.build(ts, next_value[:, None], config.gamma, config.gae_lambda)
+        stats = learner.update(batch)
+        if recent_versions is not None:
+            recent_versions.append((learner.updates, copy.deepcopy(net.state_dict())))
+            behaviour_version, behaviour_state = recent_versions[0]
+            behaviour_net.load_state_dict(behaviour_state)
+        else:
+            behaviour_version = learner.updates
+
+    return TrainResult(
+        steps=global_step, seconds=time.perf_counter() - start_time, updates=learner.updates,
+        reached_target=reached, episode_returns=np.asarray(episode_returns, dtype=np.float32),
+        episode_end_steps=np.asarray(episode_end_steps, dtype=np.int64), last_stats=stats, net=net)

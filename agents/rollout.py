@@ -1,0 +1,288 @@
+"""Per-seat trajectories from a `VectorGame`'s TimeStep stream, and GAE over them.
+
+A PPO transition belongs to one seat of one game slot: the seat saw `obs`, chose `action`
+with behaviour log-probability `logprob`, and its critic said `value`. In a turn-based game
+the consequences of that action only become known when the seat moves again, so a transition
+is *opened* when the seat acts and *closed* at its next own turn (the value of that turn's
+state is the bootstrap) or when the game ends (done). Rewards that arrive while other seats
+move — the -1 a seat receives on the opponent's winning move — are added to the seat's open
+transition. The same rule covers single-player games (closed one step later), simultaneous
+games (every acting seat opens its own transition) and dialogue (a seat acting several steps
+in a row closes its previous token's transition with each new token).
+
+The slot's game auto-resets in the step it ends; the ending step's rewards are credited and
+its open transitions closed before anything of the new game is recorded, so nothing leaks
+across the game boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from games.core import TimeStep
+
+
+def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, bootstrap_values: np.ndarray,
+                gamma: float, gae_lambda: float) -> tuple[np.ndarray, np.ndarray]:
+    """Generalised advantage estimation over one seat's flat sequence of transitions.
+
+    Schulman et al. 2016 ("High-dimensional continuous control using GAE"), eq. 16:
+    A_t = sum_l (gamma*lambda)^l delta_{t+l},  delta_t = r_t + gamma*V(s_{t+1}) - V(s_t),
+    computed backwards as A_t = delta_t + gamma*lambda*A_{t+1} (CleanRL's `lastgaelam` loop).
+
+    rewards[t]:          reward the seat collected from its action t until its next turn.
+    values[t]:           V(s_t), the critic's value of the state the seat acted in.
+    dones[t]:            transition t is the last of its episode (terminal or truncated).
+    bootstrap_values[t]: V(s_{t+1}) where the sequence does not continue into t+1: read only
+                         where dones[t] (0 for a terminal state; the seat's value estimate for a
+                         truncation, which is not an end by the rules) and at t = T-1 (the value
+                         of the state the rollout stopped in). Elsewhere V(s_{t+1}) = values[t+1].
+
+    Returns (advantages, returns) as float32, returns = advantages + values (the lambda-return
+    the critic regresses on).
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    dones = np.asarray(dones, dtype=bool)
+    bootstrap_values = np.asarray(bootstrap_values, dtype=np.float64)
+    num_steps = len(rewards)
+    if not (len(values) == len(dones) == len(bootstrap_values) == num_steps):
+        raise ValueError("compute_gae: rewards, values, dones and bootstrap_values must have the same length")
+    # Plain Python floats: the loop is ~10x faster on lists than on numpy scalars.
+    reward_list, value_list = rewards.tolist(), values.tolist()
+    done_list, bootstrap_list = dones.tolist(), bootstrap_values.tolist()
+    advantages = [0.0] * num_steps
+    next_advantage = 0.0
+    for t in reversed(range(num_steps)):
+        if done_list[t] or t == num_steps - 1:
+            # The episode (or the data) stops after t: no advantage flows back from t+1.
+            next_value, next_advantage = bootstrap_list[t], 0.0
+        else:
+            next_value = value_list[t + 1]
+        delta = reward_list[t] + gamma * next_value - value_list[t]
+        next_advantage = delta + gamma * gae_lambda * next_advantage
+        advantages[t] = next_advantage
+    advantages_array = np.asarray(advantages, dtype=np.float64)
+    return advantages_array.astype(np.float32), (advantages_array + values).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """Flat PPO training data: one row per closed transition, grouped by (slot, seat) in time order."""
+
+    obs: np.ndarray
+    """[N, *observation_shape] what the seat saw when it acted."""
+    mask: np.ndarray
+    """[N, A] bool legal actions then (the learner re-evaluates the masked policy on them)."""
+    actions: np.ndarray
+    """[N] int64 action taken."""
+    logprobs: np.ndarray
+    """[N] float32 behaviour log-probability of the action: the acting policy's, whatever its version."""
+    values: np.ndarray
+    """[N] float32 behaviour critic's value of the state (the anchor of the clipped value loss)."""
+    rewards: np.ndarray
+    """[N] float32 reward collected from the action until the seat's next turn or the game's end."""
+    dones: np.ndarray
+    """[N] bool the episode ended after this transition (terminal or truncated)."""
+    advantages: np.ndarray
+    """[N] float32 GAE advantages."""
+    returns: np.ndarray
+    """[N] float32 lambda-returns, advantages + values."""
+    policy_version: np.ndarray
+    """[N] int64 version of the policy that acted (the learner's lag is its version minus this)."""
+    slots: np.ndarray
+    """[N] int64 game slot the transition came from."""
+    seats: np.ndarray
+    """[N] int64 seat that acted."""
+
+    def __len__(self) -> int:
+        return int(self.actions.shape[0])
+
+
+class SeatTrajectoryBuilder:
+    """Keeps open and closed transitions per (game slot, seat) of a `VectorGame`.
+
+    Per step of the vector game::
+
+        builder.record_actions(ts, actions, log_probs, values, record, version)  # before vec.step
+        ts = vec.step(actions)
+        builder.record_outcome(ts)                                               # after vec.step
+
+    and every rollout ``batch = builder.build(ts, bootstrap_values, gamma, gae_lambda)``.
+
+    Only seats the caller marks in `record` are kept (in a league: the learner's seats; the
+    opponents are frozen snapshots). Within one game a seat is either recorded at every turn
+    or at none.
+    """
+
+    def __init__(self, num_games: int, num_players: int, observation_shape: tuple[int, ...], num_actions: int,
+                 observation_dtype: str = "float32", capacity: int = 1024):
+        self.num_games = num_games
+        self.num_players = num_players
+        self.observation_shape = tuple(observation_shape)
+        self.num_actions = num_actions
+        self.observation_dtype = np.dtype(observation_dtype)
+        # Row of each (slot, seat)'s open transition in the storage below; -1 when none is open.
+        self.open_row = np.full((num_games, num_players), -1, dtype=np.int64)
+        self._allocate(max(capacity, num_games * num_players))
+        self.size = 0
+
+    def _allocate(self, capacity: int) -> None:
+        self.obs = np.zeros((capacity, *self.observation_shape), dtype=self.observation_dtype)
+        self.mask = np.zeros((capacity, self.num_actions), dtype=bool)
+        self.actions = np.zeros(capacity, dtype=np.int64)
+        self.logprobs = np.zeros(capacity, dtype=np.float32)
+        self.values = np.zeros(capacity, dtype=np.float32)
+        self.rewards = np.zeros(capacity, dtype=np.float32)
+        self.dones = np.zeros(capacity, dtype=bool)
+        self.closed = np.zeros(capacity, dtype=bool)
+        # V(s') of a closed transition: the value of the seat's next turn, 0 after a terminal
+        # state, a value estimate after a truncation or a rollout cut.
+        self.next_values = np.zeros(capacity, dtype=np.float32)
+        self.policy_version = np.zeros(capacity, dtype=np.int64)
+        self.slots = np.zeros(capacity, dtype=np.int64)
+        self.seats = np.zeros(capacity, dtype=np.int64)
+
+    _COLUMNS = ("obs", "mask", "actions", "logprobs", "values", "rewards", "dones", "closed", "next_values",
+                "policy_version", "slots", "seats")
+
+    def _reserve(self, extra: int) -> None:
+        if self.size + extra <= len(self.actions):
+            return
+        old = {name: getattr(self, name)[:self.size] for name in self._COLUMNS}
+        self._allocate(max(2 * len(self.actions), self.size + extra))
+        for name, column in old.items():
+            getattr(self, name)[:self.size] = column
+
+    @property
+    def num_open(self) -> int:
+        """Transitions waiting for their seat's next turn or their game's end."""
+        return int((self.open_row >= 0).sum())
+
+    def record_actions(self, ts: TimeStep, actions: np.ndarray, log_probs: np.ndarray, values: np.ndarray,
+                       record: np.ndarray, policy_version: int | np.ndarray = 0) -> None:
+        """Open a transition for every recorded acting seat, closing that seat's previous one.
+
+        ts: the TimeStep the actions answer. actions, log_probs, values: [B, P] (entries of
+        unrecorded seats are ignored). record: [B, P] bool (or anything broadcastable to it,
+        e.g. [P] for the same seats in every slot); only seats that act in `ts` are recorded.
+        policy_version: the acting policy's version, an int or [B, P].
+        """
+        shape = (self.num_games, self.num_players)
+        record = np.broadcast_to(np.asarray(record, dtype=bool), shape) & ts.acting
+        acting_unrecorded = ts.acting > record
+        if acting_unrecorded.any() and (self.open_row[acting_unrecorded] >= 0).any():
+            b, p = np.argwhere(acting_unrecorded & (self.open_row >= 0))[0]
+            raise ValueError(f"slot {b} seat {p} acts unrecorded while its last transition is still open: "
+                             f"keep a seat's `record` flag fixed for the whole game")
+        slots, seats = np.nonzero(record)
+        count = len(slots)
+        if count == 0:
+            return
+        values = np.asarray(values, dtype=np.float32)
+        acting_values = values[slots, seats]
+        # The previous transition of each acting seat ends here: its next state is this one.
+        previous = self.open_row[slots, seats]
+        has_previous = previous >= 0
+        closing = previous[has_previous]
+        self.next_values[closing] = acting_values[has_previous]
+        self.closed[closing] = True
+
+        self._reserve(count)
+        rows = slice(self.size, self.size + count)
+        self.obs[rows] = ts.obs[slots, seats]
+        self.mask[rows] = ts.mask[slots, seats]
+        self.actions[rows] = np.asarray(actions)[slots, seats]
+        self.logprobs[rows] = np.asarray(log_probs)[slots, seats]
+        self.values[rows] = acting_values
+        self.rewards[rows] = 0.0
+        self.dones[rows] = False
+        self.closed[rows] = False
+        self.next_values[rows] = 0.0
+        if np.ndim(policy_version) == 0:
+            self.policy_version[rows] = policy_version
+        else:
+            self.policy_version[rows] = np.asarray(policy_version, dtype=np.int64)[slots, seats]
+        self.slots[rows] = slots
+        self.seats[rows] = seats
+        self.open_row[slots, seats] = np.arange(self.size, self.size + count)
+        self.size += count
+
+    def record_outcome(self, ts: TimeStep) -> None:
+        """Credit this step's rewards to the open transitions and close those of ended games.
+
+        ts: the TimeStep returned by `VectorGame.step`. Rewards of seats with no open transition
+        (unrecorded seats, or a seat rewarded before its first action) are not kept.
+        """
+        is_open = self.open_row >= 0
+        self.rewards[self.open_row[is_open]] += ts.rewards[is_open]
+        if not ts.done.any():
+            return
+        ended = is_open & ts.done[:, None]
+        rows = self.open_row[ended]
+        self.dones[rows] = True
+        self.closed[rows] = True
+        # A terminal state is worth nothing more. A truncation is not an end by the game's rules:
+        # bootstrap from the seat's own value estimate, the last state its critic saw (with
+        # auto-reset the TimeStep already holds the next game's observation).
+        truncated = np.broadcast_to(ts.truncated[:, None], ended.shape)[ended]
+        self.next_values[rows] = np.where(truncated, self.values[rows], 0.0)
+        self.open_row[ended] = -1
+
+    def build(self, ts: TimeStep, bootstrap_values: np.ndarray | None, gamma: float,
+              gae_lambda: float) -> RolloutBatch:
+        """All closed transitions as a `RolloutBatch` with GAE per (slot, seat) sequence.
+
+        ts: the current TimeStep (the one the next actions will answer).
+        bootstrap_values: [B, P] the critic's value of `ts.obs` for acting seats. An open
+        transition of a seat acting now is closed with it (not done: the rollout stops there,
+        as CleanRL's `next_value`). None keeps every open transition open for a later batch.
+        Transitions still open after this (seats waiting for other seats' moves) stay in the
+        builder and appear in a later batch, with their behaviour log-probs.
+        """
+        if bootstrap_values is not None:
+            cut = (self.open_row >= 0) & ts.acting
+            rows = self.open_row[cut]
+            self.next_values[rows] = np.asarray(bootstrap_values, dtype=np.float32)[cut]
+            self.closed[rows] = True
+            self.open_row[cut] = -1
+
+        size = self.size
+        closed_rows = np.nonzero(self.closed[:size])[0]
+        # Group by (slot, seat), in time order within each (rows grow with time).
+        order = closed_rows[np.lexsort((closed_rows, self.seats[closed_rows], self.slots[closed_rows]))]
+        batch_columns = {name: getattr(self, name)[order].copy() for name in self._COLUMNS}
+
+        advantages = np.zeros(len(order), dtype=np.float32)
+        returns = np.zeros(len(order), dtype=np.float32)
+        sequence_key = batch_columns["slots"] * self.num_players + batch_columns["seats"]
+        boundaries = np.flatnonzero(np.diff(sequence_key)) + 1
+        for start, end in zip(np.r_[0, boundaries], np.r_[boundaries, len(order)]):
+            # A closed, not-done transition is followed in the same sequence by the turn that
+            # closed it, or, at the end of the sequence, bootstraps from next_values.
+            advantages[start:end], returns[start:end] = compute_gae(
+                batch_columns["rewards"][start:end], batch_columns["values"][start:end],
+                batch_columns["dones"][start:end], batch_columns["next_values"][start:end], gamma, gae_lambda)
+
+        self._keep_open_only()
+        return RolloutBatch(
+            obs=batch_columns["obs"], mask=batch_columns["mask"], actions=batch_columns["actions"],
+            logprobs=batch_columns["logprobs"], values=batch_columns["values"], rewards=batch_columns["rewards"],
+            dones=batch_columns["dones"], advantages=advantages, returns=returns,
+            policy_version=batch_columns["policy_version"], slots=batch_columns["slots"],
+            seats=batch_columns["seats"])
+
+    def _keep_open_only(self) -> None:
+        """Move the open transitions to the front of the storage (in their time order)."""
+        open_mask = self.open_row >= 0
+        old_rows = np.sort(self.open_row[open_mask])
+        count = len(old_rows)
+        for name in self._COLUMNS:
+            column = getattr(self, name)
+            column[:count] = column[old_rows]
+        new_row_of_old = np.full(self.size, -1, dtype=np.int64)
+        new_row_of_old[old_rows] = np.arange(count)
+        self.open_row[open_mask] = new_row_of_old[self.open_row[open_mask]]
+        self.size = count

@@ -1,0 +1,202 @@
+"""The program that runs INSIDE the sandbox for Python-folder and snapshot submissions.
+
+    python -m arena.agent_host --folder DIR --entry module:attr      # a Python folder
+    python -m arena.agent_host --snapshot DIR                        # a league snapshot
+    python -m arena.agent_host --check (--folder DIR --entry E | --snapshot DIR) [--game ID]
+
+It loads the agent and speaks the JSON-lines protocol (arena/protocol.py) on stdin/stdout. Before
+loading anything it moves the protocol to a private descriptor and points file descriptor 1 at
+stderr, so an agent's ``print`` calls end up in its stderr log instead of breaking the protocol.
+
+A Python folder's entry point is either a class, instantiated once per process, or a function
+used as ``act``. Its ``act(observation, legal_actions, ...)`` gets the observation as a numpy
+array of the game's observation shape and the legal action ids as a list of ints, and returns
+one of them. It may also accept any of these keyword arguments, passed when its signature names
+them: ``seat``, ``rng`` (a numpy Generator seeded from the match seed), ``time_left_s``,
+``match``. A class may define ``start(seat, seed)`` and ``end(returns, seat)``; its constructor
+may accept ``game``, ``num_actions``, ``observation_shape`` and ``seed``.
+
+``--check`` loads the agent and prints one JSON line ``{"ok": true, "name": ...}`` or
+``{"ok": false, "error": "..."}``: the arena runs it in a sandbox at submit time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import os
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from arena import protocol
+
+ACT_KEYWORDS = ("seat", "rng", "time_left_s", "match")
+INIT_KEYWORDS = ("game", "num_actions", "observation_shape", "seed")
+
+
+def _accepted(fn: Callable, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of `names` a callable takes as keyword arguments."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return ()
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return names
+    return tuple(n for n in names if n in params and params[n].kind != inspect.Parameter.POSITIONAL_ONLY)
+
+
+class FolderPlayer:
+    """A Python folder's entry point, adapted to the protocol."""
+
+    def __init__(self, folder: Path, entry: str, hello: protocol.Hello | None):
+        module_name, _, attr = entry.partition(":")
+        sys.path.insert(0, str(folder))
+        target = getattr(importlib.import_module(module_name), attr)
+        if inspect.isclass(target):
+            info = {} if hello is None else {"game": hello.game, "num_actions": hello.num_actions,
+                                             "observation_shape": hello.observation_shape, "seed": hello.seed}
+            wanted = _accepted(target, INIT_KEYWORDS)
+            self.agent: Any = target(**{k: info[k] for k in wanted if k in info})
+            act = getattr(self.agent, "act", None)
+            self._start = getattr(self.agent, "start", None)
+            self._end = getattr(self.agent, "end", None)
+        else:
+            self.agent, act, self._start, self._end = None, target, None, None
+        if not callable(act):
+            raise TypeError(f"entry point {entry!r} is neither an act function nor a class with an act method")
+        self._act = act
+        self._act_keywords = _accepted(act, ACT_KEYWORDS)
+        manifest = folder / "agent.toml"
+        self.name = tomllib.loads(manifest.read_text())["name"] if manifest.exists() else entry
+
+    def start(self, seat: int, seed: int) -> None:
+        if callable(self._start):
+            self._start(seat, seed)
+
+    def act(self, observation: np.ndarray, legal: list[int], extras: dict[str, Any]) -> int:
+        return self._act(observation, legal, **{k: extras[k] for k in self._act_keywords})
+
+    def end(self, returns: tuple[float, ...], seat: int) -> None:
+        if callable(self._end):
+            self._end(list(returns), seat)
+
+
+class SnapshotPlayer:
+    """A league snapshot played by its `TorchPolicy` (sampling from the masked policy)."""
+
+    def __init__(self, path: Path, game: str | None):
+        import torch
+
+        from agents.snapshot import load_snapshot
+        from agents.torch_policy import TorchPolicy
+
+        torch.set_num_threads(1)
+        loaded = load_snapshot(path, expect_game=game)
+        self.spec = loaded.spec
+        self.policy = TorchPolicy(loaded.net)
+        self.name = f"snapshot-{loaded.ref.snapshot_id[:12]}"
+
+    def start(self, seat: int, seed: int) -> None:
+        pass
+
+    def act(self, observation: np.ndarray, legal: list[int], extras: dict[str, Any]) -> int:
+        from agents.policy import ActBatch
+
+        mask = np.zeros((1, self.spec.num_actions), dtype=bool)
+        mask[0, legal] = True
+        obs = observation.astype(self.spec.observation_dtype, copy=False)[None]
+        batch = ActBatch(obs, mask, np.array([extras["seat"]]))
+        return int(self.policy.act(batch, extras["rng"]).actions[0])
+
+    def end(self, returns: tuple[float, ...], seat: int) -> None:
+        pass
+
+
+def _load(args: argparse.Namespace, hello: protocol.Hello | None) -> FolderPlayer | SnapshotPlayer:
+    if args.snapshot:
+        return SnapshotPlayer(Path(args.snapshot), hello.game if hello else args.game)
+    return FolderPlayer(Path(args.folder), args.entry, hello)
+
+
+def _protocol_streams() -> tuple[Any, Any]:
+    """Keep the protocol on private descriptors; fd 1 (print) goes to stderr from now on."""
+    fd_in, fd_out = os.dup(0), os.dup(1)
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    return os.fdopen(fd_in, "rb", buffering=1 << 16), os.fdopen(fd_out, "wb", buffering=0)
+
+
+def serve(args: argparse.Namespace) -> int:
+    reader, writer = _protocol_streams()
+    message = protocol.decode_arena_line(reader.readline())
+    if not isinstance(message, protocol.Hello):
+        raise protocol.ProtocolError(f"expected 'hello' first, got {type(message).__name__}")
+    hello = message
+    player = _load(args, hello)
+    writer.write(protocol.encode_ready(player.name[:protocol.MAX_NAME_CHARS]))
+    shape = hello.observation_shape
+    seat, rng, match = hello.seat, np.random.default_rng(hello.seed), ""
+    while True:
+        line = reader.readline()
+        if not line:
+            return 0
+        message = protocol.decode_arena_line(line)
+        if isinstance(message, protocol.Act):
+            observation = np.asarray(message.observation).reshape(shape)
+            extras = {"seat": seat, "rng": rng, "time_left_s": message.time_left_s, "match": message.match}
+            action = player.act(observation, list(message.legal_actions), extras)
+            writer.write(protocol.encode_action(int(action)))
+        elif isinstance(message, protocol.Start):
+            seat, rng, match = message.seat, np.random.default_rng(message.seed), message.match
+            player.start(seat, message.seed)
+        elif isinstance(message, protocol.End):
+            player.end(message.returns, message.seat)
+        elif isinstance(message, protocol.Shutdown):
+            return 0
+        else:
+            raise protocol.ProtocolError(f"unexpected {type(message).__name__} message in match {match!r}")
+
+
+def check(args: argparse.Namespace) -> int:
+    """Load the agent and report, as one JSON line, whether it worked."""
+    try:
+        hello = None
+        if args.game:
+            from games import registry
+
+            spec = registry.spec(args.game)
+            hello = protocol.Hello(args.game, 0, 0, 1.0, 0.0, spec.num_actions, spec.observation_shape)
+        player = _load(args, hello)
+    except BaseException as exc:  # the report IS the purpose: any failure of a stranger's code
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {first}"[:500]}), flush=True)
+        return 0
+    print(json.dumps({"ok": True, "name": player.name}), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m arena.agent_host", description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--folder", help="a Python folder submission")
+    source.add_argument("--snapshot", help="a league snapshot directory")
+    parser.add_argument("--entry", help="module:attribute of the folder's agent")
+    parser.add_argument("--game", help="game id (for --check)")
+    parser.add_argument("--check", action="store_true", help="load the agent, print one JSON line, exit")
+    args = parser.parse_args(argv)
+    if args.folder and not args.entry:
+        parser.error("--folder needs --entry")
+    return check(args) if args.check else serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

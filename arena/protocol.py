@@ -1,0 +1,288 @@
+"""The arena's JSON-lines protocol, version 1 (docs/arena_protocol.md is the reference for authors).
+
+An agent is a process that reads one JSON object per line on stdin and answers on stdout. One
+process lives for a whole tournament and plays many matches:
+
+    arena -> agent  {"type":"hello","protocol":1,"game":ID,"seat":s,"seed":n,"time_per_move_s":T,
+                     "overage_s":O,"num_actions":A,"observation_shape":[...]}
+    agent -> arena  {"type":"ready","name":NAME}
+    per match:
+    arena -> agent  {"type":"start","match":M,"seat":s,"seed":n,"time_per_move_s":T,"overage_s":O}
+    per move:
+    arena -> agent  {"type":"act","match":M,"observation":[...],"legal_actions":[...],"time_left_s":t}
+    agent -> arena  {"type":"action","action":k}
+    arena -> agent  {"type":"end","match":M,"returns":[...],"seat":s}
+    arena -> agent  {"type":"shutdown"}
+
+The agent speaks only when spoken to: exactly one ``ready`` after ``hello`` and exactly one
+``action`` after each ``act``. The arena writes compact JSON (no spaces, keys in the order above)
+so that even a shell script can pick fields out with pattern matching.
+
+Both directions are validated strictly: a line longer than its cap, bytes that are not UTF-8,
+JSON that is not an object, an unknown ``type``, a missing or extra key, or a value of the wrong
+type is a `ProtocolError`. Agent lines are capped at `MAX_AGENT_LINE_BYTES` (64 KiB: an action
+is a few bytes); arena lines at `MAX_ARENA_LINE_BYTES` (observations of big games are long).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+PROTOCOL_VERSION = 1
+MAX_AGENT_LINE_BYTES = 64 * 1024
+"""Longest line (newline included) an agent may send."""
+MAX_ARENA_LINE_BYTES = 16 * 1024 * 1024
+"""Longest line the arena sends (an observation of 2M floats); agents may rely on it."""
+MAX_NAME_CHARS = 100
+"""Longest agent name accepted in ``ready``."""
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+class ProtocolError(ValueError):
+    """A line that breaks the protocol; the message says which rule (one line)."""
+
+
+# ------------------------------------------------------------------------------ message records
+
+
+@dataclass(frozen=True)
+class Hello:
+    """First message to a new agent process: what it is going to play."""
+
+    game: str
+    """Registry id of the game, e.g. ``tic_tac_toe``."""
+    seat: int
+    """Seat of the first match (informational: ``start`` is authoritative for every match)."""
+    seed: int
+    """Seed for the agent's own randomness over its whole life."""
+    time_per_move_s: float
+    """Seconds per move before the overage bank is drawn on."""
+    overage_s: float
+    """Seconds of overage bank per match."""
+    num_actions: int
+    """Size of the action space; actions are 0..num_actions-1."""
+    observation_shape: tuple[int, ...]
+    """Shape of the observation; ``act`` sends it as a nested list of that shape."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """A new match begins; the agent plays `seat`."""
+
+    match: str
+    seat: int
+    seed: int
+    """Seed for this match (an agent that seeds its RNG from it replays exactly)."""
+    time_per_move_s: float
+    overage_s: float
+
+
+@dataclass(frozen=True)
+class Act:
+    """The arena asks for one action."""
+
+    match: str
+    observation: Any
+    """Nested list of numbers, shape ``Hello.observation_shape``."""
+    legal_actions: tuple[int, ...]
+    """Legal action ids, increasing; the answer must be one of them."""
+    time_left_s: float
+    """Seconds the agent may take for this move (per-move limit plus what is left of the bank)."""
+
+
+@dataclass(frozen=True)
+class End:
+    """The match is over; `returns` are the final returns per seat (forfeits included)."""
+
+    match: str
+    returns: tuple[float, ...]
+    seat: int
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """The tournament is over: exit now."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The agent's answer to ``hello``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Action:
+    """The agent's answer to ``act``."""
+
+    action: int
+
+
+ArenaMessage = Union[Hello, Start, Act, End, Shutdown]
+AgentMessage = Union[Ready, Action]
+
+
+# ------------------------------------------------------------------------------------ encoding
+
+
+def _line(obj: dict) -> bytes:
+    return (_ENCODER.encode(obj) + "\n").encode("ascii")
+
+
+def encode_hello(msg: Hello) -> bytes:
+    return _line({"type": "hello", "protocol": PROTOCOL_VERSION, "game": msg.game, "seat": msg.seat,
+                  "seed": msg.seed, "time_per_move_s": msg.time_per_move_s, "overage_s": msg.overage_s,
+                  "num_actions": msg.num_actions, "observation_shape": list(msg.observation_shape)})
+
+
+def encode_start(msg: Start) -> bytes:
+    return _line({"type": "start", "match": msg.match, "seat": msg.seat, "seed": msg.seed,
+                  "time_per_move_s": msg.time_per_move_s, "overage_s": msg.overage_s})
+
+
+def encode_act(match: str, observation: Any, legal_actions: Sequence[int], time_left_s: float) -> bytes:
+    """The hot path: `observation` is already a nested list (``ndarray.tolist()``)."""
+    return _line({"type": "act", "match": match, "observation": observation,
+                  "legal_actions": legal_actions, "time_left_s": round(time_left_s, 6)})
+
+
+def encode_end(msg: End) -> bytes:
+    return _line({"type": "end", "match": msg.match, "returns": list(msg.returns), "seat": msg.seat})
+
+
+def encode_shutdown() -> bytes:
+    return _line({"type": "shutdown"})
+
+
+def encode_ready(name: str) -> bytes:
+    return _line({"type": "ready", "name": name})
+
+
+def encode_action(action: int) -> bytes:
+    return b'{"type":"action","action":%d}\n' % action
+
+
+# ------------------------------------------------------------------------------------ decoding
+
+
+def _parse_object(line: bytes, limit: int) -> dict:
+    if len(line) > limit:
+        raise ProtocolError(f"line of {len(line)} bytes exceeds the {limit}-byte limit")
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError("line is not valid UTF-8") from None
+    try:
+        obj = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        raise ProtocolError(f"line is not valid JSON: {_preview(text)}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"line is not a JSON object: {_preview(text)}")
+    return obj
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _preview(text: str, n: int = 60) -> str:
+    text = text.strip()
+    return repr(text if len(text) <= n else text[:n] + "...")
+
+
+def _keys(obj: dict, kind: str, required: frozenset[str]) -> None:
+    keys = set(obj)
+    if keys != required:
+        missing, extra = sorted(required - keys), sorted(keys - required)
+        raise ProtocolError(f"{kind!r} message: missing keys {missing}, unknown keys {extra}")
+
+
+def _int(obj: dict, key: str, kind: str, low: int | None = None, high: int | None = None) -> int:
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolError(f"{kind!r} message: {key} must be an integer, got {_preview(repr(value))}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ProtocolError(f"{kind!r} message: {key}={value} is out of range [{low}, {high}]")
+    return value
+
+
+def _float(obj: dict, key: str, kind: str) -> float:
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProtocolError(f"{kind!r} message: {key} must be a finite number")
+    return float(value)
+
+
+def _str(obj: dict, key: str, kind: str, max_chars: int) -> str:
+    value = obj[key]
+    if not isinstance(value, str) or len(value) > max_chars:
+        raise ProtocolError(f"{kind!r} message: {key} must be a string of at most {max_chars} characters")
+    return value
+
+
+_READY_KEYS = frozenset({"type", "name"})
+_ACTION_KEYS = frozenset({"type", "action"})
+
+
+def decode_agent_line(line: bytes, num_actions: int) -> AgentMessage:
+    """Parse and validate one line from an agent (newline included or not)."""
+    obj = _parse_object(line, MAX_AGENT_LINE_BYTES)
+    kind = obj.get("type")
+    if kind == "action":
+        _keys(obj, "action", _ACTION_KEYS)
+        return Action(_int(obj, "action", "action", 0, num_actions - 1))
+    if kind == "ready":
+        _keys(obj, "ready", _READY_KEYS)
+        return Ready(_str(obj, "name", "ready", MAX_NAME_CHARS))
+    raise ProtocolError(f"unknown agent message type {kind!r}: agents send 'ready' or 'action'")
+
+
+_ARENA_KEYS = {
+    "hello": frozenset({"type", "protocol", "game", "seat", "seed", "time_per_move_s", "overage_s",
+                        "num_actions", "observation_shape"}),
+    "start": frozenset({"type", "match", "seat", "seed", "time_per_move_s", "overage_s"}),
+    "act": frozenset({"type", "match", "observation", "legal_actions", "time_left_s"}),
+    "end": frozenset({"type", "match", "returns", "seat"}),
+    "shutdown": frozenset({"type"}),
+}
+
+
+def decode_arena_line(line: bytes) -> ArenaMessage:
+    """Parse and validate one line from the arena (agents written in Python use this)."""
+    obj = _parse_object(line, MAX_ARENA_LINE_BYTES)
+    kind = obj.get("type")
+    if kind not in _ARENA_KEYS:
+        raise ProtocolError(f"unknown arena message type {kind!r}")
+    _keys(obj, kind, _ARENA_KEYS[kind])
+    if kind == "act":
+        legal = obj["legal_actions"]
+        if not isinstance(legal, list) or not legal or not all(
+                isinstance(a, int) and not isinstance(a, bool) and a >= 0 for a in legal):
+            raise ProtocolError("'act' message: legal_actions must be a non-empty list of action ids")
+        if not isinstance(obj["observation"], list):
+            raise ProtocolError("'act' message: observation must be a (nested) list")
+        return Act(_str(obj, "match", kind, 200), obj["observation"], tuple(legal), _float(obj, "time_left_s", kind))
+    if kind == "start":
+        return Start(_str(obj, "match", kind, 200), _int(obj, "seat", kind, 0), _int(obj, "seed", kind, 0),
+                     _float(obj, "time_per_move_s", kind), _float(obj, "overage_s", kind))
+    if kind == "end":
+        returns = obj["returns"]
+        if not isinstance(returns, list) or not all(
+                isinstance(r, (int, float)) and not isinstance(r, bool) for r in returns):
+            raise ProtocolError("'end' message: returns must be a list of numbers")
+        return End(_str(obj, "match", kind, 200), tuple(float(r) for r in returns), _int(obj, "seat", kind, 0))
+    if kind == "hello":
+        if obj["protocol"] != PROTOCOL_VERSION:
+            raise ProtocolError(f"arena speaks protocol {obj['protocol']!r}, this agent speaks {PROTOCOL_VERSION}")
+        shape = obj["observation_shape"]
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
+            raise ProtocolError("'hello' message: observation_shape must be a list of sizes")
+        return Hello(_str(obj, "game", kind, 500), _int(obj, "seat", kind, 0), _int(obj, "seed", kind, 0),
+                     _float(obj, "time_per_move_s", kind), _float(obj, "overage_s", kind),
+                     _int(obj, "num_actions", kind, 1), tuple(shape))
+    return Shutdown()

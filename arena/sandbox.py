@@ -1,0 +1,1283 @@
+"""Sandboxed agents and the match loop that plays them.
+
+Each submission runs in its own process, started once per tournament and reused for many
+matches (`SandboxedAgent`). It talks the JSON-lines protocol of `arena.protocol` over pipes.
+
+Isolation (`Isolation`; `arena.doctor` tells which modes work on a machine):
+
+* ``uid`` (the arena runs as root): the agent runs under its own unprivileged uid/gid
+  (``uid_base + k``, leased with a lock file so concurrent arenas never share one) in fresh
+  mount, network and PID namespaces, set up by ``arena/sandbox_init.py``. The network namespace
+  has no interface up, so every socket fails, loopback included. Its filesystem view: the root
+  filesystem read-only; private size-capped tmpfs on /tmp, /var/tmp, /dev/shm, /run; the invoking
+  user's home and any directory agents may not traverse (e.g. /root) replaced by empty tmpfs,
+  with only Python's installation and the Ludus source bound back in; its own copy of the
+  submission (read-only) and a tmpfs home (its scratch space, mode 0700, owned by its uid);
+  `SandboxConfig.hidden_paths` (the arena's state) covered by empty mounts.
+* ``userns`` (not root, user namespaces allowed): the same namespaces inside a user namespace;
+  the agent keeps the invoking user's uid, so file permissions do not separate it from other
+  agents or from the arena, but the mount layout above still hides /tmp, the home directory and
+  `hidden_paths`.
+* ``none``: a plain child process in its own session with rlimits only. No isolation: use it for
+  trusted code. `SandboxConfig.require_isolation` refuses it.
+
+Limits: per-move wall-clock time is enforced preemptively (the arena polls the agent's stdout with
+a deadline; a hung agent loses by TIMEOUT and is killed), with an overage bank per match drawn on
+when a move takes longer than the per-move limit; RLIMIT_CPU bounds the agent's total CPU;
+RLIMIT_DATA bounds each process's heap and the summed anonymous RSS of the agent's processes is
+polled from /proc while the arena waits; RLIMIT_NPROC bounds fork bombs; RLIMIT_FSIZE and the
+tmpfs sizes bound what it can write.
+
+Faults: a crash, an early exit, closing stdout, a timeout, a malformed or illegal action or any
+line the arena did not ask for ends the match as a forfeit (`MatchStatus` ERROR / TIMEOUT /
+INVALID) with an `AgentFault` record and the agent's stderr tail. The faulting process is killed
+at once; the next match restarts it. After `SandboxLimits.max_consecutive_faults` faulty
+matches in a row the agent is dead: its later matches are forfeited without starting it.
+Everything the agent started is killed when it is done (PID namespace teardown, then a sweep by
+its uid or namespace that verifies nothing is left).
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import fcntl
+import json
+import math
+import os
+import pwd
+import resource
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+
+from arena import protocol
+from ludus.errors import UserError
+
+if TYPE_CHECKING:
+    from agents.policy import Policy
+    from arena.submission import Submission
+
+INIT_SCRIPT = Path(__file__).with_name("sandbox_init.py")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_MIB = 1 << 20
+
+
+class SandboxError(UserError, RuntimeError):
+    """The sandbox itself cannot work here (not the agent's fault); `ludus arena doctor` says why."""
+
+
+class Isolation(str, enum.Enum):
+    AUTO = "auto"
+    """``uid`` when root, else ``userns`` when the kernel allows user namespaces, else ``none``."""
+    UID = "uid"
+    USERNS = "userns"
+    NONE = "none"
+
+
+class MatchStatus(str, enum.Enum):
+    """How a seat's match ended."""
+
+    OK = "ok"
+    ERROR = "error"
+    """The agent crashed, exited, closed stdout, could not start, exceeded memory, or is dead."""
+    TIMEOUT = "timeout"
+    """The agent did not answer within its per-move time plus what was left of its bank."""
+    INVALID = "invalid"
+    """The agent sent a malformed line, an illegal action, or a line nobody asked for."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one agent process tree (the time per move is in `MatchLimits`)."""
+
+    startup_timeout_s: float = 30.0
+    """Wall-clock seconds from launch to the agent's ``ready`` (importing torch takes ~2 s)."""
+    cpu_time_s: int = 3600
+    """RLIMIT_CPU of the agent process over its life (one tournament)."""
+    data_mb: int = 4096
+    """RLIMIT_DATA per process; generous so an honest agent can import torch."""
+    rss_mb: int = 2048
+    """Cap on the summed anonymous RSS of the agent's processes, polled from /proc while waiting."""
+    rss_poll_interval_s: float = 0.05
+    """How often that sum is taken while the arena waits on the agent."""
+    max_processes: int = 64
+    """RLIMIT_NPROC for the agent's uid (threads count); bounds fork bombs."""
+    max_open_files: int = 256
+    """RLIMIT_NOFILE."""
+    max_file_mb: int = 64
+    """RLIMIT_FSIZE: the largest file the agent may write."""
+    tmpfs_mb: int = 64
+    """Size of each private tmpfs (/tmp, /var/tmp, /dev/shm, the home directory)."""
+    stderr_tail_bytes: int = 16 * 1024
+    """The last bytes of stderr kept per match (in records and in the per-match stderr file)."""
+    max_consecutive_faults: int = 3
+    """Faulty matches in a row after which the agent is dead for the rest of the tournament."""
+    max_submission_mb: int = 2048
+    """Largest submission copied into a sandbox."""
+    shutdown_grace_s: float = 1.0
+    """Seconds an agent gets to exit after ``shutdown`` before it is killed."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Where and how agents are isolated."""
+
+    isolation: Isolation = Isolation.AUTO
+    """The isolation mode (see the module docstring)."""
+    require_isolation: bool = False
+    """Refuse to run an agent without namespaces (mode ``none``)."""
+    uid_base: int = 60000
+    """First uid (and gid) leased to agents in mode ``uid``; must not belong to any account."""
+    uid_count: int = 1000
+    """Number of uids in the lease range."""
+    workspace_root: Path | None = None
+    """Where per-agent directories are created; None: the system temp directory."""
+    hidden_paths: tuple[str, ...] = ()
+    """Files and directories agents must not see at all (the arena's database and state)."""
+    stderr_dir: Path | None = None
+    """If set, each match's stderr tail is written to ``<dir>/<match>.seat<s>.stderr``."""
+    extra_env: tuple[tuple[str, str], ...] = ()
+    """Extra environment variables for the agent (the environment is otherwise clean)."""
+
+
+@dataclass(frozen=True)
+class MatchLimits:
+    """Time control of a match, sent to agents in ``hello`` and ``start``."""
+
+    time_per_move_s: float = 1.0
+    """Seconds per move before the bank is drawn on."""
+    overage_s: float = 5.0
+    """Bank per seat per match: time beyond the per-move limit comes out of it."""
+
+    def __post_init__(self) -> None:
+        if not (self.time_per_move_s > 0 and self.overage_s >= 0):
+            raise SandboxError(f"time_per_move_s must be > 0 and overage_s >= 0, got "
+                               f"{self.time_per_move_s} and {self.overage_s}")
+
+
+@dataclass(frozen=True)
+class AgentFault:
+    """Why an agent lost by forfeit."""
+
+    status: MatchStatus
+    reason: str
+    """One line, e.g. 'exited with code 1 before answering' or 'illegal action 4'."""
+    stderr_tail: str = ""
+    """The agent's stderr tail when the fault happened (the traceback, usually)."""
+    exit_code: int | None = None
+    """Exit code of the agent process if it had exited (128+N: killed by signal N)."""
+
+
+@dataclass(frozen=True)
+class MoveOutcome:
+    """One request for an action: the action, or the fault instead."""
+
+    action: int | None
+    think_s: float
+    """Seconds from sending ``act`` to receiving the answer (or giving up)."""
+    fault: AgentFault | None = None
+
+
+@dataclass(frozen=True)
+class MoveRecord:
+    """One action of a match, for replays."""
+
+    seat: int
+    action: int
+    think_s: float
+
+
+@dataclass(frozen=True)
+class MatchRecord:
+    """Everything a tournament, the ledger and the replay viewer need about one match."""
+
+    match_id: str
+    game_id: str
+    seed: int
+    names: tuple[str, ...]
+    """Agent name per seat."""
+    returns: tuple[float, ...]
+    """Final returns per seat; for forfeits the rule of `forfeit_returns`."""
+    statuses: tuple[MatchStatus, ...]
+    faults: tuple[AgentFault | None, ...]
+    moves: tuple[MoveRecord, ...]
+    """Actions in the order they were applied (a simultaneous step lists its seats in order)."""
+    truncated: bool
+    """The game hit its step limit."""
+    think_s: tuple[float, ...]
+    """Total thinking time per seat."""
+    duration_s: float
+    stderr_tails: tuple[str, ...]
+    """Each sandboxed seat's stderr during this match (tail); '' for in-process seats."""
+
+    @property
+    def forfeit(self) -> bool:
+        return any(f is not None for f in self.faults)
+
+
+def forfeit_returns(spec, faulted: Sequence[bool]) -> tuple[float, ...]:
+    """Returns of a match that ended by forfeit.
+
+    Faulting seats get `min_utility`. In zero-sum games the other seats share what the faulting
+    seats lost, each getting ``(utility_sum - k * min_utility) / (P - k)`` clipped to
+    `max_utility` (for two-player zero-sum games: the opponent wins, ``max_utility``); in other
+    games they get `max_utility`. If every seat faulted, all get `min_utility`.
+    """
+    k = sum(bool(f) for f in faulted)
+    n = len(faulted)
+    if k == n:
+        return tuple(float(spec.min_utility) for _ in faulted)
+    if spec.zero_sum and spec.utility_sum is not None:
+        share = min(float(spec.max_utility), (spec.utility_sum - k * spec.min_utility) / (n - k))
+    else:
+        share = float(spec.max_utility)
+    return tuple(float(spec.min_utility) if f else share for f in faulted)
+
+
+# -------------------------------------------------------------------------------- host helpers
+
+
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    ppid: int
+    pgid: int
+    state: str
+    uid: int
+
+
+def _read_proc(pid: int) -> _Proc | None:
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'
+    fields = data[data.rindex(b")") + 2:].split()
+    return _Proc(pid, int(fields[1]), int(fields[2]), fields[0].decode(), uid)
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def pids_of_uid(uid: int) -> list[int]:
+    """Live (non-zombie) processes whose effective uid is `uid`."""
+    found = []
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                try:
+                    if entry.stat(follow_symlinks=False).st_uid != uid:
+                        continue
+                except OSError:
+                    continue
+                proc = _read_proc(int(entry.name))
+                if proc is not None and proc.uid == uid and proc.state not in ("Z", "X"):
+                    found.append(proc.pid)
+    return found
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _pids_in_namespace(ns: str) -> list[int]:
+    pids = []
+    for pid in _all_pids():
+        if _pid_namespace(pid) == ns:
+            proc = _read_proc(pid)
+            if proc is not None and proc.state not in ("Z", "X"):
+                pids.append(pid)
+    return pids
+
+
+def _pids_in_group(pgid: int) -> list[int]:
+    pids = []
+    for pid in _all_pids():
+        proc = _read_proc(pid)
+        if proc is not None and proc.pgid == pgid and proc.state not in ("Z", "X"):
+            pids.append(pid)
+    return pids
+
+
+def _anon_rss_bytes(pids: Sequence[int]) -> int:
+    """Summed resident minus shared (file-backed) pages: the memory the processes allocated."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                fields = f.read().split()
+        except OSError:
+            continue
+        total += (int(fields[1]) - int(fields[2])) * _PAGE
+    return total
+
+
+def _private_dir(path: Path) -> Path:
+    """Create (or check) a directory only we can use; refuse one someone else planted."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise SandboxError(f"{path} is not a private directory of this user (mode {oct(st.st_mode)}); remove it")
+    return path
+
+
+def _uid_has_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+class _UidLease:
+    """An agent uid nobody else uses, held by an flock for as long as the sandbox lives."""
+
+    def __init__(self, base: int, count: int):
+        lock_dir = _private_dir(Path(tempfile.gettempdir()) / "ludus-arena-uids")
+        for uid in range(base, base + count):
+            if _uid_has_account(uid) or pids_of_uid(uid):
+                continue
+            fd = os.open(lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            if pids_of_uid(uid):  # its last holder released it while processes lingered
+                os.close(fd)
+                continue
+            self.uid = uid
+            self._fd: int | None = fd
+            return
+        raise SandboxError(f"no free agent uid in {base}..{base + count - 1}: raise SandboxConfig.uid_count "
+                           f"or stop other arenas")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def userns_allowed() -> bool:
+    """Whether the kernel lets unprivileged users create user namespaces (as far as sysctls say)."""
+    checks = (("/proc/sys/user/max_user_namespaces", lambda v: int(v) > 0),
+              ("/proc/sys/kernel/unprivileged_userns_clone", lambda v: int(v) == 1),
+              ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", lambda v: int(v) == 0))
+    for path, ok in checks:
+        try:
+            value = Path(path).read_text().strip()
+        except OSError:
+            continue  # the knob does not exist on this kernel: no restriction from it
+        if not ok(value):
+            return False
+    return True
+
+
+def resolve_isolation(config: SandboxConfig) -> Isolation:
+    mode = config.isolation
+    if mode == Isolation.AUTO:
+        if os.geteuid() == 0:
+            mode = Isolation.UID
+        elif userns_allowed():
+            mode = Isolation.USERNS
+        else:
+            mode = Isolation.NONE
+    if mode == Isolation.UID and os.geteuid() != 0:
+        raise SandboxError("isolation 'uid' needs root: use 'userns' or 'auto'")
+    if mode == Isolation.NONE and config.require_isolation:
+        raise SandboxError("no namespace isolation is available here and require_isolation is set: "
+                           "run as root or enable user namespaces (`ludus arena doctor` says which)")
+    return mode
+
+
+# ----------------------------------------------------------------------------- submission copy
+
+
+def copy_submission(source: Path, dest: Path, max_bytes: int) -> int:
+    """Copy a submission (a directory or one file) into `dest`, regular files and directories only.
+
+    Files are opened with O_NOFOLLOW and checked with fstat, so a symlink or a FIFO swapped in
+    after validation is refused rather than followed (we may be root). Returns the bytes copied.
+    """
+    total = 0
+
+    def copy_file(src: Path, dst: Path) -> None:
+        nonlocal total
+        try:
+            fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SandboxError(f"cannot read {src}: {exc.strerror} (submissions may not contain symlinks)") from None
+        with os.fdopen(fd, "rb") as fin:
+            st = os.fstat(fin.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise SandboxError(f"{src} is not a regular file; submissions hold only files and directories")
+            total += st.st_size
+            if total > max_bytes:
+                raise SandboxError(f"submission {source} is larger than {max_bytes // _MIB} MiB")
+            with open(dst, "xb") as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+            os.chmod(dst, 0o755 if st.st_mode & 0o111 else 0o644)
+
+    st = os.lstat(source)
+    if stat.S_ISREG(st.st_mode):
+        dest.mkdir(mode=0o755)
+        copy_file(source, dest / source.name)
+        return total
+    if not stat.S_ISDIR(st.st_mode):
+        raise SandboxError(f"{source} is neither a directory nor a regular file")
+    dest.mkdir(mode=0o755)
+    for dirpath, dirnames, filenames in os.walk(source, followlinks=False):
+        rel = Path(dirpath).relative_to(source)
+        for name in dirnames:
+            if os.path.islink(os.path.join(dirpath, name)):
+                raise SandboxError(f"{Path(dirpath) / name} is a symlink; submissions may not contain symlinks")
+            (dest / rel / name).mkdir(mode=0o755)
+        for name in filenames:
+            copy_file(Path(dirpath) / name, dest / rel / name)
+    return total
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    os.chown(root, uid, gid, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+
+
+# --------------------------------------------------------------------------------- the process
+
+
+def _python_paths() -> list[str]:
+    """Directories an agent's Python needs to see: the installation and the Ludus source."""
+    paths = {sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))), str(REPO_ROOT)}
+    paths.update(p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p))
+    return sorted({os.path.realpath(p) for p in paths})
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path != root and path.startswith(root.rstrip("/") + "/")
+
+
+def _untraversable_ancestor(path: str) -> str | None:
+    """The highest ancestor of `path` that other users cannot enter (e.g. /root), if any."""
+    parts = Path(path).parts
+    for i in range(2, len(parts)):
+        ancestor = str(Path(*parts[:i]))
+        try:
+            mode = os.stat(ancestor).st_mode
+        except OSError:
+            return None
+        if not mode & stat.S_IXOTH:
+            return ancestor
+    return None
+
+
+def mount_plan(mode: Isolation, agent_dir: Path, submission_dir: Path, home: Path, uid: int, gid: int,
+               limits: SandboxLimits, hidden_paths: Sequence[str]) -> list[dict]:
+    """The filesystem view of one agent, as ordered operations for sandbox_init.py."""
+    tmpfs = f"size={limits.tmpfs_mb}m"
+    needed = _python_paths() + [str(agent_dir)]
+    masks: dict[str, str] = {}
+    for path in ("/tmp", "/var/tmp", "/dev/shm"):
+        if os.path.isdir(path) and not os.path.islink(path):
+            masks[path] = f"{tmpfs},mode=1777"
+    if os.path.isdir("/run") and not os.path.islink("/run"):
+        masks["/run"] = "size=1m,mode=755"  # hides host sockets (D-Bus, container runtimes)
+    user_home = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    if user_home != "/" and os.path.isdir(user_home):
+        masks[user_home] = "size=1m,mode=755"
+    if mode == Isolation.UID:
+        for path in needed:
+            ancestor = _untraversable_ancestor(path)
+            if ancestor is not None:
+                masks[ancestor] = "size=1m,mode=755"
+    # a mask inside another mask would be hidden by it anyway
+    masks = {m: o for m, o in masks.items() if not any(_is_under(m, other) for other in masks)}
+    plan: list[dict] = [{"op": "remount_ro", "target": "/"}]
+    plan += [{"op": "tmpfs", "target": m, "options": masks[m]} for m in sorted(masks, key=len)]
+    exposed = sorted({p for p in needed if any(_is_under(p, m) for m in masks)}, key=len)
+    exposed = [p for p in exposed if not any(_is_under(p, q) for q in exposed)]
+    plan += [{"op": "bind", "source": p, "target": p, "readonly": True} for p in exposed]
+    plan.append({"op": "bind", "source": str(submission_dir), "target": str(submission_dir), "readonly": True})
+    plan.append({"op": "tmpfs", "target": str(home), "options": f"{tmpfs},mode=700,uid={uid},gid={gid}"})
+    for hidden in hidden_paths:
+        hidden = os.path.realpath(hidden)
+        if os.path.isdir(hidden):
+            plan.append({"op": "tmpfs", "target": hidden, "options": "size=4k,mode=000"})
+        elif os.path.exists(hidden):
+            plan.append({"op": "devnull", "target": hidden})
+    return plan
+
+
+def _rlimits(limits: SandboxLimits, mode: Isolation) -> list[tuple[int, int, int]]:
+    nproc = limits.max_processes
+    if mode != Isolation.UID:  # the agent shares our uid: count our own processes in
+        nproc += len(pids_of_uid(os.getuid()))
+    return [
+        (resource.RLIMIT_CPU, limits.cpu_time_s, limits.cpu_time_s + 1),
+        (resource.RLIMIT_DATA, limits.data_mb * _MIB, limits.data_mb * _MIB),
+        (resource.RLIMIT_NPROC, nproc, nproc),
+        (resource.RLIMIT_NOFILE, limits.max_open_files, limits.max_open_files),
+        (resource.RLIMIT_FSIZE, limits.max_file_mb * _MIB, limits.max_file_mb * _MIB),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "is still running"
+    if code > 128:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            name = f"signal {code - 128}"
+        hint = {"SIGXCPU": " (CPU time limit)", "SIGKILL": "", "SIGXFSZ": " (file size limit)"}.get(name, "")
+        return f"was killed by {name}{hint}"
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+class SandboxProcess:
+    """One sandboxed process with pipes on stdin/stdout/stderr; the building block of agents.
+
+    Owns the agent's directory (its copy of the submission and its home) and, in mode ``uid``,
+    its uid lease. `kill()` ends every process it started and verifies it; `cleanup()` also
+    removes the directory and releases the uid.
+    """
+
+    def __init__(self, source: Path, make_argv: Callable[[Path], list[str]], limits: SandboxLimits,
+                 config: SandboxConfig):
+        self.limits = limits
+        self.config = config
+        self.mode = resolve_isolation(config)
+        self._lease = _UidLease(config.uid_base, config.uid_count) if self.mode == Isolation.UID else None
+        self.uid = self._lease.uid if self._lease else os.getuid()
+        self.gid = self.uid if self._lease else os.getgid()
+        root = config.workspace_root or Path(tempfile.gettempdir())
+        try:
+            self._outer = Path(tempfile.mkdtemp(prefix="ludus-agent-", dir=root))
+            os.chmod(self._outer, 0o711)  # agents may pass through, not list
+            self.agent_dir = self._outer / "agent"
+            self.agent_dir.mkdir(mode=0o700)
+            self.submission_dir = self.agent_dir / "submission"
+            copy_submission(source, self.submission_dir, limits.max_submission_mb * _MIB)
+            self.home = self.agent_dir / "home"
+            self.home.mkdir(mode=0o700)
+            if self._lease:
+                _chown_tree(self.agent_dir, self.uid, self.gid)
+        except BaseException:
+            self.cleanup()
+            raise
+        self.argv = make_argv(self.submission_dir)
+        self.proc: subprocess.Popen | None = None
+        self.exit_code: int | None = None
+        self.leftover_pids: tuple[int, ...] = ()
+        """Processes that survived a kill (always empty unless something is badly wrong)."""
+        self._pid_ns: str | None = None
+        self._lifeline: int | None = None
+
+    # -- launching
+
+    def _env(self) -> dict[str, str]:
+        py_bin = os.path.dirname(sys.executable)
+        env = {
+            "PATH": f"{py_bin}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.home),
+            "TMPDIR": "/tmp" if self.mode != Isolation.NONE else str(self.home),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONHASHSEED": "0",
+            # one thread each: agents share the machine's cores fairly
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+        }
+        env.update(dict(self.config.extra_env))
+        return env
+
+    def launch(self, deadline: float) -> str | None:
+        """Start the process. Returns None, or why the agent's program could not be executed.
+
+        Raises SandboxError when the sandbox itself could not be set up."""
+        if self.mode == Isolation.NONE:
+            return self._launch_plain()
+        status_r, status_w = os.pipe()
+        life_r, self._lifeline = os.pipe()
+        config = {
+            "mode": self.mode.value,
+            "uid": self.uid, "gid": self.gid, "host_uid": os.getuid(), "host_gid": os.getgid(),
+            "argv": self.argv, "env": self._env(), "cwd": str(self.home),
+            "rlimits": _rlimits(self.limits, self.mode),
+            "mounts": mount_plan(self.mode, self.agent_dir, self.submission_dir, self.home, self.uid,
+                                 self.gid, self.limits, self.config.hidden_paths),
+            "status_fd": status_w, "lifeline_fd": life_r,
+        }
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", str(INIT_SCRIPT), json.dumps(config)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(status_w, life_r), start_new_session=True, cwd="/",
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+        finally:
+            os.close(status_w)
+            os.close(life_r)
+        status = bytearray()
+        try:
+            while time.monotonic() < deadline:
+                ready = select.select([status_r], [], [], max(0.0, deadline - time.monotonic()))[0]
+                if not ready:
+                    break
+                chunk = os.read(status_r, 4096)
+                if not chunk:
+                    break
+                status += chunk
+            else:
+                status += b"Xthe sandbox did not start in time"
+        finally:
+            os.close(status_r)
+        message = status[1:].decode("utf-8", "replace")
+        if status[:1] == b"E":
+            self.kill()
+            raise SandboxError(f"cannot set up the agent sandbox ({self.mode.value}): {message}; "
+                               f"`ludus arena doctor` lists what works here")
+        if status:
+            self.kill()
+            return message
+        self._pid_ns = self._find_namespace()
+        return None
+
+    def _launch_plain(self) -> str | None:
+        rlimits = _rlimits(self.limits, self.mode)
+
+        def preexec() -> None:
+            for res, soft, hard in rlimits:
+                resource.setrlimit(res, (soft, hard))
+            os.umask(0o077)
+
+        try:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, start_new_session=True, cwd=self.home,
+                                         env=self._env(), preexec_fn=preexec)
+        except OSError as exc:
+            return f"cannot execute {self.argv[0]}: {exc.strerror}"
+        return None
+
+    def _find_namespace(self) -> str | None:
+        """The PID namespace of init (the warden's child), to sweep it after a kill."""
+        assert self.proc is not None
+        for _ in range(200):
+            for pid in _all_pids():
+                proc = _read_proc(pid)
+                if proc is not None and proc.ppid == self.proc.pid:
+                    return _pid_namespace(pid)
+            if self.proc.poll() is not None:
+                return None
+            time.sleep(0.001)
+        return None
+
+    # -- observing
+
+    def pids(self) -> list[int]:
+        """Live processes of this sandbox (for memory accounting and the final sweep)."""
+        if self.mode == Isolation.UID:
+            return pids_of_uid(self.uid)
+        if self.mode == Isolation.USERNS:
+            return _pids_in_namespace(self._pid_ns) if self._pid_ns else []
+        return _pids_in_group(self.proc.pid) if self.proc else []
+
+    def rss_bytes(self) -> int:
+        return _anon_rss_bytes(self.pids())
+
+    def poll_exit(self, wait_s: float = 0.0) -> int | None:
+        """The exit code if the process has exited (waiting up to `wait_s`)."""
+        if self.proc is None:
+            return self.exit_code
+        try:
+            code = self.proc.wait(timeout=wait_s) if wait_s > 0 else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
+        if code is not None:
+            self.exit_code = code if code >= 0 else 128 - code
+        return self.exit_code
+
+    # -- ending
+
+    def kill(self) -> None:
+        """Kill everything this sandbox started and verify that nothing is left."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    if self.mode == Isolation.NONE:
+                        os.killpg(self.proc.pid, signal.SIGKILL)
+                    else:
+                        self.proc.kill()  # the warden; init follows (pdeathsig), then the namespace
+                except ProcessLookupError:
+                    pass
+            self.poll_exit(wait_s=5.0)
+            for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+        self._sweep()
+        self.proc = None
+
+    def _sweep(self) -> None:
+        """Fallback that needs no namespace: SIGKILL whatever still runs as ours, until none does."""
+        if self.mode == Isolation.USERNS and self._pid_ns is None:
+            return
+        if self.mode == Isolation.NONE and self.proc is None:
+            return
+        deadline = time.monotonic() + 5.0
+        while True:
+            left = self.pids()
+            if not left:
+                self.leftover_pids = ()
+                return
+            if time.monotonic() > deadline:
+                self.leftover_pids = tuple(left)
+                return
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.01)
+
+    def cleanup(self) -> None:
+        """Kill, remove the agent's directory, release the uid."""
+        if getattr(self, "proc", None) is not None or getattr(self, "_lifeline", None) is not None:
+            self.kill()
+        outer = getattr(self, "_outer", None)
+        if outer is not None and outer.exists():
+            shutil.rmtree(outer, ignore_errors=True)
+        lease = getattr(self, "_lease", None)
+        if lease is not None:
+            lease.release()
+
+
+@dataclass(frozen=True)
+class SandboxRun:
+    """Result of a one-shot sandboxed command (`run_once`)."""
+
+    exit_code: int | None
+    """None if it was killed for running too long."""
+    stdout: bytes
+    stderr_tail: str
+    launch_error: str | None = None
+    """Why the program could not be executed, if it could not."""
+
+
+def run_once(source: Path, make_argv: Callable[[Path], list[str]], timeout_s: float,
+             limits: SandboxLimits = SandboxLimits(), config: SandboxConfig = SandboxConfig(),
+             max_stdout: int = protocol.MAX_AGENT_LINE_BYTES) -> SandboxRun:
+    """Run a command on a copy of `source` in a fresh sandbox, with no input, and collect output.
+
+    Used at submit time to import a submission's entry point without running it in the arena."""
+    box = SandboxProcess(source, make_argv, limits, config)
+    try:
+        deadline = time.monotonic() + timeout_s
+        problem = box.launch(deadline)
+        if problem is not None:
+            return SandboxRun(box.exit_code, b"", "", problem)
+        assert box.proc is not None
+        box.proc.stdin.close()
+        out, err = bytearray(), bytearray()
+        streams = {box.proc.stdout.fileno(): out, box.proc.stderr.fileno(): err}
+        while streams and time.monotonic() < deadline:
+            ready = select.select(list(streams), [], [], max(0.0, deadline - time.monotonic()))[0]
+            for fd in ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    del streams[fd]
+                    continue
+                buf = streams[fd]
+                buf += chunk
+                cap = max_stdout if buf is out else limits.stderr_tail_bytes
+                if len(buf) > cap:
+                    del buf[:len(buf) - cap]
+        code = box.poll_exit(wait_s=max(0.0, min(1.0, deadline - time.monotonic())))
+        return SandboxRun(code, bytes(out), err.decode("utf-8", "replace"))
+    finally:
+        box.cleanup()
+
+
+# ------------------------------------------------------------------------------------- agents
+
+
+def agent_argv(submission: "Submission") -> Callable[[Path], list[str]]:
+    """How to run a submission, given where its copy lives inside the sandbox."""
+    from arena.submission import SubmissionKind
+
+    python = [sys.executable, "-B", "-s", "-m", "arena.agent_host"]
+    if submission.kind == SubmissionKind.PYTHON_FOLDER:
+        entry = submission.entry_point
+        return lambda copy: python + ["--folder", str(copy), "--entry", entry]
+    if submission.kind == SubmissionKind.SNAPSHOT:
+        return lambda copy: python + ["--snapshot", str(copy)]
+    if submission.kind == SubmissionKind.EXECUTABLE:
+        relative = submission.executable
+        return lambda copy: [str(copy / relative)]
+    raise SandboxError(f"submission {submission.name!r} is a built-in bot; it plays in-process, not sandboxed")
+
+
+class SandboxedAgent:
+    """A submission playing in its own sandboxed process, started once and reused across matches.
+
+    The process starts lazily with the first match (`begin_match`). Use as a context manager, or
+    call `close()`, to shut it down and remove its files.
+    """
+
+    def __init__(self, submission: "Submission", game_id: str, limits: SandboxLimits = SandboxLimits(),
+                 config: SandboxConfig = SandboxConfig()):
+        from games import registry
+
+        self.submission = submission
+        self.name = submission.name
+        self.game_id = game_id
+        self.spec = registry.spec(game_id)
+        self.limits = limits
+        self.config = config
+        self._box = SandboxProcess(submission.path, agent_argv(submission), limits, config)
+        self.consecutive_faults = 0
+        self.total_faults = 0
+        self.starts = 0
+        """How many times the process was (re)started."""
+        self.ready_name: str | None = None
+        """The name the agent announced in ``ready`` (informational)."""
+        self._running = False
+        self._buf = bytearray()
+        self._tail = bytearray()
+        self._poller: select.poll | None = None
+        self._out_fd = self._in_fd = self._err_fd = -1
+        self._next_rss_check = 0.0
+        self._match_fault: AgentFault | None = None
+
+    # -- public state
+
+    @property
+    def dead(self) -> bool:
+        return self.consecutive_faults >= self.limits.max_consecutive_faults
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def uid(self) -> int:
+        return self._box.uid
+
+    @property
+    def isolation(self) -> Isolation:
+        return self._box.mode
+
+    @property
+    def agent_dir(self) -> Path:
+        return self._box.agent_dir
+
+    @property
+    def leftover_pids(self) -> tuple[int, ...]:
+        return self._box.leftover_pids
+
+    def pids(self) -> list[int]:
+        return self._box.pids()
+
+    # -- low-level I/O
+
+    def _stderr_text(self) -> str:
+        return self._tail.decode("utf-8", "replace")
+
+    def _drain_stderr(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._err_fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                if self._poller is not None:
+                    self._poller.unregister(self._err_fd)
+                    self._err_fd = -1
+                return
+            self._tail += chunk
+            if len(self._tail) > self.limits.stderr_tail_bytes:
+                del self._tail[:len(self._tail) - self.limits.stderr_tail_bytes]
+
+    def _fault(self, status: MatchStatus, reason: str, exited: bool = False) -> AgentFault:
+        """Kill the process and record why, with its stderr drained first (for the traceback).
+
+        `exited`: the process is gone, so wait (briefly) for stderr's EOF to get all of it."""
+        if self._running:
+            if self._err_fd >= 0:
+                self._drain_stderr()
+                end = time.monotonic() + 0.2
+                while exited and self._err_fd >= 0 and time.monotonic() < end:
+                    if select.select([self._err_fd], [], [], max(0.0, end - time.monotonic()))[0]:
+                        self._drain_stderr()
+            self._stop()
+        fault = AgentFault(status, reason, self._stderr_text(), self._box.exit_code)
+        if self._match_fault is None:
+            self._match_fault = fault
+        return fault
+
+    def _exited_fault(self, when: str) -> AgentFault:
+        code = self._box.poll_exit(wait_s=0.5)
+        if code is None:
+            return self._fault(MatchStatus.ERROR, f"closed its stdout {when}")
+        return self._fault(MatchStatus.ERROR, f"{_describe_exit(code)} {when}", exited=True)
+
+    def _stop(self) -> None:
+        self._box.kill()
+        self._running = False
+        self._poller = None
+        self._buf.clear()
+        self._out_fd = self._in_fd = self._err_fd = -1
+
+    def _write(self, data: bytes, deadline: float, when: str) -> AgentFault | None:
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self._in_fd, view)
+                view = view[n:]
+                continue
+            except BlockingIOError:
+                pass
+            except (BrokenPipeError, ConnectionResetError):
+                return self._exited_fault(when)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self._fault(MatchStatus.TIMEOUT, f"did not read its input {when}")
+            select.select([], [self._in_fd], [], remaining)
+        return None
+
+    def _read_line(self, deadline: float, when: str) -> bytes | AgentFault:
+        """The next line from the agent, waiting until `deadline` (polling memory meanwhile)."""
+        buf = self._buf
+        while True:
+            newline = buf.find(b"\n")
+            if newline >= 0:
+                line = bytes(buf[:newline + 1])
+                del buf[:newline + 1]
+                if buf:
+                    return self._fault(MatchStatus.INVALID, f"sent more than one line {when}")
+                return line
+            if len(buf) > protocol.MAX_AGENT_LINE_BYTES:
+                return self._fault(MatchStatus.INVALID, f"sent a line longer than "
+                                                        f"{protocol.MAX_AGENT_LINE_BYTES} bytes {when}")
+            now = time.monotonic()
+            if now >= deadline:
+                return self._fault(MatchStatus.TIMEOUT, f"did not answer in time {when}")
+            if now >= self._next_rss_check:
+                fault = self._check_memory()
+                if fault is not None:
+                    return fault
+            wait = min(deadline, self._next_rss_check) - now
+            events = self._poller.poll(max(1, math.ceil(wait * 1000)))
+            for fd, _ in events:
+                if fd == self._out_fd:
+                    try:
+                        chunk = os.read(fd, 1 << 17)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        return self._exited_fault(when)
+                    buf += chunk
+                elif fd == self._err_fd:
+                    self._drain_stderr()
+
+    def _check_memory(self) -> AgentFault | None:
+        self._next_rss_check = time.monotonic() + self.limits.rss_poll_interval_s
+        used = self._box.rss_bytes()
+        if used > self.limits.rss_mb * _MIB:
+            return self._fault(MatchStatus.ERROR, f"used {used // _MIB} MiB of memory, over its "
+                                                  f"{self.limits.rss_mb} MiB limit")
+        return None
+
+    def _check_quiet(self, when: str) -> AgentFault | None:
+        """Nothing may arrive unasked: check (without waiting) that the agent has been silent."""
+        if self._buf:
+            return self._fault(MatchStatus.INVALID, f"sent a line nobody asked for {when}")
+        for fd, _ in self._poller.poll(0):
+            if fd == self._err_fd:
+                self._drain_stderr()
+            elif fd == self._out_fd:
+                try:
+                    chunk = os.read(fd, 1 << 17)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return self._exited_fault(when)
+                self._buf += chunk
+                return self._fault(MatchStatus.INVALID, f"sent a line nobody asked for {when}")
+        return None
+
+    # -- life cycle
+
+    def _start(self, limits: MatchLimits, seat: int, seed: int) -> AgentFault | None:
+        deadline = time.monotonic() + self.limits.startup_timeout_s
+        self.starts += 1
+        problem = self._box.launch(deadline)
+        if problem is not None:
+            return self._fault(MatchStatus.ERROR, problem)
+        proc = self._box.proc
+        self._in_fd, self._out_fd, self._err_fd = proc.stdin.fileno(), proc.stdout.fileno(), proc.stderr.fileno()
+        for fd in (self._in_fd, self._out_fd, self._err_fd):
+            os.set_blocking(fd, False)
+        self._poller = select.poll()
+        self._poller.register(self._out_fd, select.POLLIN)
+        self._poller.register(self._err_fd, select.POLLIN)
+        self._running = True
+        self._next_rss_check = time.monotonic() + self.limits.rss_poll_interval_s
+        hello = protocol.Hello(self.game_id, seat, seed, limits.time_per_move_s, limits.overage_s,
+                               self.spec.num_actions, self.spec.observation_shape)
+        fault = self._write(protocol.encode_hello(hello), deadline, "at startup")
+        if fault is not None:
+            return fault
+        line = self._read_line(deadline, "at startup (no 'ready' after 'hello')")
+        if isinstance(line, AgentFault):
+            return line
+        try:
+            message = protocol.decode_agent_line(line, self.spec.num_actions)
+        except protocol.ProtocolError as exc:
+            return self._fault(MatchStatus.INVALID, f"bad answer to 'hello': {exc}")
+        if not isinstance(message, protocol.Ready):
+            return self._fault(MatchStatus.INVALID, "answered 'hello' with an action instead of 'ready'")
+        self.ready_name = message.name
+        return None
+
+    def begin_match(self, match_id: str, seat: int, seed: int, limits: MatchLimits) -> AgentFault | None:
+        """Start the process if needed and send ``start``; a fault means the match is forfeited."""
+        self._match_fault = None
+        if self.dead:
+            return self._fault(MatchStatus.ERROR, f"is dead after {self.consecutive_faults} faulty matches in a row")
+        if not self._running:
+            fault = self._start(limits, seat, seed)
+            if fault is not None:
+                return fault
+        fault = self._check_quiet("before the match")
+        if fault is not None:
+            return fault
+        start = protocol.Start(match_id, seat, seed, limits.time_per_move_s, limits.overage_s)
+        return self._write(protocol.encode_start(start), time.monotonic() + self.limits.startup_timeout_s,
+                           "at the start of the match")
+
+    def send_act(self, match_id: str, observation: np.ndarray, legal_actions: Sequence[int],
+                 time_left_s: float) -> AgentFault | None:
+        """Ask for an action (answer with `receive_action`); split so simultaneous seats think in parallel."""
+        if not self._running:
+            return self._match_fault or self._fault(MatchStatus.ERROR, "is not running")
+        fault = self._check_quiet("before its move")
+        if fault is not None:
+            return fault
+        line = protocol.encode_act(match_id, observation.tolist(), legal_actions, time_left_s)
+        return self._write(line, time.monotonic() + time_left_s, "during its move")
+
+    def receive_action(self, deadline: float, legal_mask: np.ndarray) -> int | AgentFault:
+        line = self._read_line(deadline, "during its move")
+        if isinstance(line, AgentFault):
+            return line
+        try:
+            message = protocol.decode_agent_line(line, self.spec.num_actions)
+        except protocol.ProtocolError as exc:
+            return self._fault(MatchStatus.INVALID, f"malformed action: {exc}")
+        if not isinstance(message, protocol.Action):
+            return self._fault(MatchStatus.INVALID, "sent 'ready' when an action was asked for")
+        if not legal_mask[message.action]:
+            return self._fault(MatchStatus.INVALID, f"illegal action {message.action}")
+        return message.action
+
+    def request_action(self, match_id: str, observation: np.ndarray, legal_mask: np.ndarray,
+                       time_left_s: float) -> MoveOutcome:
+        """Send ``act`` and wait for the answer, at most `time_left_s` seconds."""
+        start = time.monotonic()
+        legal = np.flatnonzero(legal_mask).tolist()
+        fault = self.send_act(match_id, observation, legal, time_left_s)
+        if fault is None:
+            result = self.receive_action(start + time_left_s, legal_mask)
+        else:
+            result = fault
+        think = time.monotonic() - start
+        if isinstance(result, AgentFault):
+            return MoveOutcome(None, think, result)
+        return MoveOutcome(result, think, None)
+
+    def end_match(self, match_id: str, returns: Sequence[float], seat: int,
+                  stderr_path: Path | None = None) -> tuple[str, AgentFault | None]:
+        """Send ``end``; returns this match's stderr tail and a fault detected at the end (if any)."""
+        fault = None
+        if self._running:
+            fault = self._check_quiet("at the end of the match")
+        if self._running:
+            end = protocol.End(match_id, tuple(float(r) for r in returns), seat)
+            fault = self._write(protocol.encode_end(end), time.monotonic() + 1.0, "at the end of the match")
+        if self._running and self._err_fd >= 0:
+            self._drain_stderr()
+        tail = self._stderr_text()
+        if stderr_path is not None:
+            stderr_path.write_bytes(bytes(self._tail))
+        self._tail.clear()
+        if self._match_fault is not None:
+            self.consecutive_faults += 1
+            self.total_faults += 1
+        else:
+            self.consecutive_faults = 0
+        return tail, fault
+
+    def close(self) -> None:
+        """Send ``shutdown``, give the agent a moment to exit, kill what remains, remove its files."""
+        if self._running:
+            try:
+                self._write(protocol.encode_shutdown(), time.monotonic() + 0.5, "at shutdown")
+            finally:
+                if self._running:
+                    self._box.poll_exit(wait_s=self.limits.shutdown_grace_s)
+                    self._stop()
+        self._box.cleanup()
+
+    def __enter__(self) -> "SandboxedAgent":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# -------------------------------------------------------------------------------- match loop
+
+
+def _seat_seeds(seed: int, num_players: int) -> list[np.random.SeedSequence]:
+    return np.random.SeedSequence(seed).spawn(num_players)
+
+
+def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: int,
+               limits: MatchLimits = MatchLimits(), match_id: str | None = None,
+               greedy: bool = False) -> MatchRecord:
+    """Play one match between sandboxed agents and/or in-process policies (bots, snapshots).
+
+    Sandboxed seats are held to `limits`; in-process policies are trusted code and are not timed
+    out (their exceptions propagate). A fault ends the match at once as a forfeit
+    (`forfeit_returns`). Each seat's randomness derives from `seed`, so a match between
+    deterministic-given-seed agents replays exactly.
+    """
+    from agents.policy import ActBatch
+    from games import registry
+    from games.core import is_over
+
+    game = registry.make(game_id)
+    spec = game.spec
+    if len(agents) != spec.num_players:
+        raise SandboxError(f"{game_id} needs {spec.num_players} agents, got {len(agents)}")
+    sandboxed = [a if isinstance(a, SandboxedAgent) else None for a in agents]
+    if len({id(a) for a in agents if isinstance(a, SandboxedAgent)}) != sum(a is not None for a in sandboxed):
+        raise SandboxError("the same SandboxedAgent cannot take two seats: start one per seat")
+    for agent in sandboxed:
+        if agent is not None and agent.spec.id != spec.id:
+            raise SandboxError(f"agent {agent.name!r} was started for {agent.game_id}, not {game_id}")
+    match_id = match_id or f"{seed}"
+    started = time.monotonic()
+    seat_seq = _seat_seeds(seed, spec.num_players)
+    seat_seeds = [int(s.generate_state(1, np.uint64)[0] >> np.uint64(1)) for s in seat_seq]
+    rngs = [np.random.default_rng(s) for s in seat_seq]
+    faults: list[AgentFault | None] = [None] * spec.num_players
+    banks = [limits.overage_s] * spec.num_players
+    think = [0.0] * spec.num_players
+    moves: list[MoveRecord] = []
+    game.reset(seed)
+
+    for seat, agent in enumerate(sandboxed):
+        if agent is not None:
+            faults[seat] = agent.begin_match(match_id, seat, seat_seeds[seat], limits)
+
+    while not any(faults) and not is_over(game):
+        movers = game.to_move()
+        masks = {seat: game.legal_mask(seat) for seat in movers}
+        actions: dict[int, int] = {}
+        asked: dict[int, float] = {}
+        for seat in movers:  # ask every sandboxed mover first, so they think in parallel
+            agent = sandboxed[seat]
+            if agent is not None:
+                budget = limits.time_per_move_s + banks[seat]
+                asked[seat] = time.monotonic()
+                faults[seat] = agent.send_act(match_id, game.observation(seat), np.flatnonzero(masks[seat]).tolist(),
+                                              budget)
+        for seat in movers:
+            agent = agents[seat]
+            if isinstance(agent, SandboxedAgent):
+                if faults[seat] is None:
+                    budget = limits.time_per_move_s + banks[seat]
+                    result = agent.receive_action(asked[seat] + budget, masks[seat])
+                    elapsed = time.monotonic() - asked[seat]
+                    think[seat] += elapsed
+                    banks[seat] -= max(0.0, elapsed - limits.time_per_move_s)
+                    if isinstance(result, AgentFault):
+                        faults[seat] = result
+                    else:
+                        actions[seat] = result
+            else:
+                t0 = time.monotonic()
+                batch = ActBatch(game.observation(seat)[None], masks[seat][None], np.array([seat]),
+                                 [game.history()] if agent.needs_history else None)
+                action = int(agent.act(batch, rngs[seat], greedy=greedy).actions[0])
+                think[seat] += time.monotonic() - t0
+                if not masks[seat][action]:
+                    raise SandboxError(f"in-process policy {type(agent).__name__} chose illegal action {action}")
+                actions[seat] = action
+        if any(faults):
+            break
+        game.step(actions)
+        for seat in movers:
+            moves.append(MoveRecord(seat, actions[seat], 0.0 if seat not in asked else think[seat]))
+
+    tails = [""] * spec.num_players
+    returns = forfeit_returns(spec, [f is not None for f in faults]) if any(faults) \
+        else tuple(float(r) for r in game.returns())
+    for seat, agent in enumerate(sandboxed):
+        if agent is None:
+            continue
+        path = None
+        if agent.config.stderr_dir is not None:
+            path = Path(agent.config.stderr_dir) / f"{_safe_name(match_id)}.seat{seat}.stderr"
+        tails[seat], late = agent.end_match(match_id, returns, seat, path)
+        if late is not None and faults[seat] is None and not any(faults):
+            # output nobody asked for, caught as the match ended: the match is forfeited
+            faults[seat] = late
+    if any(faults):
+        returns = forfeit_returns(spec, [f is not None for f in faults])
+    statuses = tuple(MatchStatus.OK if f is None else f.status for f in faults)
+    names = tuple(a.name if isinstance(a, SandboxedAgent) else type(a).__name__ for a in agents)
+    return MatchRecord(match_id, game_id, seed, names, returns, statuses, tuple(faults), tuple(moves),
+                       bool(game.is_truncated() and not game.is_terminal()), tuple(think),
+                       time.monotonic() - started, tuple(tails))
+
+
+def _safe_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:100]

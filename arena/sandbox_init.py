@@ -1,0 +1,238 @@
+"""The launcher that puts one agent into its namespaces (run by arena/sandbox.py, never imported).
+
+Run as ``python -I -S sandbox_init.py CONFIG_JSON``; standard library only, so it starts in a few
+milliseconds and does not depend on the project being importable. Three processes result:
+
+    warden (host PID namespace; root, or the user in user-namespace mode)
+      unshare(2): new mount + network + PID namespaces (+ a user namespace when not root)
+      `-- init (PID 1 of the new PID namespace; still privileged)
+            makes every mount private, mounts a fresh /proc, lays out the filesystem view
+            (read-only root, tmpfs over /tmp and friends, the agent's own directories),
+            `-- agent (rlimits, own unprivileged uid, no_new_privs, then execve)
+
+When the agent exits, init exits with its status, and the kernel kills every other process of
+the PID namespace (double-forked daemons included). init dies with the warden (PR_SET_PDEATHSIG),
+and the warden exits when the arena closes the lifeline pipe (or dies), so nothing outlives
+the arena. The network namespace has no interface up, not even loopback.
+
+The config comes from `arena.sandbox._launch_config`; this file trusts it (the arena wrote it).
+The status pipe tells the arena how launching went: it reaches EOF empty when execve succeeded
+(it is close-on-exec), or carries ``E<message>`` (the sandbox could not be set up: the arena's
+problem) or ``X<message>`` (the agent's program could not be executed: the agent's problem).
+"""
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
+# statvfs f_flag bits -> mount flags that a read-only remount must keep (in a user namespace the
+# kernel refuses to drop "locked" flags such as nosuid or relatime of a mount it did not create).
+_KEEP_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+               (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME))
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+
+
+class SetupError(Exception):
+    """The sandbox could not be laid out (reported as ``E`` on the status pipe)."""
+
+
+def _check(rc, what):
+    if rc != 0:
+        errno = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source, target, fstype, flags, data, what):
+    enc = (lambda s: None if s is None else os.fsencode(s))
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), what)
+
+
+def _report(status_fd, tag, message):
+    try:
+        os.write(status_fd, (tag + message.replace("\n", " ")[:2000]).encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def _remount_readonly(target):
+    flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+    current = os.statvfs(target).f_flag
+    for st_bit, ms_bit in _KEEP_FLAGS:
+        if current & st_bit:
+            flags |= ms_bit
+    _mount(None, target, None, flags, None, f"remount {target} read-only")
+
+
+def _lay_out_filesystem(mounts):
+    """Apply the mount plan, in order, inside the new mount namespace."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "make mounts private")
+    # Bind sources are opened before anything is mounted over them (a tmpfs over /tmp hides the
+    # agent's directory under /tmp; the open descriptor still reaches it).
+    sources = {}
+    for op in mounts:
+        if op["op"] == "bind" and op["source"] not in sources:
+            try:
+                sources[op["source"]] = os.open(op["source"], os.O_PATH | os.O_CLOEXEC)
+            except OSError as exc:
+                raise SetupError(f"cannot open {op['source']}: {exc.strerror}") from None
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "mount /proc")
+    for op in mounts:
+        target = op["target"]
+        if op["op"] == "remount_ro":
+            _remount_readonly(target)
+            continue
+        if op["op"] == "devnull":
+            _mount("/dev/null", target, None, MS_BIND, None, f"hide {target}")
+            continue
+        try:
+            os.makedirs(target, mode=0o755, exist_ok=True)
+        except OSError as exc:
+            raise SetupError(f"cannot create mount point {target}: {exc.strerror}") from None
+        if op["op"] == "tmpfs":
+            _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, op["options"], f"tmpfs on {target}")
+        else:  # bind
+            _mount(f"/proc/self/fd/{sources[op['source']]}", target, None, MS_BIND | MS_REC, None,
+                   f"bind {op['source']} on {target}")
+        if op.get("readonly"):
+            _remount_readonly(target)
+    for fd in sources.values():
+        os.close(fd)
+
+
+def _exec_agent(config, status_fd):
+    """In the agent's process: drop everything, then execve (never returns)."""
+    try:
+        os.setsid()
+        for res, soft, hard in config["rlimits"]:
+            resource.setrlimit(res, (soft, hard))
+        if config["mode"] == "uid":
+            os.setgroups([])
+            os.setresgid(config["gid"], config["gid"], config["gid"])
+            os.setresuid(config["uid"], config["uid"], config["uid"])
+        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
+        # set after the uid change: changing credentials clears the parent-death signal
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(pdeathsig)")
+        os.umask(0o077)
+        os.chdir(config["cwd"])
+        for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        os.set_inheritable(status_fd, False)
+    except (OSError, SetupError) as exc:
+        _report(status_fd, "E", f"cannot drop privileges: {exc}")
+        os._exit(125)
+    argv = config["argv"]
+    try:
+        os.execve(argv[0], argv, config["env"])
+    except OSError as exc:
+        _report(status_fd, "X", f"cannot execute {argv[0]}: {exc.strerror}")
+    os._exit(126)
+
+
+def _exit_like(status):
+    """Exit the way a child with wait status `status` did (code, or 128+signal)."""
+    if os.WIFSIGNALED(status):
+        os._exit(128 + os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _detach_stdio():
+    devnull = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _run_init(config, status_fd, warden_alive_fd):
+    """PID 1 of the new namespaces."""
+    try:
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(pdeathsig)")
+        if select.select([warden_alive_fd], [], [], 0)[0]:  # the warden died before prctl took hold
+            os._exit(1)
+        _lay_out_filesystem(config["mounts"])
+    except (OSError, SetupError) as exc:
+        _report(status_fd, "E", str(exc))
+        os._exit(125)
+    agent = os.fork()
+    if agent == 0:
+        _exec_agent(config, status_fd)
+    os.close(status_fd)
+    _detach_stdio()  # so the arena sees EOF on stdout as soon as the agent closes it
+    while True:  # reap orphans re-parented to us; leave (killing the namespace) when the agent does
+        pid, status = os.wait()
+        if pid == agent:
+            _exit_like(status)
+
+
+def _write_id_map(path, inner, outer):
+    with open(path, "w") as f:
+        f.write(f"{inner} {outer} 1\n")
+
+
+def main():
+    config = json.loads(sys.argv[1])
+    status_fd, lifeline_fd = config["status_fd"], config["lifeline_fd"]
+    try:
+        flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID
+        if config["mode"] == "userns":
+            flags |= CLONE_NEWUSER
+        _check(_libc.unshare(flags), "unshare(mount, net, pid" + (", user)" if flags & CLONE_NEWUSER else ")"))
+        if config["mode"] == "userns":
+            # Identity map of our own ids: the agent keeps a non-zero uid inside, so execve drops
+            # the capabilities the namespace's creator (init) needs for mounting.
+            with open("/proc/self/setgroups", "w") as f:
+                f.write("deny")
+            _write_id_map("/proc/self/uid_map", config["host_uid"], config["host_uid"])
+            _write_id_map("/proc/self/gid_map", config["host_gid"], config["host_gid"])
+    except (OSError, SetupError) as exc:
+        _report(status_fd, "E", str(exc))
+        os._exit(125)
+    alive_r, alive_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(alive_w)
+        os.close(lifeline_fd)
+        _run_init(config, status_fd, alive_r)
+    os.close(alive_r)
+    os.close(status_fd)
+    _detach_stdio()
+    # Wait for init, or for the arena to close the lifeline (then exit: init follows by pdeathsig).
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    while True:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid == child:
+            _exit_like(status)
+        ready = select.select([lifeline_fd, wake_r], [], [])[0]
+        if lifeline_fd in ready:
+            os._exit(137)
+        if wake_r in ready:
+            os.read(wake_r, 512)
+
+
+if __name__ == "__main__":
+    main()

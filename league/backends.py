@@ -1,0 +1,285 @@
+"""Where runners run: in this process (serial), in worker processes, or on Ray.
+
+Every backend runs `Runner.play` — the same pure compute — on `PlayTask`s, and takes the
+learners' weights as plain arrays tagged with a policy version. The manager drives them all
+through `submit(tasks, weights) -> handle` and `collect(handle) -> [PlayResult]`, in task order,
+so a seeded sync run gives the same results on every backend.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from agents.nets import ActorCritic, NetConfig
+from agents.policy import Policy
+from games.core import GameSpec
+from league.population import Member, PolicyCache, load_member_policy
+from league.runner import PlayResult, PlayTask, Runner
+from ludus.errors import UserError
+
+Weights = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class LearnerWeights:
+    """A learner's weights at one policy version, as numpy arrays (cheap to send to workers)."""
+
+    player_id: str
+    version: int
+    arrays: Weights
+
+
+class RunnerCrashLoop(UserError):
+    """Runners keep dying; the message carries the last traceback."""
+
+
+class PolicyProvider:
+    """player_id -> Policy for a runner: live learners from shipped weights, frozen members via an LRU cache."""
+
+    def __init__(self, spec: GameSpec, net_config: NetConfig, cache_size: int):
+        self.spec = spec
+        self.net_config = net_config
+        self.members: dict[str, Member] = {}
+        self.cache = PolicyCache(lambda pid: load_member_policy(self.members[pid], spec), cache_size)
+        self.learners: dict[str, tuple[int, Policy]] = {}
+
+    def set_population(self, members: list[Member]) -> None:
+        self.members = {m.player_id: m for m in members}
+
+    def set_learner(self, weights: LearnerWeights) -> None:
+        import torch
+
+        from agents.torch_policy import TorchPolicy
+
+        current = self.learners.get(weights.player_id)
+        if current is not None and current[0] == weights.version:
+            return
+        net = current[1].net if current is not None else ActorCritic(self.spec, self.net_config)
+        net.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.arrays.items()})
+        net.eval()
+        self.learners[weights.player_id] = (weights.version, TorchPolicy(net))
+
+    def policy_of(self, player_id: str) -> Policy:
+        if player_id in self.learners:
+            return self.learners[player_id][1]
+        if player_id not in self.members:
+            raise KeyError(f"player {player_id!r} is neither a learner nor in the population")
+        return self.cache.get(player_id)
+
+
+def make_runner(game_id: str, num_envs: int, seed: int) -> Runner:
+    from games.registry import make_vector
+
+    return Runner(lambda n: make_vector(game_id, n, seed=seed), num_envs)
+
+
+class Backend(Protocol):
+    def set_population(self, members: list[Member]) -> None: ...
+
+    def submit(self, tasks: list[PlayTask], weights: list[LearnerWeights]) -> Any: ...
+
+    def collect(self, handle: Any) -> list[PlayResult]: ...
+
+    @property
+    def restarts(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def _play_with_one_thread(runner: Runner, task: PlayTask, provider: PolicyProvider) -> PlayResult:
+    # Workers run one torch thread each; the serial backend does the same so both compute the
+    # exact same floats (thread count changes reduction order in matmuls).
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return runner.play(task, provider.policy_of)
+    finally:
+        torch.set_num_threads(threads)
+
+
+class SerialBackend:
+    """Runs tasks in this process, one after another, at submit time."""
+
+    def __init__(self, game_id: str, spec: GameSpec, net_config: NetConfig, num_envs: int, cache_size: int,
+                 seed: int = 0):
+        self.provider = PolicyProvider(spec, net_config, cache_size)
+        self.runner = make_runner(game_id, num_envs, seed)
+        self.restarts = 0
+
+    def set_population(self, members: list[Member]) -> None:
+        self.provider.set_population(members)
+
+    def submit(self, tasks: list[PlayTask], weights: list[LearnerWeights]) -> list[PlayResult]:
+        for w in weights:
+            self.provider.set_learner(w)
+        return [_play_with_one_thread(self.runner, task, self.provider) for task in tasks]
+
+    def collect(self, handle: list[PlayResult]) -> list[PlayResult]:
+        return handle
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker processes
+
+
+def _worker_main(conn, game_id: str, spec_json: dict, net_json: dict, num_envs: int, cache_size: int,
+                 seed: int, log_path: str | None) -> None:
+    """A runner process: receives population/weights/tasks, sends PlayResults or a traceback."""
+    import torch
+
+    torch.set_num_threads(1)
+    if log_path:
+        log = open(log_path, "a", buffering=1)
+        os.dup2(log.fileno(), 2)
+    spec = GameSpec.from_json(spec_json)
+    provider = PolicyProvider(spec, NetConfig.from_json(net_json), cache_size)
+    runner = make_runner(game_id, num_envs, seed)
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        kind = message[0]
+        if kind == "stop":
+            return
+        try:
+            if kind == "population":
+                provider.set_population(message[1])
+            elif kind == "weights":
+                provider.set_learner(message[1])
+            elif kind == "task":
+                conn.send(("result", runner.play(message[1], provider.policy_of)))
+        except Exception:  # sent to the manager, which decides: restart or stop the run
+            conn.send(("error", traceback.format_exc()))
+            return
+
+
+class ProcessBackend:
+    """N runner processes (one torch thread each); task i goes to worker i % N.
+
+    A worker that dies is restarted and its task is played again from the start, so matches it
+    had not finished are never recorded; more than `max_restarts` deaths stop the run with the
+    last traceback.
+    """
+
+    def __init__(self, game_id: str, spec: GameSpec, net_config: NetConfig, num_envs: int, cache_size: int,
+                 num_workers: int, seed: int = 0, log_dir: str | None = None, max_restarts: int = 5):
+        self.args = (game_id, spec.to_json(), net_config.to_json(), num_envs, cache_size, seed)
+        self.num_workers = num_workers
+        self.log_dir = log_dir
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.context = mp.get_context("spawn")
+        self.population: list[Member] = []
+        self.weights: dict[str, LearnerWeights] = {}
+        # Weights by (player, version) for tasks in flight: a restarted worker replays each task
+        # with the very weights it was submitted with.
+        self.weight_history: dict[tuple[str, int], LearnerWeights] = {}
+        self.workers: list[tuple[Any, Any]] = [self._start(i) for i in range(num_workers)]
+
+    def _start(self, index: int) -> tuple[Any, Any]:
+        parent, child = self.context.Pipe()
+        log_path = os.path.join(self.log_dir, f"runner-{index}.log") if self.log_dir else None
+        process = self.context.Process(target=_worker_main, args=(child, *self.args, log_path),
+                                       name=f"ludus-runner-{index}", daemon=True)
+        process.start()
+        child.close()
+        if self.population:
+            parent.send(("population", self.population))
+        for w in self.weights.values():
+            parent.send(("weights", w))
+        return process, parent
+
+    def set_population(self, members: list[Member]) -> None:
+        self.population = list(members)
+        for _, conn in self.workers:
+            conn.send(("population", self.population))
+
+    def submit(self, tasks: list[PlayTask], weights: list[LearnerWeights]) -> list[PlayTask]:
+        for w in weights:
+            self.weights[w.player_id] = w
+            self.weight_history[(w.player_id, w.version)] = w
+            for _, conn in self.workers:
+                conn.send(("weights", w))
+        for i, task in enumerate(tasks):
+            self.workers[i % self.num_workers][1].send(("task", task))
+        return tasks
+
+    def _restart(self, index: int, reason: str) -> None:
+        self.restarts += 1
+        process, conn = self.workers[index]
+        conn.close()
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=10)
+        if self.restarts > self.max_restarts:
+            raise RunnerCrashLoop(f"runner processes died {self.restarts} times; last failure:\n{reason}")
+        self.workers[index] = self._start(index)
+
+    def collect(self, handle: list[PlayTask]) -> list[PlayResult]:
+        results: list[PlayResult | None] = [None] * len(handle)
+        pending = {i: t for i, t in enumerate(handle)}
+        while pending:
+            for i in sorted(pending):
+                worker = i % self.num_workers
+                process, conn = self.workers[worker]
+                # A worker answers its tasks in the order it got them, so wait for the first
+                # pending task of this worker before any later one.
+                if any(j < i and j % self.num_workers == worker for j in pending):
+                    continue
+                try:
+                    while not conn.poll(0.2):
+                        if not process.is_alive():
+                            raise EOFError
+                    kind, payload = conn.recv()
+                except (EOFError, OSError):
+                    code = process.exitcode
+                    self._restart(worker, f"runner {worker} exited with code {code} (no traceback: killed?)")
+                    self._resend(worker, pending)
+                    break
+                if kind == "error":
+                    self._restart(worker, payload)
+                    self._resend(worker, pending)
+                    break
+                results[i] = payload
+                del pending[i]
+        # Keep only the newest weights of each learner (older tasks are all collected now).
+        newest = {(w.player_id, w.version) for w in self.weights.values()}
+        self.weight_history = {k: v for k, v in self.weight_history.items() if k in newest}
+        return [r for r in results if r is not None]
+
+    def _resend(self, worker: int, pending: dict[int, PlayTask]) -> None:
+        conn = self.workers[worker][1]
+        for j in sorted(pending):
+            if j % self.num_workers == worker:
+                task = pending[j]
+                for key in zip(task.learners, task.learner_versions):
+                    if key in self.weight_history:
+                        conn.send(("weights", self.weight_history[key]))
+                conn.send(("task", task))
+
+    def close(self) -> None:
+        for process, conn in self.workers:
+            try:
+                conn.send(("stop",))
+            except (OSError, BrokenPipeError):
+                pass
+        deadline = time.monotonic() + 10
+        for process, conn in self.workers:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
+            conn.close()

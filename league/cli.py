@@ -1,0 +1,130 @@
+"""`ludus train|resume|status|config|ratings|replay`: thin shells over league.api."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a league from a preset or a YAML config")
+    p.add_argument("config", help="preset name (`ludus config list`) or path to a YAML file")
+    p.add_argument("--run", dest="run_dir", default=None, help="run directory (default runs/<preset>-<seed>)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set ppo.learning_rate=1e-3 (repeatable)")
+    p.add_argument("--backend", choices=["serial", "process", "ray"], default=None,
+                   help="shortcut for --set backend=...")
+    p.add_argument("--ray-address", default=None, help="shortcut for --set ray_address=... (backend ray)")
+    p.set_defaults(run=_train)
+
+    p = sub.add_parser("resume", help="continue a run from its last checkpoint")
+    p.add_argument("run_dir")
+    p.add_argument("--iterations", type=int, default=None, help="run until this many iterations in total")
+    p.set_defaults(run=_resume)
+
+    p = sub.add_parser("status", help="population table of a run (works while it trains)")
+    p.add_argument("run_dir")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(run=_status)
+
+    p = sub.add_parser("config", help="show presets and every config key")
+    config_sub = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
+    config_sub.required = True
+    show = config_sub.add_parser("show", help="every key with its value (default or preset) and doc")
+    show.add_argument("preset", nargs="?", default=None, help="preset name or YAML file (default: defaults)")
+    show.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    show.set_defaults(run=_config_show)
+    lst = config_sub.add_parser("list", help="preset names")
+    lst.set_defaults(run=_config_list)
+
+    p = sub.add_parser("ratings", help="TrueSkill ratings of a run's frozen members")
+    p.add_argument("run_dir")
+    p.add_argument("--rebuild", action="store_true",
+                   help="replay the ledger in order and check it reproduces the stored ratings exactly")
+    p.set_defaults(run=_ratings)
+
+    p = sub.add_parser("replay", help="re-simulate a match of a run from the ledger and check its returns")
+    p.add_argument("run_dir")
+    p.add_argument("match", type=int, help="match id")
+    p.add_argument("--quiet", action="store_true", help="print only the verdict")
+    p.set_defaults(run=_replay)
+
+
+def _train(args) -> int:
+    from league import api
+
+    overrides = list(args.overrides)
+    if args.backend:
+        overrides.append(f"backend={args.backend}")
+    if args.ray_address:
+        overrides.append(f"ray_address={args.ray_address}")
+    config = api.load_config(args.config, overrides)
+    run_dir = args.run_dir or api.default_run_dir(args.config, config)
+    league = api.League.create(config, run_dir)
+    try:
+        league.run()
+    finally:
+        league.close()
+    print(api.format_status(api.status(run_dir)))
+    return 0
+
+
+def _resume(args) -> int:
+    from league import api
+
+    league = api.League.resume(args.run_dir)
+    try:
+        league.run(until_iteration=args.iterations)
+    finally:
+        league.close()
+    print(api.format_status(api.status(args.run_dir)))
+    return 0
+
+
+def _status(args) -> int:
+    import json
+
+    from league import api
+
+    report = api.status(args.run_dir)
+    print(json.dumps(report.to_json(), indent=2) if args.json else api.format_status(report))
+    return 0
+
+
+def _config_show(args) -> int:
+    from league import api
+
+    config = api.load_config(args.preset, args.overrides) if args.preset else api.LeagueConfig()
+    print(api.format_config(config))
+    return 0
+
+
+def _config_list(args) -> int:
+    from league import api
+
+    for name in api.preset_names():
+        print(name)
+    return 0
+
+
+def _ratings(args) -> int:
+    from league import api
+
+    if args.rebuild:
+        check = api.rebuild_ratings_check(args.run_dir)
+        print(api.format_ratings(check.rebuilt))
+        print(f"rebuilt from {check.rating_matches} rating matches: "
+              f"{'identical to the stored ratings' if check.identical else 'DIFFERENT from the stored ratings'}")
+        return 0 if check.identical else 1
+    print(api.format_ratings(api.stored_ratings(args.run_dir)))
+    return 0
+
+
+def _replay(args) -> int:
+    from league import api
+
+    replay = api.replay_match(args.run_dir, args.match)
+    if not args.quiet:
+        print(replay.transcript)
+    print(f"match {args.match}: recorded returns {list(replay.recorded_returns)}, replayed "
+          f"{list(replay.replayed_returns)}: {'OK' if replay.matches else 'MISMATCH'}")
+    return 0 if replay.matches else 1

@@ -1,0 +1,208 @@
+"""The league's configuration: one tree of frozen dataclasses, presets, and validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from agents.nets import NetConfig
+from agents.ppo import PPOConfig
+from league.configio import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
+
+RoleKind = Literal["main", "main_exploiter", "league_exploiter"]
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    """A learning role of the league (AlphaStar, Vinyals et al. 2019)."""
+
+    name: str = "main"
+    """Player id prefix of this role's learners, e.g. 'main' gives learner 'main'."""
+    kind: RoleKind = "main"
+    """'main' (self-play + PFSP against everyone), 'main_exploiter' (plays the main agents),
+    'league_exploiter' (PFSP against the whole league, reset periodically)."""
+    learner_share: float = 1.0
+    """Share of each iteration's training matches played by this role (shares are normalised)."""
+    self_play: float = 0.35
+    """Weight of self-play (the current learner on every seat) in this role's opponent mix."""
+    pfsp: float = 0.5
+    """Weight of prioritised fictitious self-play over the role's candidate opponents."""
+    uniform: float = 0.15
+    """Weight of uniform sampling over the role's candidate opponents."""
+    pfsp_weighting: Literal["hard", "var", "linear"] = "hard"
+    """PFSP weighting f(P[learner beats B]): hard (1-x)^p, var x(1-x), linear 1-x."""
+    pfsp_power: float = 2.0
+    """The exponent p of the 'hard' weighting."""
+    reset_every_snapshots: int = 0
+    """Reset the learner to its initial weights after this many of its snapshots (0 = never;
+    AlphaStar resets league exploiters so they keep finding new weaknesses)."""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise ConfigError(f"role name {self.name!r} must be alphanumeric (underscores allowed)")
+        if self.learner_share <= 0:
+            raise ConfigError(f"roles.{self.name}.learner_share must be > 0, got {self.learner_share}")
+        weights = (self.self_play, self.pfsp, self.uniform)
+        if min(weights) < 0 or sum(weights) <= 0:
+            raise ConfigError(f"roles.{self.name}: self_play/pfsp/uniform must be >= 0 and not all 0")
+        if self.reset_every_snapshots < 0:
+            raise ConfigError(f"roles.{self.name}.reset_every_snapshots must be >= 0")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Where metrics go."""
+
+    wandb: Literal["offline", "online", "disabled"] = "offline"
+    """wandb mode; 'offline' writes under the run directory and needs no key."""
+    wandb_project: str = "ludus"
+    """wandb project name."""
+    tensorboard: bool = True
+    """Also write TensorBoard event files under <run>/tensorboard."""
+    progress: bool = True
+    """Show a progress line (steps/s, games, policy lag, main rating) on stderr."""
+
+
+@dataclass(frozen=True)
+class LeagueConfig:
+    """Everything `ludus train` needs. Keys are documented by the string under each field."""
+
+    game: str = "tic_tac_toe"
+    """Game id (see `ludus games`)."""
+    seed: int = 0
+    """Root seed: match seeds, initial weights and sampling all derive from it."""
+    iterations: int = 20
+    """Number of league iterations (play -> learn -> rate -> snapshot) to run."""
+    matches_per_iteration: int = 256
+    """Training matches played per iteration, over all learners."""
+    num_envs: int = 128
+    """Games each runner steps at once (policy inference is batched across them)."""
+    num_runners: int = 1
+    """Runner shards. 'serial' plays them one after another in this process; 'process' in
+    parallel worker processes; results are identical in sync mode."""
+    backend: Literal["serial", "process", "ray"] = "serial"
+    """Where runners run: 'serial' (one process), 'process' (multiprocessing), 'ray'."""
+    ray_address: str | None = None
+    """Ray cluster address for backend 'ray'; None starts a local Ray."""
+    pipeline_depth: int = 1
+    """1 = sync (play with the latest weights); 2 = async (runners play iteration k+1 while the
+    learner updates on iteration k, so data lags the learner by up to one version)."""
+    max_policy_lag: int = 1
+    """Trajectories from a policy more than this many versions old are dropped (and counted)."""
+    rating_share: float = 0.1
+    """Share of games that are rating matches between frozen members and anchors."""
+    snapshot_every_steps: int = 20_000
+    """Freeze each learner into a snapshot after this many of its own decisions (env steps)."""
+    snapshot_win_rate_lcb: float = 0.7
+    """Also freeze early when the Wilson 95% lower bound of the learner's win rate against the
+    pool passes this (0 disables)."""
+    payoff_decay: float = 0.99
+    """Decay of a pair's payoff counts before each of its games (older results matter less)."""
+    draw_probability: float = 0.1
+    """TrueSkill draw probability for this game."""
+    anchors: tuple[str, ...] = ("random",)
+    """Fixed anchor players: bot names (random, mcts-K, perfect) or snapshot paths."""
+    seed_population: tuple[str, ...] = ()
+    """Extra frozen members at start: snapshot directories or other run directories."""
+    policy_cache_size: int = 64
+    """Frozen snapshots kept loaded (LRU); the rest stay on disk."""
+    max_opponents_per_iteration: int = 32
+    """Distinct opponents a learner may face per iteration (bounds inference batches)."""
+    net: NetConfig = field(default_factory=NetConfig)
+    """Actor-critic architecture of the learners."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO hyperparameters of the learners."""
+    roles: tuple[RoleConfig, ...] = (RoleConfig(),)
+    """Learning roles; each is one learner."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Logging."""
+
+    def __post_init__(self) -> None:
+        positive = ("iterations", "matches_per_iteration", "num_envs", "num_runners",
+                    "snapshot_every_steps", "policy_cache_size", "max_opponents_per_iteration")
+        for key in positive:
+            if getattr(self, key) < 1:
+                raise ConfigError(f"config key {key!r} must be >= 1, got {getattr(self, key)}")
+        if self.pipeline_depth not in (1, 2):
+            raise ConfigError(f"config key 'pipeline_depth' must be 1 (sync) or 2 (async), got {self.pipeline_depth}")
+        if self.max_policy_lag < 0:
+            raise ConfigError("config key 'max_policy_lag' must be >= 0")
+        if not 0.0 <= self.rating_share < 1.0:
+            raise ConfigError(f"config key 'rating_share' must be in [0, 1), got {self.rating_share}")
+        if not 0.0 <= self.snapshot_win_rate_lcb <= 1.0:
+            raise ConfigError("config key 'snapshot_win_rate_lcb' must be in [0, 1]")
+        if not 0.0 < self.payoff_decay <= 1.0:
+            raise ConfigError("config key 'payoff_decay' must be in (0, 1]")
+        if not 0.0 <= self.draw_probability < 1.0:
+            raise ConfigError("config key 'draw_probability' must be in [0, 1)")
+        if not self.roles:
+            raise ConfigError("config key 'roles' needs at least one role")
+        names = [r.name for r in self.roles]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"config key 'roles': role names must be unique, got {names}")
+        if self.backend != "ray" and self.ray_address is not None:
+            raise ConfigError("config key 'ray_address' needs backend 'ray'")
+
+
+# Presets: overrides of the defaults, validated like any YAML file.
+PRESETS: dict[str, dict[str, Any]] = {
+    "quickstart": {
+        "game": "tic_tac_toe", "iterations": 6, "matches_per_iteration": 128, "num_envs": 64,
+        "snapshot_every_steps": 800, "anchors": ["random", "perfect"],
+        "log": {"wandb": "disabled", "tensorboard": False},
+    },
+    "tic_tac_toe": {
+        "game": "tic_tac_toe", "iterations": 60, "matches_per_iteration": 512, "num_envs": 256,
+        "snapshot_every_steps": 20_000, "anchors": ["random", "perfect"],
+        "ppo": {"learning_rate": 1e-3, "num_minibatches": 4, "update_epochs": 4, "ent_coef": 0.01},
+    },
+    "connect_four": {
+        "game": "connect_four", "iterations": 200, "matches_per_iteration": 1024, "num_envs": 512,
+        "snapshot_every_steps": 200_000, "anchors": ["random", "mcts-25"],
+        "net": {"kind": "mlp", "hidden": [256, 256], "activation": "relu"},
+        "roles": [
+            {"name": "main", "kind": "main", "learner_share": 0.75},
+            {"name": "main_exploiter", "kind": "main_exploiter", "learner_share": 0.125,
+             "self_play": 0.0, "pfsp": 0.5, "uniform": 0.5, "pfsp_weighting": "var"},
+            {"name": "league_exploiter", "kind": "league_exploiter", "learner_share": 0.125,
+             "self_play": 0.0, "pfsp": 1.0, "uniform": 0.0, "reset_every_snapshots": 2},
+        ],
+    },
+}
+
+
+def preset_names() -> list[str]:
+    return sorted(PRESETS)
+
+
+def load_config(source: str, overrides: list[str] | None = None) -> LeagueConfig:
+    """A preset name or a YAML file path, plus `key=value` overrides, validated."""
+    if source in PRESETS:
+        data = PRESETS[source]
+    elif source.endswith((".yaml", ".yml")) or Path(source).exists():
+        data = load_yaml(source)
+    else:
+        import difflib
+
+        close = difflib.get_close_matches(source, preset_names(), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{source!r} is neither a preset nor a YAML file{hint}; presets: "
+                          f"{', '.join(preset_names())}")
+    return config_from_dict(apply_overrides(data, overrides or []))
+
+
+def config_from_dict(data: dict[str, Any]) -> LeagueConfig:
+    config = from_dict(LeagueConfig, data)
+    from games.registry import spec
+
+    spec(config.game)  # an unknown game id fails here, before anything runs
+    return config
+
+
+def config_to_dict(config: LeagueConfig) -> dict[str, Any]:
+    return to_dict(config)
+
+
+def with_overrides(config: LeagueConfig, **changes: Any) -> LeagueConfig:
+    return replace(config, **changes)

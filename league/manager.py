@@ -1,0 +1,748 @@
+"""The league manager: matchmaking -> runners -> learners -> ledger, ratings, snapshots.
+
+One iteration (the data flow of ../shared/REFERENCE.md §5):
+
+1. plan: each learner role draws its training opponents (self-play / PFSP / uniform over its
+   candidate pool); a share of games are rating matches between frozen members and anchors,
+   scheduled by rating uncertainty and match quality; every match gets an id and a seed spawned
+   from the run's SeedSequence by that id; matches are split into one task per runner shard.
+2. play: the backend plays every task to the end (serial, processes or Ray — same results).
+3. record: each runner batch is appended to the ledger in one transaction, with the TrueSkill
+   updates of its rating matches; training matches update only the payoff table (a live
+   learner is not a fixed player, so it is never rated).
+4. learn: each learner takes one PPO update on its trajectories (stale data dropped).
+5. freeze: learners due a snapshot are frozen into immutable snapshot directories that join
+   the population; league exploiters are reset after a number of snapshots (AlphaStar).
+6. checkpoint: everything a resume needs is written atomically; `resume` continues exactly.
+
+Only the manager writes to the run directory; it holds the ledger's exclusive writer lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from agents.nets import ActorCritic
+from agents.ppo import PPOLearner, PPOStats
+from agents.rollout import RolloutBatch
+from agents.snapshot import Lineage, save_snapshot, verify_snapshot
+from games.core import GameSpec
+from games.registry import spec as game_spec
+from league.backends import Backend, LearnerWeights, ProcessBackend, SerialBackend
+from league.config import LeagueConfig, RoleConfig, config_from_dict, config_to_dict
+from league.ledger import (MatchResult, PlayerRecord, SeatResult, Store, StoreError, atomic_write_bytes,
+                           atomic_write_json, outcomes_from_returns)
+from league.matchmaking import MatchmakingMix, sample_opponents, schedule_rating_matches
+from league.payoff import PayoffTable
+from league.population import Member, Population
+from league.ratings import RatingTable, TrueSkillParams, ensure_params, rate_and_record, rebuild_ratings
+from league.runner import MatchAssignment, PlayedMatch, PlayResult, PlayTask
+from league.stats import wilson_interval
+from ludus.errors import UserError
+
+CHECKPOINT_POINTER = "checkpoint.json"
+CONFIG_FILE = "config.json"
+FORMAT_VERSION = 1
+log = logging.getLogger("ludus.league")
+
+
+class RunError(UserError):
+    """A run directory that cannot be created, resumed or read."""
+
+
+def match_seed(run_seed: int, match_id: int) -> int:
+    """The seed of match `match_id`: a SeedSequence child spawned by match id (order-free)."""
+    state = np.random.SeedSequence(run_seed, spawn_key=(0, match_id)).generate_state(2, np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
+
+
+def stream_seed(run_seed: int, *key: int) -> int:
+    """A seed for another named random stream of the run (sampling per task, initial weights...)."""
+    return int(np.random.SeedSequence(run_seed, spawn_key=(1, *key)).generate_state(1, np.uint32)[0])
+
+
+@dataclass
+class Learner:
+    """A live learner: one role's net, PPO state and bookkeeping (mutable, manager-internal)."""
+
+    role: RoleConfig
+    ppo: PPOLearner
+    steps: int = 0
+    """Env steps (own decisions) trained on."""
+    steps_at_snapshot: int = 0
+    snapshots: int = 0
+    resets: int = 0
+    last_snapshot: str | None = None
+    """player_id of its latest snapshot."""
+    window_wins: float = 0.0
+    window_draws: float = 0.0
+    window_games: float = 0.0
+    dropped_stale: int = 0
+
+    @property
+    def player_id(self) -> str:
+        return self.role.name
+
+    @property
+    def version(self) -> int:
+        return self.ppo.updates
+
+    def weights(self) -> LearnerWeights:
+        arrays = {k: v.detach().cpu().numpy().copy() for k, v in self.ppo.net.state_dict().items()}
+        return LearnerWeights(self.player_id, self.version, arrays)
+
+
+@dataclass(frozen=True)
+class IterationSummary:
+    """What one iteration did (returned by `League.step`, logged as metrics)."""
+
+    iteration: int
+    training_matches: int
+    rating_matches: int
+    env_steps: int
+    seconds: float
+    play_seconds: float
+    learn_seconds: float
+    steps_per_second: float
+    policy_lag: float
+    dropped_transitions: int
+    snapshots: tuple[str, ...]
+    losses: dict[str, PPOStats]
+    main_rating: tuple[float, float] | None
+
+
+class League:
+    """A league run. `League.create(config, run_dir)` or `League.resume(run_dir)`, then `run()`."""
+
+    def __init__(self, config: LeagueConfig, run_dir: Path, store: Store):
+        self.config = config
+        self.run_dir = run_dir
+        self.store = store
+        self.spec: GameSpec = game_spec(config.game)
+        self.population = Population()
+        self.payoff = PayoffTable(config.payoff_decay)
+        params = TrueSkillParams(draw_probability=max(config.draw_probability, 1e-6))
+        self.params = ensure_params(store, params)
+        self.ratings = RatingTable(self.params)
+        self.learners: dict[str, Learner] = {}
+        self.iteration = 0
+        self.next_match_id = 0
+        self.total_env_steps = 0
+        self.total_matches = 0
+        self.rng = np.random.default_rng(stream_seed(config.seed, 2))
+        self.backend: Backend | None = None
+        self.metrics = None
+        self.on_iteration: list[Callable[[IterationSummary], None]] = []
+        self._checkpoint_seq = 0
+        """Ledger seq at the last checkpoint: later matches belong to an interrupted iteration."""
+        self._started = time.perf_counter()
+
+    # ----------------------------------------------------------------------------- creation
+
+    @classmethod
+    def create(cls, config: LeagueConfig, run_dir: str | os.PathLike) -> "League":
+        """Start a new run in `run_dir` (must be new or empty)."""
+        run_dir = Path(run_dir)
+        if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+            raise RunError(f"run directory {run_dir} already exists and is not empty; "
+                           f"use `ludus resume {run_dir}` or pick another --run")
+        config_from_dict(config_to_dict(config))  # validate the game id before touching the disk
+        store = Store.open(run_dir, mode="write")
+        try:
+            league = cls(config, run_dir, store)
+            atomic_write_json(run_dir / CONFIG_FILE, config_to_dict(config))
+            store.set_meta("config", config_to_dict(config))
+            league._setup_logging()
+            league._init_population()
+            league._write_checkpoint()
+        except BaseException:
+            store.close()
+            raise
+        return league
+
+    @classmethod
+    def resume(cls, run_dir: str | os.PathLike) -> "League":
+        """Continue a run from its last checkpoint; the result equals an uninterrupted run."""
+        run_dir = Path(run_dir)
+        if not (run_dir / CONFIG_FILE).is_file() or not (run_dir / CHECKPOINT_POINTER).is_file():
+            raise RunError(f"{run_dir} is not a Ludus run directory (no {CONFIG_FILE} / {CHECKPOINT_POINTER})")
+        try:
+            config = config_from_dict(json.loads((run_dir / CONFIG_FILE).read_text()))
+            pointer = json.loads((run_dir / CHECKPOINT_POINTER).read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RunError(f"{run_dir}: damaged run files ({exc}); cannot resume") from None
+        store = Store.open(run_dir, mode="write")
+        try:
+            league = cls(config, run_dir, store)
+            league._setup_logging()
+            league._load_checkpoint(run_dir / pointer["path"])
+        except BaseException:
+            store.close()
+            raise
+        return league
+
+    def _setup_logging(self) -> None:
+        (self.run_dir / "logs").mkdir(exist_ok=True)
+        handler = logging.FileHandler(self.run_dir / "logs" / "manager.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        self._log_handler = handler
+
+    def _init_population(self) -> None:
+        config = self.config
+        for name in config.anchors:
+            if os.path.isdir(name):
+                self._add_imported_snapshot(name, role="anchor")
+            else:
+                from agents.bots import make_bot
+
+                make_bot(name, self.spec)  # refuse a bad bot name now
+                self._add_member(Member(f"anchor:{name}", "anchor", "anchor", bot=name))
+        for source in config.seed_population:
+            self._seed_from(source)
+        for index, role in enumerate(config.roles):
+            torch.manual_seed(stream_seed(config.seed, 3, index))
+            net = ActorCritic(self.spec, config.net)
+            learner = Learner(role, PPOLearner(net, config.ppo, seed=stream_seed(config.seed, 4, index)))
+            self.learners[role.name] = learner
+            self._add_member(Member(role.name, "learner", role.name))
+            # The initial weights: the first frozen member of the role, and what league
+            # exploiters are reset to.
+            self._freeze(learner)
+
+    def _seed_from(self, source: str) -> None:
+        path = Path(source)
+        if (path / "manifest.json").is_file():
+            self._add_imported_snapshot(str(path), role="seed")
+            return
+        if (path / CHECKPOINT_POINTER).is_file():
+            pointer = json.loads((path / CHECKPOINT_POINTER).read_text())
+            state = json.loads((path / pointer["path"] / "state.json").read_text())
+            for member in Population.from_json(state["population"]).snapshots():
+                snapshot = Path(member.snapshot_path)
+                if not snapshot.is_absolute():
+                    snapshot = path / snapshot
+                self._add_imported_snapshot(str(snapshot), role="seed")
+            return
+        raise RunError(f"seed_population entry {source!r} is neither a snapshot nor a run directory")
+
+    def _add_imported_snapshot(self, path: str, role: str) -> None:
+        from agents.snapshot import load_snapshot
+
+        loaded = load_snapshot(path, expect_game=self.spec.id)
+        player_id = f"{role}:{loaded.ref.snapshot_id[:12]}"
+        if player_id not in self.population:
+            self._add_member(Member(player_id, "snapshot", role, snapshot_path=str(Path(path).resolve()),
+                                    snapshot_id=loaded.ref.snapshot_id))
+
+    def _add_member(self, member: Member) -> None:
+        self.population.add(member)
+        if member.kind != "learner":
+            self.payoff.add(member.player_id)
+        if self.store.player(member.player_id) is not None:
+            return  # re-created while replaying an interrupted iteration
+        self.store.add_player(PlayerRecord(
+            player_id=member.player_id, kind=member.kind, created_at=time.time(), role=member.role,
+            snapshot_path=member.snapshot_path or "", snapshot_hash=member.snapshot_id or "",
+            metadata={"parent": member.parent, "iteration": member.iteration, "steps": member.steps,
+                      "bot": member.bot}))
+
+    # ----------------------------------------------------------------------------- snapshots
+
+    def _freeze(self, learner: Learner) -> str:
+        """Freeze the learner's current weights into a snapshot member; returns its player_id."""
+        index = learner.snapshots
+        player_id = f"{learner.player_id}@{index}"
+        directory = self.run_dir / "snapshots" / player_id
+        parent_id = (self.population[learner.last_snapshot].snapshot_id if learner.last_snapshot else None)
+        ref = save_snapshot(learner.ppo.net, self.spec, self.config.net, directory,
+                            Lineage(parent=parent_id, role=learner.role.name, steps=learner.steps,
+                                    created_by="ludus train"))
+        self._add_member(Member(player_id, "snapshot", learner.role.name,
+                                snapshot_path=str(directory.relative_to(self.run_dir)),
+                                snapshot_id=ref.snapshot_id, parent=learner.last_snapshot,
+                                iteration=self.iteration, steps=learner.steps))
+        learner.snapshots += 1
+        learner.last_snapshot = player_id
+        learner.steps_at_snapshot = learner.steps
+        learner.window_wins = learner.window_draws = learner.window_games = 0.0
+        return player_id
+
+    def _members_for_runners(self) -> list[Member]:
+        """Frozen members with absolute snapshot paths (runners may run elsewhere)."""
+        out = []
+        for m in self.population.frozen():
+            if m.snapshot_path and not os.path.isabs(m.snapshot_path):
+                m = replace(m, snapshot_path=str(self.run_dir / m.snapshot_path))
+            out.append(m)
+        return out
+
+    # ----------------------------------------------------------------------------- planning
+
+    def _candidates(self, learner: Learner) -> list[str]:
+        """The opponent pool of a role (AlphaStar, Vinyals et al. 2019, 'League composition')."""
+        frozen = [m for m in self.population.frozen()]
+        kind = learner.role.kind
+        if kind == "main_exploiter":
+            # Main exploiters attack the main agents: their snapshots (latest ones matter most;
+            # PFSP 'var' weighting keeps it on the ones it can almost beat).
+            mains = [r.name for r in self.config.roles if r.kind == "main"]
+            pool = [m.player_id for m in frozen if m.kind == "snapshot" and m.role in mains]
+        else:
+            pool = [m.player_id for m in frozen]
+        # Bound the distinct opponents per iteration (bounds inference batches and cache churn):
+        # keep the newest ones and the anchors.
+        limit = self.config.max_opponents_per_iteration
+        if len(pool) > limit:
+            anchors = [p for p in pool if self.population[p].kind == "anchor"]
+            rest = [p for p in pool if self.population[p].kind != "anchor"]
+            pool = anchors + rest[-(limit - len(anchors)):] if limit > len(anchors) else anchors[:limit]
+        return pool
+
+    def _allocate(self, players: tuple[str, ...], kind: str) -> MatchAssignment:
+        match_id = self.next_match_id
+        self.next_match_id += 1
+        return MatchAssignment(match_id, match_seed(self.config.seed, match_id), players, kind)
+
+    def plan(self) -> list[PlayTask]:
+        """The tasks of the next iteration (consumes the matchmaking RNG and match ids)."""
+        config, rng, num_players = self.config, self.rng, self.spec.num_players
+        shares = np.array([r.learner_share for r in config.roles])
+        counts = np.floor(config.matches_per_iteration * shares / shares.sum()).astype(int)
+        counts = np.maximum(counts, 1)
+        assignments: list[MatchAssignment] = []
+        for role, count in zip(config.roles, counts.tolist()):
+            learner = self.learners[role.name]
+            mix = MatchmakingMix(self_play=role.self_play, pfsp=role.pfsp, uniform=role.uniform,
+                                 pfsp_weighting=role.pfsp_weighting, pfsp_p=role.pfsp_power)
+            candidates = self._candidates(learner)
+            opponents = sample_opponents(rng, mix, learner.player_id, candidates, self.payoff, self.ratings,
+                                         count * max(num_players - 1, 1))
+            for j in range(count):
+                if num_players == 1:
+                    players = (learner.player_id,)
+                else:
+                    others = opponents[j * (num_players - 1):(j + 1) * (num_players - 1)]
+                    # The learner takes every seat in turn, so both sides of the game are learnt.
+                    seat = (self.iteration * count + j) % num_players
+                    players = tuple(others[:seat]) + (learner.player_id,) + tuple(others[seat:])
+                assignments.append(self._allocate(players, "training"))
+        frozen = [m.player_id for m in self.population.frozen()]
+        num_rating = int(round(config.matches_per_iteration * config.rating_share / (1 - config.rating_share)))
+        if num_players == 2 and len(frozen) >= 2 and num_rating > 0:
+            for a, b in schedule_rating_matches(rng, self.ratings, frozen, num_rating):
+                assignments.append(self._allocate((a, b), "rating"))
+        return self._shard(assignments)
+
+    def _shard(self, assignments: list[MatchAssignment]) -> list[PlayTask]:
+        shards = self.config.num_runners
+        # Contiguous chunks: tasks in order hold matches in id order (the ledger order).
+        bounds = np.linspace(0, len(assignments), shards + 1).astype(int)
+        learners = tuple(self.learners)
+        versions = tuple(self.learners[p].version for p in learners)
+        tasks = []
+        for shard in range(shards):
+            chunk = tuple(assignments[bounds[shard]:bounds[shard + 1]])
+            if not chunk:
+                continue
+            tasks.append(PlayTask(
+                task_id=self.iteration * shards + shard, assignments=chunk,
+                sample_seed=stream_seed(self.config.seed, 5, self.iteration, shard),
+                learners=learners, learner_versions=versions,
+                gamma=self.config.ppo.gamma, gae_lambda=self.config.ppo.gae_lambda))
+        return tasks
+
+    # ----------------------------------------------------------------------------- recording
+
+    def _match_result(self, played: PlayedMatch, started_at: float, duration: float) -> MatchResult:
+        a = played.assignment
+        teams = self.spec.team_of_seat
+        outcomes = outcomes_from_returns(played.returns, teams)
+        seats = tuple(
+            SeatResult(seat=s, team=teams[s], player_id=pid, episode_return=played.returns[s],
+                       outcome=outcomes[s], player_version=self._version_label(pid, played.player_versions[s]))
+            for s, pid in enumerate(a.players))
+        return MatchResult(match_id=a.match_id, kind=a.kind, game_id=self.spec.id, seed=a.seed, seats=seats,
+                           length=played.length, started_at=started_at, duration_s=duration,
+                           metadata={"moves": list(played.moves), "truncated": played.truncated})
+
+    def _version_label(self, player_id: str, version: int) -> str:
+        member = self.population[player_id]
+        if member.kind == "learner":
+            return f"v{version}"
+        return member.snapshot_id or member.bot or ""
+
+    def _record(self, results: list[PlayResult]) -> tuple[int, int]:
+        """Append each runner batch to the ledger (one transaction each) and update ratings/payoff."""
+        already = self.store.max_match_id()
+        training = rating = 0
+        now = time.time()
+        for result in results:
+            per_match = result.seconds / max(len(result.matches), 1)
+            batch = [self._match_result(m, now, per_match) for m in result.matches]
+            # After a crash mid-iteration the replayed iteration re-creates matches already in the
+            # ledger (same ids, same seeds, same play): they are not appended twice.
+            new = [r for r in batch if r.match_id > already]
+            self._check_replayed([r for r in batch if r.match_id <= already])
+            if new:
+                rate_and_record(self.store, self.ratings, new, kinds=("rating",))
+            games = []
+            for r in batch:
+                if r.kind == "training":
+                    training += 1
+                    games.extend(self._training_pairs(r))
+                else:
+                    rating += 1
+            self.payoff.update_pairs(games)
+        return training, rating
+
+    def _check_replayed(self, batch: list[MatchResult]) -> None:
+        if not batch:
+            return
+        stored = {m.result.match_id: m.result for m in self.store.iter_matches(after_seq=self._checkpoint_seq)}
+        for r in batch:
+            old = stored.get(r.match_id)
+            if old is not None and [s.episode_return for s in old.seats] != [s.episode_return for s in r.seats]:
+                raise RunError(f"resumed play of match {r.match_id} differs from the ledger; the run is not "
+                               f"deterministic (was the code or an installed package changed?)")
+
+    def _training_pairs(self, match: MatchResult) -> list[tuple[str, str, float]]:
+        """(learner, opponent, learner's score) for the payoff table, plus window stats."""
+        pairs = []
+        seats = match.seats
+        for s in seats:
+            learner = self.learners.get(s.player_id)
+            if learner is None:
+                continue
+            opponents = [o for o in seats if o.team != s.team]
+            for o in opponents:
+                if o.player_id == s.player_id:
+                    continue  # self-play teaches the payoff table nothing
+                pairs.append((s.player_id, o.player_id, s.outcome))
+                learner.window_games += 1
+                learner.window_wins += s.outcome == 1.0
+                learner.window_draws += s.outcome == 0.5
+        return pairs
+
+    # ----------------------------------------------------------------------------- learning
+
+    def _learn(self, results: list[PlayResult]) -> tuple[dict[str, PPOStats], float, int]:
+        stats: dict[str, PPOStats] = {}
+        lags, dropped_total = [], 0
+        for player_id, learner in self.learners.items():
+            batches = [r.rollouts[player_id] for r in results if player_id in r.rollouts]
+            batch = _concat(batches)
+            if batch is None or len(batch) == 0:
+                continue
+            lag = learner.version - batch.policy_version
+            keep = lag <= self.config.max_policy_lag
+            dropped = int((~keep).sum())
+            if dropped:
+                batch = _select(batch, keep)
+                learner.dropped_stale += dropped
+                dropped_total += dropped
+            if len(batch) == 0:
+                continue
+            if self.config.ppo.anneal_lr:
+                frac = 1.0 - self.iteration / self.config.iterations
+                learner.ppo.set_learning_rate(frac * self.config.ppo.learning_rate)
+            stats[player_id] = learner.ppo.update(batch)
+            learner.steps += len(batch)
+            lags.append(float(lag[keep].mean()))
+        return stats, float(np.mean(lags)) if lags else 0.0, dropped_total
+
+    def _snapshots_due(self) -> list[str]:
+        config = self.config
+        frozen = []
+        for learner in self.learners.values():
+            due = learner.steps - learner.steps_at_snapshot >= config.snapshot_every_steps
+            if not due and config.snapshot_win_rate_lcb > 0 and learner.window_games >= 20:
+                lower, _ = wilson_interval(learner.window_wins + learner.window_draws / 2, learner.window_games)
+                due = lower >= config.snapshot_win_rate_lcb
+            if due:
+                frozen.append(self._freeze(learner))
+                reset_every = learner.role.reset_every_snapshots
+                if reset_every and (learner.snapshots - 1) % reset_every == 0 and learner.snapshots > 1:
+                    self._reset(learner)
+        return frozen
+
+    def _reset(self, learner: Learner) -> None:
+        """Reset a learner to its initial weights with a fresh optimizer (AlphaStar's exploiter reset)."""
+        from agents.snapshot import load_snapshot
+
+        initial = self.run_dir / "snapshots" / f"{learner.player_id}@0"
+        net = load_snapshot(initial, expect_game=self.spec.id).net
+        fresh = ActorCritic(self.spec, self.config.net)
+        fresh.load_state_dict(net.state_dict())
+        updates = learner.ppo.updates
+        index = list(self.learners).index(learner.player_id)
+        learner.ppo = PPOLearner(fresh, self.config.ppo,
+                                 seed=stream_seed(self.config.seed, 4, index, learner.resets + 1))
+        learner.ppo.updates = updates  # versions keep increasing: runners key weights by version
+        learner.resets += 1
+        log.info("reset learner %s to its initial weights (reset %d)", learner.player_id, learner.resets)
+
+    # ----------------------------------------------------------------------------- the loop
+
+    def _make_backend(self) -> Backend:
+        config = self.config
+        if config.backend == "serial":
+            backend: Backend = SerialBackend(config.game, self.spec, config.net, config.num_envs,
+                                             config.policy_cache_size, seed=config.seed)
+        elif config.backend == "process":
+            backend = ProcessBackend(config.game, self.spec, config.net, config.num_envs, config.policy_cache_size,
+                                     num_workers=config.num_runners, seed=config.seed,
+                                     log_dir=str(self.run_dir / "logs"))
+        else:
+            from league.ray_backend import RayBackend
+
+            backend = RayBackend(config.game, self.spec, config.net, config.num_envs, config.policy_cache_size,
+                                 num_workers=config.num_runners, seed=config.seed, address=config.ray_address)
+        backend.set_population(self._members_for_runners())
+        return backend
+
+    def _weights(self) -> list[LearnerWeights]:
+        return [learner.weights() for learner in self.learners.values()]
+
+    def step(self, pending: tuple[list[PlayTask], object] | None = None,
+             prefetch: bool = False) -> tuple[IterationSummary, tuple[list[PlayTask], object] | None]:
+        """Run one iteration. With `prefetch` (async mode) the next iteration's tasks are submitted
+        before learning, so runners play them with the current (soon one version old) weights."""
+        t0 = time.perf_counter()
+        if self.backend is None:
+            self.backend = self._make_backend()
+        if pending is None:
+            tasks = self.plan()
+            pending = (tasks, self.backend.submit(tasks, self._weights()))
+        tasks, handle = pending
+        results = self.backend.collect(handle)
+        t_play = time.perf_counter() - t0
+        nxt = None
+        if prefetch and self.iteration + 1 < self.config.iterations:
+            self.iteration += 1
+            next_tasks = self.plan()
+            self.iteration -= 1
+            nxt = (next_tasks, self.backend.submit(next_tasks, self._weights()))
+        training, rating = self._record(results)
+        t1 = time.perf_counter()
+        losses, lag, dropped = self._learn(results)
+        t_learn = time.perf_counter() - t1
+        snapshots = self._snapshots_due()
+        if snapshots:
+            self.backend.set_population(self._members_for_runners())
+        env_steps = sum(r.env_steps for r in results)
+        self.total_env_steps += env_steps
+        self.total_matches += training + rating
+        self.iteration += 1
+        self._write_checkpoint()
+        seconds = time.perf_counter() - t0
+        main = self._main_rating()
+        summary = IterationSummary(self.iteration, training, rating, env_steps, seconds, t_play, t_learn,
+                                   env_steps / max(seconds, 1e-9), lag, dropped, tuple(snapshots), losses, main)
+        self._log(summary)
+        for callback in self.on_iteration:
+            callback(summary)
+        return summary, nxt
+
+    def _main_rating(self) -> tuple[float, float] | None:
+        """Rating of the newest snapshot of the first role (the main agent's progress)."""
+        first = next(iter(self.learners.values()))
+        if first.last_snapshot and first.last_snapshot in self.ratings:
+            r = self.ratings.rating(first.last_snapshot)
+            return r.mu, r.sigma
+        return None
+
+    def run(self, until_iteration: int | None = None) -> list[IterationSummary]:
+        """Run iterations until `until_iteration` (default: config.iterations)."""
+        until = min(until_iteration or self.config.iterations, self.config.iterations)
+        if until_iteration and until_iteration > self.config.iterations:
+            self.config = replace(self.config, iterations=until_iteration)
+            until = until_iteration
+            atomic_write_json(self.run_dir / CONFIG_FILE, config_to_dict(self.config))
+        self._start_metrics()
+        summaries = []
+        pending = None
+        prefetch = self.config.pipeline_depth == 2
+        while self.iteration < until:
+            summary, pending = self.step(pending, prefetch=prefetch and self.iteration + 1 < until)
+            summaries.append(summary)
+        if self.config.log.progress:
+            sys.stderr.write("\n")
+        return summaries
+
+    # ----------------------------------------------------------------------------- metrics
+
+    def _start_metrics(self) -> None:
+        if self.metrics is not None:
+            return
+        from league.metrics import MetricsLogger
+
+        log_config = self.config.log
+        self.metrics = MetricsLogger(self.run_dir, wandb_mode=log_config.wandb, wandb_project=log_config.wandb_project,
+                                     tensorboard=log_config.tensorboard, run_name=self.run_dir.name,
+                                     config=config_to_dict(self.config), resume=self.iteration > 0)
+
+    def _log(self, s: IterationSummary) -> None:
+        metrics = {
+            "charts/steps_per_second": s.steps_per_second,
+            "charts/env_steps": float(self.total_env_steps),
+            "charts/matches": float(self.total_matches),
+            "charts/iteration_seconds": s.seconds,
+            "charts/play_seconds": s.play_seconds,
+            "charts/learn_seconds": s.learn_seconds,
+            "league/policy_lag": s.policy_lag,
+            "league/dropped_transitions": float(s.dropped_transitions),
+            "league/population": float(len(self.population)),
+            "league/runner_restarts": float(self.backend.restarts if self.backend else 0),
+            "league/queue_depth": float(self.config.pipeline_depth),
+        }
+        for pid, st in s.losses.items():
+            for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
+                metrics[f"losses/{pid}/{key}"] = float(getattr(st, key))
+        for pid, r in self.ratings.as_dict().items():
+            metrics[f"league/rating/{pid}"] = r.mu
+        if s.main_rating:
+            metrics["league/main_mu"] = s.main_rating[0]
+        if self.metrics is not None:
+            self.metrics.log(self.total_env_steps, metrics)
+        log.info("iteration %d: %d training + %d rating matches, %d steps, %.0f steps/s, lag %.2f, snapshots %s",
+                 s.iteration, s.training_matches, s.rating_matches, s.env_steps, s.steps_per_second, s.policy_lag,
+                 list(s.snapshots))
+        if self.config.log.progress:
+            rating = f"{s.main_rating[0]:.1f}±{s.main_rating[1]:.1f}" if s.main_rating else "-"
+            width = 24
+            done = int(width * self.iteration / self.config.iterations)
+            sys.stderr.write(
+                f"\r[{'#' * done}{'.' * (width - done)}] it {self.iteration}/{self.config.iterations} "
+                f"{s.steps_per_second:,.0f} steps/s  games {self.total_matches:,}  lag {s.policy_lag:.1f}  "
+                f"main {rating}  pop {len(self.population)}   ")
+            sys.stderr.flush()
+
+    # ----------------------------------------------------------------------------- checkpoints
+
+    def _write_checkpoint(self) -> None:
+        """Atomically write everything a resume needs, then flip the pointer to it."""
+        from safetensors.torch import save as safetensors_bytes
+
+        name = f"checkpoints/iter-{self.iteration:06d}"
+        directory = self.run_dir / name
+        if directory.exists():
+            shutil.rmtree(directory)
+        tmp = self.run_dir / f"checkpoints/.tmp-{self.iteration:06d}-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        learners = {}
+        for pid, learner in self.learners.items():
+            atomic_write_bytes(tmp / f"learner-{pid}.safetensors", safetensors_bytes(
+                {k: v.contiguous() for k, v in learner.ppo.state_dict().items()}))
+            learners[pid] = {"steps": learner.steps, "steps_at_snapshot": learner.steps_at_snapshot,
+                             "snapshots": learner.snapshots, "resets": learner.resets,
+                             "last_snapshot": learner.last_snapshot, "window": [
+                                 learner.window_wins, learner.window_draws, learner.window_games],
+                             "dropped_stale": learner.dropped_stale}
+        state = {
+            "format_version": FORMAT_VERSION,
+            "iteration": self.iteration,
+            "next_match_id": self.next_match_id,
+            "total_env_steps": self.total_env_steps,
+            "total_matches": self.total_matches,
+            "ledger_last_seq": self.store.last_seq(),
+            "rng": _rng_state_to_json(self.rng),
+            "population": self.population.to_json(),
+            "payoff": self.payoff.to_json(),
+            "ratings": self.ratings.to_json(),
+            "learners": learners,
+        }
+        atomic_write_json(tmp / "state.json", state)
+        os.replace(tmp, directory)
+        atomic_write_json(self.run_dir / CHECKPOINT_POINTER, {"path": name, "iteration": self.iteration})
+        self._checkpoint_seq = state["ledger_last_seq"]
+        # Keep the last two checkpoints.
+        for old in sorted((self.run_dir / "checkpoints").glob("iter-*"))[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _load_checkpoint(self, directory: Path) -> None:
+        from safetensors.torch import load as safetensors_load
+
+        try:
+            state = json.loads((directory / "state.json").read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RunError(f"checkpoint {directory} is unreadable ({exc}); cannot resume") from None
+        if state.get("format_version") != FORMAT_VERSION:
+            raise RunError(f"checkpoint {directory} has format {state.get('format_version')}, expected {FORMAT_VERSION}")
+        self.iteration = state["iteration"]
+        self._checkpoint_seq = state["ledger_last_seq"]
+        self.next_match_id = state["next_match_id"]
+        self.total_env_steps = state["total_env_steps"]
+        self.total_matches = state["total_matches"]
+        self.rng = _rng_from_json(state["rng"])
+        self.population = Population.from_json(state["population"])
+        self.payoff = PayoffTable.from_json(state["payoff"])
+        # Ratings: replay the ledger. It may hold matches of the interrupted iteration beyond the
+        # checkpoint; those are re-played identically and not appended again (see _record).
+        self.ratings = rebuild_ratings(self.store, self.params)
+        for index, role in enumerate(self.config.roles):
+            net = ActorCritic(self.spec, self.config.net)
+            ppo = PPOLearner(net, self.config.ppo, seed=stream_seed(self.config.seed, 4, index))
+            blob = (directory / f"learner-{role.name}.safetensors").read_bytes()
+            ppo.load_state_dict(safetensors_load(blob))
+            info = state["learners"][role.name]
+            learner = Learner(role, ppo, steps=info["steps"], steps_at_snapshot=info["steps_at_snapshot"],
+                              snapshots=info["snapshots"], resets=info["resets"], last_snapshot=info["last_snapshot"],
+                              dropped_stale=info["dropped_stale"])
+            learner.window_wins, learner.window_draws, learner.window_games = info["window"]
+            self.learners[role.name] = learner
+        for member in self.population.snapshots():
+            path = Path(member.snapshot_path)
+            verify_snapshot(path if path.is_absolute() else self.run_dir / path)
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+        if getattr(self, "_log_handler", None) is not None:
+            log.removeHandler(self._log_handler)
+            self._log_handler.close()
+            self._log_handler = None
+        self.store.close()
+
+
+def _rng_state_to_json(rng: np.random.Generator) -> dict:
+    state = rng.bit_generator.state
+    return json.loads(json.dumps(state, default=int))
+
+
+def _rng_from_json(state: dict) -> np.random.Generator:
+    bit_generator = getattr(np.random, state["bit_generator"])()
+    bit_generator.state = state
+    return np.random.Generator(bit_generator)
+
+
+def _concat(batches: list[RolloutBatch]) -> RolloutBatch | None:
+    if not batches:
+        return None
+    if len(batches) == 1:
+        return batches[0]
+    fields = RolloutBatch.__dataclass_fields__
+    return RolloutBatch(**{name: np.concatenate([getattr(b, name) for b in batches]) for name in fields})
+
+
+def _select(batch: RolloutBatch, keep: np.ndarray) -> RolloutBatch:
+    fields = RolloutBatch.__dataclass_fields__
+    return RolloutBatch(**{name: getattr(batch, name)[keep] for name in fields})

@@ -1,0 +1,45 @@
+"""Re-simulating a recorded match: seed + moves -> the same game, step by step.
+
+The ledger stores a match's moves as its history: the actions applied, in order, with the
+acting seats of a simultaneous step in seat order. Chance follows from the seed.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from games.core import Game, is_over
+from ludus.errors import UserError
+
+
+class ReplayError(UserError):
+    """Recorded moves that do not fit the game (illegal, too many or too few)."""
+
+
+def replay_moves(game: Game, seed: int, moves: Sequence[int], header: str = "") -> tuple[np.ndarray, str]:
+    """Play `moves` in `game` from `seed`; returns (final returns, a text transcript with boards)."""
+    game.reset(int(seed))
+    lines = [header] if header else []
+    lines.append(game.render())
+    position = 0
+    while not is_over(game):
+        movers = game.to_move()
+        if position + len(movers) > len(moves):
+            raise ReplayError(f"the recorded moves end after {position} actions but the game is not over")
+        actions = {}
+        for seat in movers:
+            action = int(moves[position])
+            position += 1
+            if not game.legal_mask(seat)[action]:
+                raise ReplayError(f"recorded action {action} of seat {seat} at move {position} is illegal")
+            actions[seat] = action
+        game.step(actions)
+        lines.append(f"-- {', '.join(f'seat {s} plays {a}' for s, a in actions.items())}")
+        lines.append(game.render())
+    if position != len(moves):
+        raise ReplayError(f"the game ended after {position} of {len(moves)} recorded actions")
+    returns = game.returns()
+    lines.append(f"returns: {[float(r) for r in returns]}")
+    return returns, "\n".join(lines)

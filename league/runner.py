@@ -1,0 +1,232 @@
+"""Game runners: play assigned matches in batches and return results and trajectories.
+
+`Runner.play(task)` is pure compute in the Sample Factory sense: given the matches to play
+(who sits where, with which seed) and the policies, it steps `num_envs` games at once,
+batches inference per policy across games and seats, records the learners' trajectories and
+returns finished matches. The serial backend calls it in the manager's process; the process
+and Ray backends call the very same method in workers, so their results are identical.
+
+Every match of a task is played to its end before `play` returns, so no game is ever half
+recorded and a run can resume exactly from any iteration boundary.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from agents.policy import ActBatch, Policy
+from agents.rollout import RolloutBatch, SeatTrajectoryBuilder
+from games.core import VectorGame
+
+
+@dataclass(frozen=True)
+class MatchAssignment:
+    """One match to play: who sits on each seat, and its seed."""
+
+    match_id: int
+    """Unique, increasing id (allocated by the league manager)."""
+    seed: int
+    """Game seed, spawned from the run's SeedSequence by match id."""
+    players: tuple[str, ...]
+    """player_id per seat."""
+    kind: str = "training"
+    """'training' (updates the payoff table), 'rating' (updates TrueSkill) or 'evaluation'."""
+
+
+@dataclass(frozen=True)
+class PlayTask:
+    """A batch of matches for one runner."""
+
+    task_id: int
+    """Id of the task (iteration * shards + shard) — also names the sampling stream."""
+    assignments: tuple[MatchAssignment, ...]
+    """Matches to play, in the order they are started."""
+    sample_seed: int
+    """Seed of the Generator the policies sample actions with."""
+    learners: tuple[str, ...] = ()
+    """player_ids whose seats are recorded as trajectories (the live learners)."""
+    learner_versions: tuple[int, ...] = ()
+    """Policy version of each learner in `learners` (stored with its transitions)."""
+    greedy: tuple[str, ...] = ()
+    """player_ids that act greedily instead of sampling (evaluation)."""
+    gamma: float = 0.99
+    """Discount for the learners' GAE (the learner's PPO config)."""
+    gae_lambda: float = 0.95
+    """GAE lambda for the learners' trajectories."""
+
+
+@dataclass(frozen=True)
+class PlayedMatch:
+    """A finished match."""
+
+    assignment: MatchAssignment
+    returns: tuple[float, ...]
+    """Final return per seat."""
+    length: int
+    """Number of steps the game took."""
+    moves: tuple[int, ...]
+    """The actions applied, in order (the game's history): enough, with the seed, to replay it."""
+    player_versions: tuple[int, ...]
+    """Policy version per seat (learners' version; 0 for frozen players)."""
+    truncated: bool = False
+    """The game hit its step limit rather than ending by its rules."""
+
+
+@dataclass(frozen=True)
+class PlayResult:
+    """What a runner returns for a task."""
+
+    task_id: int
+    matches: tuple[PlayedMatch, ...]
+    rollouts: dict[str, RolloutBatch] = field(default_factory=dict)
+    """Trajectories per learner player_id."""
+    env_steps: int = 0
+    """Decisions taken in the assigned matches (board moves; a simultaneous step counts each seat)."""
+    learner_steps: dict[str, int] = field(default_factory=dict)
+    """Decisions taken by each learner."""
+    seconds: float = 0.0
+    """Wall time of the task."""
+    inference_seconds: float = 0.0
+    """Of which spent in policy inference."""
+
+
+class Runner:
+    """Steps `num_envs` games of one game id; reusable across tasks."""
+
+    def __init__(self, make_vector: Callable[[int], VectorGame], num_envs: int):
+        self.vec = make_vector(num_envs)
+        self.spec = self.vec.spec
+        self.num_envs = num_envs
+
+    def play(self, task: PlayTask, policy_of: Callable[[str], Policy]) -> PlayResult:
+        """Play every match of `task` to its end. `policy_of(player_id)` gives each seat's policy."""
+        start = time.perf_counter()
+        spec, vec, num_slots, num_players = self.spec, self.vec, self.num_envs, self.spec.num_players
+        rng = np.random.default_rng(task.sample_seed)
+        queue = list(task.assignments)
+        next_index = 0
+
+        # Player codes per (slot, seat): index into `player_ids`; -1 for idle slots.
+        player_ids: list[str] = sorted({p for a in queue for p in a.players})
+        code_of = {pid: i for i, pid in enumerate(player_ids)}
+        policies = [policy_of(pid) for pid in player_ids]
+        greedy_codes = {code_of[p] for p in task.greedy if p in code_of}
+        learner_codes = {code_of[p]: (p, v) for p, v in zip(task.learners, task.learner_versions) if p in code_of}
+        builders = {
+            code: SeatTrajectoryBuilder(num_slots, num_players, spec.observation_shape, spec.num_actions,
+                                        spec.observation_dtype)
+            for code in learner_codes
+        }
+        seat_codes = np.full((num_slots, num_players), -1, dtype=np.int64)
+        slot_match: list[MatchAssignment | None] = [None] * num_slots
+        started: list[MatchAssignment | None] = []
+        live_slot_count = 0
+
+        def assign(assignment: MatchAssignment | None, slot: int) -> None:
+            nonlocal live_slot_count
+            live_slot_count += (assignment is not None) - (slot_match[slot] is not None)
+            slot_match[slot] = assignment
+            seat_codes[slot] = [code_of[p] for p in assignment.players] if assignment else -1
+
+        def seed_source(n: int) -> np.ndarray:
+            # Auto-reset asks for seeds of the games that just ended, slots in increasing order:
+            # each gets the next assignment (slots past the end of the queue idle on seed 0).
+            nonlocal next_index
+            seeds = np.zeros(n, dtype=np.uint64)
+            for i in range(n):
+                assignment = queue[next_index] if next_index < len(queue) else None
+                next_index += assignment is not None
+                started.append(assignment)
+                seeds[i] = assignment.seed if assignment else 0
+            return seeds
+
+        vec.seed_source = seed_source
+        first = queue[:num_slots]
+        next_index = len(first)
+        for slot in range(num_slots):
+            assign(first[slot] if slot < len(first) else None, slot)
+        ts = vec.reset(np.array([a.seed for a in first] + [0] * (num_slots - len(first)), dtype=np.uint64))
+
+        max_len = spec.max_length
+        move_log = np.full((num_slots, max_len + 1, num_players), -1, dtype=np.int64)
+        move_count = np.zeros(num_slots, dtype=np.int64)
+        actions = np.zeros((num_slots, num_players), dtype=np.int64)
+        log_probs = np.zeros((num_slots, num_players), dtype=np.float32)
+        values = np.zeros((num_slots, num_players), dtype=np.float32)
+        versions = np.zeros((num_slots, num_players), dtype=np.int64)
+        for code, (_, version) in learner_codes.items():
+            versions[:] = np.where(seat_codes == code, version, versions)
+        played: list[PlayedMatch] = []
+        env_steps = 0
+        learner_steps = {pid: 0 for pid, _ in learner_codes.values()}
+        inference = 0.0
+
+        while live_slot_count > 0:
+            acting = ts.acting
+            live = acting & (seat_codes >= 0)
+            # Idle slots play their first legal action: cheap, and they never reach the ledger.
+            idle = acting & (seat_codes < 0)
+            if idle.any():
+                actions[idle] = np.argmax(ts.mask[idle], axis=1)
+            t0 = time.perf_counter()
+            codes_now = seat_codes[live]
+            slots_now, seats_now = np.nonzero(live)
+            for code in np.unique(codes_now):
+                pick = codes_now == code
+                rows_slot, rows_seat = slots_now[pick], seats_now[pick]
+                policy = policies[code]
+                histories = ([vec.history(int(b)) for b in rows_slot] if policy.needs_history else None)
+                out = policy.act(ActBatch(ts.obs[rows_slot, rows_seat], ts.mask[rows_slot, rows_seat],
+                                          rows_seat, histories), rng, greedy=code in greedy_codes)
+                actions[rows_slot, rows_seat] = out.actions
+                log_probs[rows_slot, rows_seat] = out.log_probs
+                values[rows_slot, rows_seat] = out.values
+                if code in learner_codes:
+                    learner_steps[learner_codes[code][0]] += len(rows_slot)
+            inference += time.perf_counter() - t0
+            for code, builder in builders.items():
+                builder.record_actions(ts, actions, log_probs, values, seat_codes == code, versions)
+            # Log the moves of live games (simultaneous games log every acting seat of the step).
+            live_slots = np.nonzero(live.any(axis=1))[0]
+            step_index = np.minimum(move_count[live_slots], max_len)
+            move_log[live_slots, step_index] = np.where(acting[live_slots], actions[live_slots], -1)
+            move_count[live_slots] += 1
+            env_steps += int(live.sum())
+
+            started.clear()
+            ts = vec.step(actions)
+            for builder in builders.values():
+                builder.record_outcome(ts)
+            if ts.done.any():
+                ended = np.nonzero(ts.done)[0]
+                # seed_source ran inside step for exactly these slots, in this order.
+                for slot, new_assignment in zip(ended, started):
+                    finished = slot_match[slot]
+                    if finished is not None:
+                        steps = move_log[slot, :move_count[slot]]
+                        moves = steps[steps >= 0]
+                        played.append(PlayedMatch(
+                            assignment=finished,
+                            returns=tuple(float(r) for r in ts.final_returns[slot]),
+                            length=int(ts.final_lengths[slot]),
+                            moves=tuple(int(m) for m in moves),
+                            player_versions=tuple(int(v) for v in versions[slot]),
+                            truncated=bool(ts.truncated[slot]),
+                        ))
+                    assign(new_assignment, slot)
+                    move_count[slot] = 0
+                    versions[slot] = 0
+                    for code, (_, version) in learner_codes.items():
+                        versions[slot] = np.where(seat_codes[slot] == code, version, versions[slot])
+
+        rollouts = {}
+        for code, builder in builders.items():
+            # Every recorded game has ended, so every transition is closed.
+            rollouts[learner_codes[code][0]] = builder.build(ts, None, task.gamma, task.gae_lambda)
+        played.sort(key=lambda m: m.assignment.match_id)
+        return PlayResult(task.task_id, tuple(played), rollouts, env_steps, learner_steps,
+                          time.perf_counter() - start, inference)

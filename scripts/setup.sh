@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs Ludus and everything it uses on a fresh machine (CPU only).
+#   bash scripts/setup.sh          # the package, its dependencies and all extras
+#   bash scripts/setup.sh --test   # the same, plus Debian's chromium for the browser tests
+# torch is pinned in the same pip command so pip takes the CPU wheel; an unpinned torch
+# pulls a multi-GB CUDA build (../shared/REFERENCE.md §3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+"$PY" -m pip install --disable-pip-version-check -q \
+    torch==2.13.0 "pettingzoo[classic]==1.27.0" gymnasium==1.4.0 open-spiel==2.0.2 trueskill==0.4.5 \
+    numpy==2.4.6 wandb==0.31.0 deepspeed==0.19.8 ray==2.60.0 transformers==5.23.0 mpe2==1.1.1 \
+    safetensors pyyaml tensorboard onnx onnxscript pytest pytest-timeout \
+    -e ".[all]"
+if [[ "${1:-}" == "--test" ]] && ! command -v chromium >/dev/null 2>&1; then
+    if [[ $(id -u) -eq 0 ]]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "setup: chromium is missing and installing it needs root (apt-get install chromium)" >&2
+        exit 1
+    fi
+fi

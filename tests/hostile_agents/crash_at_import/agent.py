@@ -1,0 +1,2 @@
+"""Hostile: crashes while being imported."""
+raise RuntimeError("hostile crash at import")

@@ -1,0 +1,258 @@
+"""The pyspiel, PettingZoo and Gymnasium adapters: known values and error messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyspiel
+import pytest
+
+from games import registry
+from games.core import GameError, is_over
+from games.gym import make_gym_game
+from games.pz import make_pettingzoo_game
+from games.spiel import load_spiel_game, make_spiel_game, observation_kind, spiel_observation
+
+
+def play_random(game, seed: int, rng: np.random.Generator) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """Play one random legal game; returns (sum of step rewards, movers of each step)."""
+    game.reset(seed)
+    total = np.zeros(game.spec.num_players)
+    movers_per_step = []
+    while not is_over(game):
+        movers = game.to_move()
+        movers_per_step.append(movers)
+        actions = {s: int(rng.choice(np.flatnonzero(game.legal_mask(s)))) for s in movers}
+        total += game.step(actions)
+    return total, movers_per_step
+
+
+# --- OpenSpiel ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["tic_tac_toe", "connect_four", "kuhn_poker", "leduc_poker",
+                                  "goofspiel(num_cards=4)", "kuhn_poker(players=3)"])
+def test_spiel_rewards_sum_to_pyspiel_returns(text):
+    game = make_spiel_game(text)
+    rng = np.random.default_rng(0)
+    for seed in range(60):
+        total, _ = play_random(game, seed, rng)
+        assert game.state.is_terminal()
+        np.testing.assert_allclose(total, game.state.returns(), atol=1e-6)
+        np.testing.assert_allclose(game.returns(), game.state.returns(), atol=1e-6)
+
+
+def test_spiel_connect_four_final_returns_are_exactly_plus_minus_one():
+    # shimmy pays the second finisher twice (-1/+2); we read state.returns().
+    game = registry.make("spiel:connect_four")
+    rng = np.random.default_rng(1)
+    seen = set()
+    for seed in range(80):
+        play_random(game, seed, rng)
+        seen.add(tuple(float(r) for r in game.returns()))
+    assert seen <= {(1.0, -1.0), (-1.0, 1.0), (0.0, 0.0)}
+    assert (1.0, -1.0) in seen and (-1.0, 1.0) in seen
+
+
+def test_spiel_kuhn_poker_plays_past_the_first_decision_and_is_zero_sum():
+    # shimmy counts the two card deals against max_game_length=3 and stops Kuhn after one move.
+    game = registry.make("spiel:kuhn_poker")
+    assert game.spec.max_length == 3 and game.spec.has_chance and not game.spec.perfect_information
+    rng = np.random.default_rng(2)
+    lengths = []
+    for seed in range(200):
+        _, movers = play_random(game, seed, rng)
+        lengths.append(len(movers))
+        assert game.returns().sum() == 0.0
+        assert abs(game.returns()[0]) in (1.0, 2.0)
+        # history holds the player decisions only, not the two chance deals
+        assert len(game.history()) == len(movers)
+    assert set(lengths) == {2, 3}
+
+
+def test_spiel_chance_follows_the_reset_seed():
+    game = make_spiel_game("kuhn_poker")
+    deals = []
+    for seed in range(30):
+        game.reset(seed)
+        deals.append(game.observation(0).tobytes())
+        game.reset(seed)
+        assert game.observation(0).tobytes() == deals[-1]
+    assert len(set(deals)) == 3  # every card of player 0 shows up
+
+
+def test_spiel_goofspiel_moves_simultaneously():
+    game = registry.make("spiel:goofspiel(num_cards=4)")
+    assert game.spec.simultaneous and game.spec.num_players == 2
+    game.reset(0)
+    assert game.to_move() == (0, 1)
+    game.step({0: 3, 1: 0})
+    assert game.history() == (3, 0)
+    with pytest.raises(GameError, match="one action for each"):
+        game.step({0: 1})
+
+
+def test_spiel_spec_values():
+    spec = registry.spec("spiel:kuhn_poker(players=3)")
+    assert spec.id == "spiel:kuhn_poker(players=3)" and spec.spiel_name == "kuhn_poker(players=3)"
+    assert (spec.num_players, spec.num_actions, spec.observation_shape) == (3, 2, (10,))
+    assert spec.zero_sum and spec.utility_sum == 0.0
+    assert (spec.min_utility, spec.max_utility) == (-2.0, 4.0)
+    assert registry.spec("spiel:connect_four").observation_shape == (3, 6, 7)
+    assert registry.spec("spiel:leduc_poker").max_length == 8
+
+
+def test_spiel_observation_matches_what_played():
+    game = make_spiel_game("leduc_poker")
+    assert observation_kind(game.game) == "observation"
+    rng = np.random.default_rng(3)
+    game.reset(5)
+    while game.to_move():
+        (seat,) = game.to_move()
+        np.testing.assert_array_equal(spiel_observation(game.state, seat), game.observation(seat))
+        game.step({seat: int(rng.choice(np.flatnonzero(game.legal_mask(seat))))})
+
+
+def test_spiel_falls_back_to_information_state_tensors():
+    game = make_spiel_game("battleship")  # provides information-state tensors only
+    assert observation_kind(game.game) == "information_state"
+    game.reset(0)
+    seat = game.to_move()[0]
+    expected = np.asarray(game.state.information_state_tensor(seat), dtype=np.float32)
+    np.testing.assert_array_equal(game.observation(seat).reshape(-1), expected)
+    assert game.observation(seat).shape == game.spec.observation_shape
+
+
+def test_spiel_game_is_loaded_once_and_state_is_exposed():
+    assert load_spiel_game("kuhn_poker") is load_spiel_game("kuhn_poker")
+    game = make_spiel_game("tic_tac_toe")
+    game.reset(0)
+    game.step({0: 4})
+    assert isinstance(game.state, pyspiel.State) and game.state.history() == [4]
+    assert game.render() == str(game.state)
+
+
+def test_spiel_illegal_action_is_refused():
+    game = make_spiel_game("tic_tac_toe")
+    game.reset(0)
+    game.step({0: 4})
+    with pytest.raises(GameError, match="illegal"):
+        game.step({1: 4})
+
+
+@pytest.mark.parametrize("game_id, hint", [
+    ("spiel:kuhn_pokr", "spiel:kuhn_poker"),
+    ("spiel:conect_four", "spiel:connect_four"),
+    ("spiel:kuhn_poker(player=3)", "'players'"),
+    ("spiel:kuhn_poker(players=x)", "must be an integer"),
+    ("spiel:kuhn_poker(players=30)", "max_num_players"),
+    ("spiel:goofspiel(num_cards=4", "malformed"),
+    ("spiel:negotiation", "cannot replay"),
+])
+def test_spiel_bad_ids_raise_game_error_with_a_hint(game_id, hint):
+    with pytest.raises(GameError) as info:
+        registry.make(game_id)
+    message = str(info.value)
+    assert hint in message and "\n" not in message
+
+
+# --- PettingZoo ----------------------------------------------------------------------------------
+
+def test_pz_tictactoe_is_turn_based_and_zero_sum():
+    game = registry.make("pz:pettingzoo.classic.tictactoe_v3")
+    spec = game.spec
+    assert (spec.num_players, spec.num_actions, spec.observation_shape) == (2, 9, (18,))
+    assert spec.zero_sum and not spec.simultaneous and spec.max_length == 9
+    rng = np.random.default_rng(4)
+    seen = set()
+    for seed in range(60):
+        total, movers = play_random(game, seed, rng)
+        assert all(len(m) == 1 for m in movers)
+        assert [m[0] for m in movers] == [i % 2 for i in range(len(movers))]
+        np.testing.assert_array_equal(total, game.returns())
+        seen.add(tuple(float(r) for r in game.returns()))
+    assert seen <= {(1.0, -1.0), (-1.0, 1.0), (0.0, 0.0)} and len(seen) >= 2
+
+
+def test_pz_texas_holdem_steps_finished_agents_and_stays_zero_sum():
+    game = registry.make("pz:pettingzoo.classic.texas_holdem_v4")
+    assert game.spec.has_chance and not game.spec.perfect_information
+    rng = np.random.default_rng(5)
+    for seed in range(40):
+        total, _ = play_random(game, seed, rng)
+        assert game.is_terminal() and not game.is_truncated()
+        assert abs(total.sum()) < 1e-9
+        assert np.all(np.abs(total) <= 25.0)
+        np.testing.assert_allclose(total, game.returns(), atol=1e-6)
+
+
+def test_pz_mpe_is_parallel_cooperative_and_truncated_at_max_cycles():
+    game = registry.make("pz:mpe2.simple_spread_v3")
+    spec = game.spec
+    assert spec.simultaneous and spec.num_players == 3 and spec.num_actions == 5
+    assert spec.teams == (0, 0, 0) and not spec.zero_sum and spec.utility_sum is None
+    assert spec.state_shape == (54,) and spec.max_length == 25
+    total, movers = play_random(game, 7, np.random.default_rng(6))
+    assert movers == [(0, 1, 2)] * 25
+    assert game.is_truncated() and not game.is_terminal() and game.to_move() == ()
+    assert game.global_state().shape == (54,)
+    np.testing.assert_allclose(total, game.returns(), atol=1e-5)
+    assert len(game.history()) == 75
+
+
+def test_pz_parameters_reach_the_constructor():
+    game = make_pettingzoo_game("mpe2.simple_spread_v3(N=2,max_cycles=5)")
+    assert game.spec.id == "pz:mpe2.simple_spread_v3(N=2,max_cycles=5)"
+    assert game.spec.num_players == 2 and game.spec.max_length == 5 and game.spec.teams == (0, 0)
+    _, movers = play_random(game, 0, np.random.default_rng(0))
+    assert len(movers) == 5
+
+
+def test_pz_illegal_action_is_refused():
+    game = registry.make("pz:pettingzoo.classic.tictactoe_v3")
+    game.reset(0)
+    game.step({0: 4})
+    with pytest.raises(GameError, match="illegal"):
+        game.step({1: 4})
+
+
+@pytest.mark.parametrize("game_id, hint", [
+    ("pz:pettingzoo.classic.tictactoe_v2", "pz:pettingzoo.classic.tictactoe_v3"),
+    ("pz:mpe2.simple_spread_v3(continuous_actions=True)", "Discrete"),
+    ("pz:mpe2.simple_spread_v3(no_such_option=1)", "bad parameters"),
+    ("pz:json", "neither env() nor parallel_env()"),
+])
+def test_pz_bad_ids_raise_game_error(game_id, hint):
+    with pytest.raises(GameError) as info:
+        registry.make(game_id)
+    assert hint in str(info.value) and "\n" not in str(info.value)
+
+
+# --- Gymnasium -----------------------------------------------------------------------------------
+
+def test_gym_cartpole_is_a_one_player_game():
+    game = registry.make("gym:CartPole-v1")
+    spec = game.spec
+    assert (spec.num_players, spec.num_actions, spec.observation_shape) == (1, 2, (4,))
+    assert not spec.zero_sum and spec.utility_sum is None and spec.max_length == 500
+    total, movers = play_random(game, 0, np.random.default_rng(8))
+    assert game.is_terminal() and not game.is_truncated()
+    assert total[0] == len(movers) == game.returns()[0]  # +1 per step
+    assert isinstance(game.render(), str)
+
+
+def test_gym_time_limit_is_a_truncation():
+    game = make_gym_game("MountainCar-v0")  # random play never reaches the flag in 200 steps
+    total, movers = play_random(game, 0, np.random.default_rng(9))
+    assert len(movers) == 200 and game.is_truncated() and not game.is_terminal()
+    assert total[0] == -200.0 == game.returns()[0]
+    assert game.to_move() == () and not game.legal_mask(0).any()
+
+
+@pytest.mark.parametrize("game_id, hint", [
+    ("gym:CartPole-v9", "gym:CartPole-v1"),
+    ("gym:CartPol-v1", "gym:CartPole-v1"),
+    ("gym:Pendulum-v1", "Discrete"),
+])
+def test_gym_bad_ids_raise_game_error(game_id, hint):
+    with pytest.raises(GameError) as info:
+        registry.make(game_id)
+    assert hint in str(info.value) and "\n" not in str(info.value)

@@ -1,0 +1,142 @@
+"""TorchPolicy: masked sampling and greedy play, exact log-probs, seeding by the Generator only."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from agents.nets import ActorCritic, NetConfig
+from agents.policy import ActBatch, Policy
+from agents.torch_policy import TorchPolicy
+from games.core import GameSpec
+
+SPEC = GameSpec("test:flat", num_players=2, num_actions=9, observation_shape=(27,))
+CONV_SPEC = GameSpec("test:board", num_players=2, num_actions=7, observation_shape=(3, 6, 7))
+
+
+def _net(spec: GameSpec, config: NetConfig = NetConfig(hidden=(32, 32)), seed: int = 0) -> ActorCritic:
+    torch.manual_seed(seed)
+    net = ActorCritic(spec, config)
+    # Larger policy-head weights than the near-uniform init, so the distribution is far from uniform.
+    with torch.no_grad():
+        net.policy_head.weight.mul_(300.0)
+    return net
+
+
+def _batch(spec: GameSpec, rows: int, rng: np.random.Generator) -> ActBatch:
+    obs = rng.standard_normal((rows, *spec.observation_shape)).astype(np.float32)
+    mask = rng.random((rows, spec.num_actions)) < rng.random((rows, 1))  # densities from ~0 to 1 per row
+    mask[np.arange(rows), rng.integers(0, spec.num_actions, rows)] = True
+    return ActBatch(obs, mask, seats=rng.integers(0, 2, rows))
+
+
+def _reference_log_softmax(net: ActorCritic, batch: ActBatch) -> np.ndarray:
+    """log-softmax over legal actions only, from the unmasked logits, in float64."""
+    with torch.no_grad():
+        x = torch.from_numpy(batch.obs).reshape(len(batch), -1)
+        if net.config.kind == "conv":
+            x = torch.from_numpy(batch.obs)
+        raw = net.policy_head(net.actor_trunk(x)).double().numpy()
+    raw = np.where(batch.mask, raw, -np.inf)
+    return raw - np.logaddexp.reduce(raw, axis=1, keepdims=True)
+
+
+def test_is_a_policy():
+    assert isinstance(TorchPolicy(_net(SPEC)), Policy)
+    assert TorchPolicy(_net(SPEC)).needs_history is False
+
+
+@pytest.mark.parametrize("spec,config", [(SPEC, NetConfig(hidden=(32, 32))),
+                                         (CONV_SPEC, NetConfig(kind="conv", channels=(8,), hidden=(32,)))])
+@pytest.mark.parametrize("greedy", [False, True])
+def test_never_picks_an_illegal_action(spec, config, greedy):
+    policy, rng = TorchPolicy(_net(spec, config)), np.random.default_rng(1)
+    for _ in range(20):
+        batch = _batch(spec, 500, rng)
+        out = policy.act(batch, rng, greedy=greedy)
+        assert out.actions.shape == (500,) and out.actions.dtype == np.int64
+        assert batch.mask[np.arange(500), out.actions].all()
+
+
+def test_single_legal_action_is_always_taken_with_log_prob_zero():
+    policy, rng = TorchPolicy(_net(SPEC)), np.random.default_rng(2)
+    batch = _batch(SPEC, 300, rng)
+    only = rng.integers(0, SPEC.num_actions, 300)
+    mask = np.zeros_like(batch.mask)
+    mask[np.arange(300), only] = True
+    out = policy.act(ActBatch(batch.obs, mask, batch.seats), rng)
+    np.testing.assert_array_equal(out.actions, only)
+    np.testing.assert_allclose(out.log_probs, 0.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_log_probs_are_log_softmax_over_legal_actions(greedy):
+    net, rng = _net(SPEC), np.random.default_rng(3)
+    batch = _batch(SPEC, 1000, rng)
+    out = TorchPolicy(net).act(batch, rng, greedy=greedy)
+    reference = _reference_log_softmax(net, batch)
+    np.testing.assert_allclose(out.log_probs, reference[np.arange(1000), out.actions], rtol=1e-4, atol=1e-4)
+    assert out.log_probs.dtype == np.float32
+    if greedy:
+        np.testing.assert_array_equal(out.actions, reference.argmax(axis=1))
+
+
+def test_values_are_the_critics():
+    net, rng = _net(SPEC), np.random.default_rng(4)
+    batch = _batch(SPEC, 64, rng)
+    out = TorchPolicy(net).act(batch, rng)
+    with torch.no_grad():
+        expected = net.value(torch.from_numpy(batch.obs)).numpy()
+    np.testing.assert_allclose(out.values, expected, rtol=1e-6, atol=1e-6)
+    assert out.values.dtype == np.float32
+
+
+def test_samples_follow_the_masked_softmax():
+    net, rng = _net(SPEC, seed=5), np.random.default_rng(5)
+    one = _batch(SPEC, 1, rng)
+    rows = 40_000
+    batch = ActBatch(np.repeat(one.obs, rows, 0), np.repeat(one.mask, rows, 0), np.zeros(rows, np.int64))
+    out = TorchPolicy(net).act(batch, rng)
+    probs = np.exp(_reference_log_softmax(net, one)[0])
+    freq = np.bincount(out.actions, minlength=SPEC.num_actions) / rows
+    # 4 standard errors of a frequency estimated from 40k draws
+    np.testing.assert_allclose(freq, probs, atol=4 * np.sqrt(0.25 / rows))
+
+
+def test_same_generator_seed_gives_same_actions_and_torch_rng_plays_no_part():
+    policy = TorchPolicy(_net(SPEC))
+    batch = _batch(SPEC, 1000, np.random.default_rng(6))
+    torch.manual_seed(1)
+    a = policy.act(batch, np.random.default_rng(42)).actions
+    torch.manual_seed(2)
+    b = policy.act(batch, np.random.default_rng(42)).actions
+    c = policy.act(batch, np.random.default_rng(43)).actions
+    np.testing.assert_array_equal(a, b)
+    assert (a != c).any()
+
+
+def test_greedy_is_deterministic_and_ignores_rng():
+    policy = TorchPolicy(_net(SPEC))
+    batch = _batch(SPEC, 200, np.random.default_rng(7))
+    np.testing.assert_array_equal(policy.act(batch, np.random.default_rng(1), greedy=True).actions,
+                                  policy.act(batch, np.random.default_rng(2), greedy=True).actions)
+
+
+def test_read_only_inputs_work_without_warnings():
+    policy, rng = TorchPolicy(_net(SPEC)), np.random.default_rng(8)
+    batch = _batch(SPEC, 10, rng)
+    batch.obs.flags.writeable = False
+    batch.mask.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = policy.act(batch, rng)
+    assert batch.mask[np.arange(10), out.actions].all()
+
+
+def test_no_gradients_are_recorded():
+    net = _net(SPEC)
+    TorchPolicy(net).act(_batch(SPEC, 10, np.random.default_rng(9)), np.random.default_rng(9))
+    assert all(p.grad is None for p in net.parameters())
