@@ -180,9 +180,11 @@ _TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "
 def load_hf_causal_lm(path: str | os.PathLike, gguf_file: str | None = None) -> LoadedLM:
     """Any Hugging Face causal LM and its tokenizer from a LOCAL directory, with a new value head.
 
+    The tokenizer is None when the directory holds no tokenizer files (and no GGUF file).
     Offline only: HF_HUB_OFFLINE=1 is set and every load passes ``local_files_only=True``, so a
     missing file is an error here, never a download. ``trust_remote_code`` stays off (no code
-    from the model directory runs). `gguf_file`: name of a GGUF file inside `path` (quantised
+    from the model directory runs) and weights are read from safetensors or GGUF, never from a
+    pickled ``pytorch_model.bin``. `gguf_file`: name of a GGUF file inside `path` (quantised
     weights are de-quantised to float32 by transformers; needs the `gguf` package).
     """
     directory = Path(path)
@@ -195,11 +197,14 @@ def load_hf_causal_lm(path: str | os.PathLike, gguf_file: str | None = None) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     extra = {"gguf_file": gguf_file} if gguf_file is not None else {}
+    # Weights come from GGUF or safetensors only: use_safetensors=True refuses pytorch_model.bin
+    # (a pickle) instead of falling back to it.
+    weights = {"gguf_file": gguf_file} if gguf_file is not None else {"use_safetensors": True}
     # A GGUF file carries its tokenizer; otherwise the tokenizer is optional (a model trained on
     # game token ids has none) and transformers would invent an empty one from config.json alone.
     has_tokenizer = gguf_file is not None or any((directory / name).is_file() for name in _TOKENIZER_MARKERS)
     try:
-        lm = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, dtype=torch.float32, **extra)
+        lm = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, dtype=torch.float32, **weights)
         tokenizer = (AutoTokenizer.from_pretrained(directory, local_files_only=True, **extra)
                      if has_tokenizer else None)
     except (OSError, ValueError) as exc:
@@ -213,6 +218,15 @@ def load_hf_causal_lm(path: str | os.PathLike, gguf_file: str | None = None) -> 
 # --------------------------------------------------------------------------------- sampling
 
 
+def as_tensor(array: np.ndarray, dtype: np.dtype | type) -> torch.Tensor:
+    """A tensor of `array` in `dtype`, sharing memory when possible; read-only arrays (e.g. the
+    games' cached legal masks) are copied, since torch.from_numpy cannot honour read-only."""
+    array = np.ascontiguousarray(array, dtype=dtype)
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(array)
+
+
 def sample_tokens(logits: torch.Tensor, legal_mask: np.ndarray | None, uniforms: np.ndarray | None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """One token per row of [B, V] logits, masked to `legal_mask` [B, V] (None = all legal).
@@ -222,7 +236,7 @@ def sample_tokens(logits: torch.Tensor, legal_mask: np.ndarray | None, uniforms:
     """
     logits = logits.float()
     if legal_mask is not None:
-        legal = torch.from_numpy(np.ascontiguousarray(legal_mask, dtype=bool))
+        legal = as_tensor(legal_mask, bool)
         if not bool(legal.any(dim=-1).all()):
             raise ValueError("a row of the legal mask has no legal token")
         logits = masked_logits(logits, legal)
@@ -287,7 +301,7 @@ class LMPolicy:
             raise ValueError(f"LMPolicy reads [N, L] integer token rows, got {obs.dtype} {obs.shape}")
         lengths = self.row_lengths(obs)
         width = int(lengths.max())
-        ids = torch.from_numpy(np.ascontiguousarray(obs[:, :width], dtype=np.int64))
+        ids = as_tensor(obs[:, :width], np.int64)
         # Right padding needs no mask for a causal model (real tokens never see later pads); the
         # mask only keeps transformers from warning about pads when the config names a pad id.
         attention = torch.from_numpy((np.arange(width)[None, :] < lengths[:, None]).astype(np.int64))

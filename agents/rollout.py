@@ -253,7 +253,7 @@ class SeatTrajectoryBuilder:
         closed_rows = np.nonzero(self.closed[:size])[0]
         # Group by (slot, seat), in time order within each (rows grow with time).
         order = closed_rows[np.lexsort((closed_rows, self.seats[closed_rows], self.slots[closed_rows]))]
-        batch_columns = {name: getattr(self, name)[order].copy() for name in self._COLUMNS}
+        batch_columns = {name: getattr(self, name)[order] for name in self._COLUMNS}
 
         advantages = np.zeros(len(order), dtype=np.float32)
         returns = np.zeros(len(order), dtype=np.float32)

@@ -36,7 +36,7 @@ from typing import Iterable, Protocol
 import numpy as np
 import torch
 
-from agents.lm import LMWithValueHead, frozen_copy
+from agents.lm import LMWithValueHead, as_tensor, frozen_copy
 from agents.nets import masked_logits
 
 
@@ -246,7 +246,7 @@ def token_log_probs(model: LMWithValueHead, input_ids: np.ndarray, legal_mask: n
                     ) -> tuple[np.ndarray, np.ndarray]:
     """(log pi(token) [N, T], values [N, T]) of `model` at every position (0 at position 0): the
     behaviour or reference log-probs of a recorded sequence, under the same masks as sampling."""
-    ids = torch.from_numpy(np.ascontiguousarray(input_ids, dtype=np.int64))
+    ids = as_tensor(input_ids, np.int64)
     with torch.inference_mode():
         logits, values = aligned_outputs(model, ids)
         mask = None if legal_mask is None else torch.from_numpy(_legal_with_tokens(legal_mask, input_ids))
@@ -426,7 +426,7 @@ class TokenPPOLearner:
             "advantages": advantages[:, :width].astype(np.float32),
             "returns": returns[:, :width].astype(np.float32),
         }
-        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+        tensors = {k: as_tensor(v, v.dtype) for k, v in arrays.items()}
         legal = (None if batch.legal_mask is None
                  else torch.from_numpy(_legal_with_tokens(np.asarray(batch.legal_mask)[:, :width], arrays["tokens"])))
         rows = np.flatnonzero(own.any(axis=1))
@@ -466,8 +466,8 @@ class TokenPPOLearner:
         width = _sequence_width(own)
         if width == 0:
             raise ValueError("imitation batch has no own tokens to imitate")
-        tokens = torch.from_numpy(np.ascontiguousarray(np.asarray(batch.input_ids, np.int64)[:, :width]))
-        own_t = torch.from_numpy(np.ascontiguousarray(own[:, :width]))
+        tokens = as_tensor(np.asarray(batch.input_ids)[:, :width], np.int64)
+        own_t = as_tensor(own[:, :width], bool)
         legal = (None if batch.legal_mask is None
                  else torch.from_numpy(_legal_with_tokens(np.asarray(batch.legal_mask)[:, :width], tokens.numpy())))
         logits, _ = aligned_outputs(self.model, tokens)

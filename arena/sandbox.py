@@ -18,8 +18,9 @@ Isolation (`Isolation`; `arena.doctor` tells which modes work on a machine):
   the agent keeps the invoking user's uid, so file permissions do not separate it from other
   agents or from the arena, but the mount layout above still hides /tmp, the home directory and
   `hidden_paths`.
-* ``none``: a plain child process in its own session with rlimits only. No isolation: use it for
-  trusted code. `SandboxConfig.require_isolation` refuses it.
+* ``none``: a plain child process in its own session with rlimits only (as root, still under its
+  own leased uid, but Python must then be installed where other users can read it). No
+  namespaces: use it for trusted code. `SandboxConfig.require_isolation` refuses it.
 
 Limits: per-move wall-clock time is enforced preemptively (the arena polls the agent's stdout with
 a deadline; a hung agent loses by TIMEOUT and is killed), with an overage bank per match drawn on
@@ -40,7 +41,6 @@ its uid or namespace that verifies nothing is left).
 from __future__ import annotations
 
 import enum
-import errno
 import fcntl
 import json
 import math
@@ -55,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -67,6 +67,7 @@ from ludus.errors import UserError
 if TYPE_CHECKING:
     from agents.policy import Policy
     from arena.submission import Submission
+    from games.core import GameSpec
 
 INIT_SCRIPT = Path(__file__).with_name("sandbox_init.py")
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -227,7 +228,7 @@ class MatchRecord:
         return any(f is not None for f in self.faults)
 
 
-def forfeit_returns(spec, faulted: Sequence[bool]) -> tuple[float, ...]:
+def forfeit_returns(spec: "GameSpec", faulted: Sequence[bool]) -> tuple[float, ...]:
     """Returns of a match that ended by forfeit.
 
     Faulting seats get `min_utility`. In zero-sum games the other seats share what the faulting
@@ -318,7 +319,9 @@ def _pids_in_group(pgid: int) -> list[int]:
 
 
 def _anon_rss_bytes(pids: Sequence[int]) -> int:
-    """Summed resident minus shared (file-backed) pages: the memory the processes allocated."""
+    """Summed resident minus file-backed pages (statm; ~5 us a process).
+
+    An upper bound: a page shared copy-on-write by forked children is counted once per child."""
     total = 0
     for pid in pids:
         try:
@@ -328,6 +331,30 @@ def _anon_rss_bytes(pids: Sequence[int]) -> int:
             continue
         total += (int(fields[1]) - int(fields[2])) * _PAGE
     return total
+
+
+def _anon_pss_bytes(pids: Sequence[int]) -> int:
+    """Summed proportional anonymous memory (smaps_rollup Pss_Anon; ~0.1-1 ms a process): a page
+    shared by k processes counts 1/k in each, so forked children are not counted k times."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+                text = f.read()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith(b"Pss_Anon:"):
+                total += int(line.split()[1]) * 1024
+                break
+    return total
+
+
+def memory_bytes(pids: Sequence[int], cap: int) -> int:
+    """Memory of a process tree as compared against `cap`: the cheap statm bound, and only when
+    that exceeds the cap, the exact proportional figure."""
+    bound = _anon_rss_bytes(pids)
+    return bound if bound <= cap else _anon_pss_bytes(pids)
 
 
 def _private_dir(path: Path) -> Path:
@@ -350,11 +377,41 @@ def _uid_has_account(uid: int) -> bool:
     return True
 
 
+def _uid_lock_dir() -> Path:
+    return _private_dir(Path(tempfile.gettempdir()) / "ludus-arena-uids")
+
+
+def stray_agent_processes(config: SandboxConfig = SandboxConfig()) -> dict[int, list[int]]:
+    """Processes running under agent uids that no live sandbox holds (there should be none).
+
+    A uid is inspected only while we hold its lease lock, so agents of other arenas running at
+    the same time are never mistaken for strays."""
+    if os.geteuid() != 0:
+        return {}
+    lock_dir = _uid_lock_dir()
+    strays: dict[int, list[int]] = {}
+    for uid in range(config.uid_base, config.uid_base + config.uid_count):
+        if _uid_has_account(uid):
+            continue
+        fd = os.open(lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live sandbox holds it
+            pids = pids_of_uid(uid)
+        finally:
+            os.close(fd)
+        if pids:
+            strays[uid] = pids
+    return strays
+
+
 class _UidLease:
     """An agent uid nobody else uses, held by an flock for as long as the sandbox lives."""
 
     def __init__(self, base: int, count: int):
-        lock_dir = _private_dir(Path(tempfile.gettempdir()) / "ludus-arena-uids")
+        lock_dir = _uid_lock_dir()
         for uid in range(base, base + count):
             if _uid_has_account(uid) or pids_of_uid(uid):
                 continue
@@ -405,6 +462,9 @@ def resolve_isolation(config: SandboxConfig) -> Isolation:
             mode = Isolation.NONE
     if mode == Isolation.UID and os.geteuid() != 0:
         raise SandboxError("isolation 'uid' needs root: use 'userns' or 'auto'")
+    if mode == Isolation.USERNS and os.geteuid() == 0:
+        # the agent would keep uid 0, and uid 0 owns the host's files whatever the namespace
+        raise SandboxError("isolation 'userns' would run agents as root when the arena is root: use 'uid' or 'auto'")
     if mode == Isolation.NONE and config.require_isolation:
         raise SandboxError("no namespace isolation is available here and require_isolation is set: "
                            "run as root or enable user namespaces (`ludus arena doctor` says which)")
@@ -495,17 +555,21 @@ def _untraversable_ancestor(path: str) -> str | None:
 
 
 def mount_plan(mode: Isolation, agent_dir: Path, submission_dir: Path, home: Path, uid: int, gid: int,
-               limits: SandboxLimits, hidden_paths: Sequence[str]) -> list[dict]:
+               limits: SandboxLimits, hidden_paths: Sequence[str], workspace_root: Path) -> list[dict]:
     """The filesystem view of one agent, as ordered operations for sandbox_init.py."""
     tmpfs = f"size={limits.tmpfs_mb}m"
     needed = _python_paths() + [str(agent_dir)]
-    masks: dict[str, str] = {}
+    # other agents' directories live beside ours: only our own is bound back in
+    masks: dict[str, str] = {os.path.realpath(workspace_root): "size=1m,mode=755"}
     for path in ("/tmp", "/var/tmp", "/dev/shm"):
         if os.path.isdir(path) and not os.path.islink(path):
             masks[path] = f"{tmpfs},mode=1777"
     if os.path.isdir("/run") and not os.path.islink("/run"):
         masks["/run"] = "size=1m,mode=755"  # hides host sockets (D-Bus, container runtimes)
-    user_home = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    try:
+        user_home = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:  # a uid with no account has no home to hide
+        user_home = "/"
     if user_home != "/" and os.path.isdir(user_home):
         masks[user_home] = "size=1m,mode=755"
     if mode == Isolation.UID:
@@ -516,24 +580,27 @@ def mount_plan(mode: Isolation, agent_dir: Path, submission_dir: Path, home: Pat
     # a mask inside another mask would be hidden by it anyway
     masks = {m: o for m, o in masks.items() if not any(_is_under(m, other) for other in masks)}
     plan: list[dict] = [{"op": "remount_ro", "target": "/"}]
+    # the host's /sys lists the host's network interfaces; some kernels refuse sysfs in a user
+    # namespace, and then the host's (read-only) /sys stays
+    plan.append({"op": "sysfs", "target": "/sys", "optional": mode != Isolation.UID})
     plan += [{"op": "tmpfs", "target": m, "options": masks[m]} for m in sorted(masks, key=len)]
     exposed = sorted({p for p in needed if any(_is_under(p, m) for m in masks)}, key=len)
     exposed = [p for p in exposed if not any(_is_under(p, q) for q in exposed)]
     plan += [{"op": "bind", "source": p, "target": p, "readonly": True} for p in exposed]
     plan.append({"op": "bind", "source": str(submission_dir), "target": str(submission_dir), "readonly": True})
     plan.append({"op": "tmpfs", "target": str(home), "options": f"{tmpfs},mode=700,uid={uid},gid={gid}"})
-    for hidden in hidden_paths:
+    for hidden in hidden_paths:  # last, so they win over everything bound in above
         hidden = os.path.realpath(hidden)
         if os.path.isdir(hidden):
-            plan.append({"op": "tmpfs", "target": hidden, "options": "size=4k,mode=000"})
+            plan.append({"op": "hide_dir", "target": hidden})
         elif os.path.exists(hidden):
-            plan.append({"op": "devnull", "target": hidden})
+            plan.append({"op": "hide_file", "target": hidden})
     return plan
 
 
-def _rlimits(limits: SandboxLimits, mode: Isolation) -> list[tuple[int, int, int]]:
+def _rlimits(limits: SandboxLimits, shares_our_uid: bool) -> list[tuple[int, int, int]]:
     nproc = limits.max_processes
-    if mode != Isolation.UID:  # the agent shares our uid: count our own processes in
+    if shares_our_uid:  # RLIMIT_NPROC counts all processes of the uid: count our own in
         nproc += len(pids_of_uid(os.getuid()))
     return [
         (resource.RLIMIT_CPU, limits.cpu_time_s, limits.cpu_time_s + 1),
@@ -573,10 +640,14 @@ class SandboxProcess:
         self.limits = limits
         self.config = config
         self.mode = resolve_isolation(config)
-        self._lease = _UidLease(config.uid_base, config.uid_count) if self.mode == Isolation.UID else None
+        # As root, every agent gets its own uid, even without namespaces (mode none): so rlimits
+        # such as RLIMIT_NPROC bind, and the sweep can find its processes by uid.
+        self._lease = _UidLease(config.uid_base, config.uid_count) if os.geteuid() == 0 else None
         self.uid = self._lease.uid if self._lease else os.getuid()
         self.gid = self.uid if self._lease else os.getgid()
         root = config.workspace_root or Path(tempfile.gettempdir())
+        if os.path.realpath(root) == "/":
+            raise SandboxError("workspace_root cannot be '/': it is hidden from agents; pick a directory")
         try:
             self._outer = Path(tempfile.mkdtemp(prefix="ludus-agent-", dir=root))
             os.chmod(self._outer, 0o711)  # agents may pass through, not list
@@ -592,6 +663,7 @@ class SandboxProcess:
             self.cleanup()
             raise
         self.argv = make_argv(self.submission_dir)
+        self._cleaned = False
         self.proc: subprocess.Popen | None = None
         self.exit_code: int | None = None
         self.leftover_pids: tuple[int, ...] = ()
@@ -620,10 +692,19 @@ class SandboxProcess:
         env.update(dict(self.config.extra_env))
         return env
 
+    def _hidden_paths(self) -> tuple[str, ...]:
+        """The configured hidden paths plus the stderr logs of all agents."""
+        extra = (str(self.config.stderr_dir),) if self.config.stderr_dir is not None else ()
+        return tuple(self.config.hidden_paths) + extra
+
     def launch(self, deadline: float) -> str | None:
         """Start the process. Returns None, or why the agent's program could not be executed.
 
         Raises SandboxError when the sandbox itself could not be set up."""
+        if self._cleaned:
+            raise SandboxError("this sandbox was cleaned up; start a new one")
+        self.exit_code = None
+        self.leftover_pids = ()
         if self.mode == Isolation.NONE:
             return self._launch_plain()
         status_r, status_w = os.pipe()
@@ -632,32 +713,38 @@ class SandboxProcess:
             "mode": self.mode.value,
             "uid": self.uid, "gid": self.gid, "host_uid": os.getuid(), "host_gid": os.getgid(),
             "argv": self.argv, "env": self._env(), "cwd": str(self.home),
-            "rlimits": _rlimits(self.limits, self.mode),
+            "rlimits": _rlimits(self.limits, self._lease is None),
             "mounts": mount_plan(self.mode, self.agent_dir, self.submission_dir, self.home, self.uid,
-                                 self.gid, self.limits, self.config.hidden_paths),
+                                 self.gid, self.limits, self._hidden_paths(), self._outer.parent),
             "status_fd": status_w, "lifeline_fd": life_r,
         }
+        # The config goes through a pipe, not argv: init is PID 1 of the agent's namespace, and
+        # any process can read /proc/1/cmdline.
+        config_r, config_w = os.pipe()
+        data = json.dumps(config).encode()
+        if len(data) >= 65536:  # must fit in the pipe's buffer: nobody reads it before the launch
+            raise SandboxError("sandbox config over 64 KiB: too many hidden_paths or extra_env")
+        os.write(config_w, data)
+        os.close(config_w)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", str(INIT_SCRIPT), json.dumps(config)],
+                [sys.executable, "-I", "-S", "-B", str(INIT_SCRIPT), str(config_r)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(status_w, life_r), start_new_session=True, cwd="/",
+                pass_fds=(status_w, life_r, config_r), start_new_session=True, cwd="/",
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
         finally:
-            os.close(status_w)
-            os.close(life_r)
+            for fd in (status_w, life_r, config_r):
+                os.close(fd)
         status = bytearray()
         try:
-            while time.monotonic() < deadline:
-                ready = select.select([status_r], [], [], max(0.0, deadline - time.monotonic()))[0]
-                if not ready:
+            while True:  # until EOF: execve closed the close-on-exec status pipe, or an error came
+                if not select.select([status_r], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    status[:] = b"Xthe sandbox did not start in time"
                     break
                 chunk = os.read(status_r, 4096)
                 if not chunk:
                     break
                 status += chunk
-            else:
-                status += b"Xthe sandbox did not start in time"
         finally:
             os.close(status_r)
         message = status[1:].decode("utf-8", "replace")
@@ -668,21 +755,23 @@ class SandboxProcess:
         if status:
             self.kill()
             return message
-        self._pid_ns = self._find_namespace()
+        if self.mode == Isolation.USERNS:  # the uid does not tell our processes apart: the namespace does
+            self._pid_ns = self._find_namespace()
         return None
 
     def _launch_plain(self) -> str | None:
-        rlimits = _rlimits(self.limits, self.mode)
+        rlimits = _rlimits(self.limits, self._lease is None)
 
-        def preexec() -> None:
+        def preexec() -> None:  # runs in the child after the uid change: it only lowers limits
             for res, soft, hard in rlimits:
                 resource.setrlimit(res, (soft, hard))
             os.umask(0o077)
 
+        ids = {"user": self.uid, "group": self.gid, "extra_groups": []} if self._lease else {}
         try:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, start_new_session=True, cwd=self.home,
-                                         env=self._env(), preexec_fn=preexec)
+                                         env=self._env(), preexec_fn=preexec, **ids)
         except OSError as exc:
             return f"cannot execute {self.argv[0]}: {exc.strerror}"
         return None
@@ -703,15 +792,19 @@ class SandboxProcess:
     # -- observing
 
     def pids(self) -> list[int]:
-        """Live processes of this sandbox (for memory accounting and the final sweep)."""
-        if self.mode == Isolation.UID:
+        """Live processes of this sandbox (for memory accounting and the final sweep); none
+        once cleaned up (its uid may belong to another sandbox by then)."""
+        if self._cleaned:
+            return []
+        if self._lease is not None:
             return pids_of_uid(self.uid)
         if self.mode == Isolation.USERNS:
             return _pids_in_namespace(self._pid_ns) if self._pid_ns else []
         return _pids_in_group(self.proc.pid) if self.proc else []
 
-    def rss_bytes(self) -> int:
-        return _anon_rss_bytes(self.pids())
+    def memory_bytes(self) -> int:
+        """Anonymous memory of all its processes (see `memory_bytes`), exact near the cap."""
+        return memory_bytes(self.pids(), self.limits.rss_mb * _MIB)
 
     def poll_exit(self, wait_s: float = 0.0) -> int | None:
         """The exit code if the process has exited (waiting up to `wait_s`)."""
@@ -753,9 +846,9 @@ class SandboxProcess:
 
     def _sweep(self) -> None:
         """Fallback that needs no namespace: SIGKILL whatever still runs as ours, until none does."""
-        if self.mode == Isolation.USERNS and self._pid_ns is None:
+        if self._lease is None and self.mode == Isolation.USERNS and self._pid_ns is None:
             return
-        if self.mode == Isolation.NONE and self.proc is None:
+        if self._lease is None and self.mode == Isolation.NONE and self.proc is None:
             return
         deadline = time.monotonic() + 5.0
         while True:
@@ -774,9 +867,14 @@ class SandboxProcess:
             time.sleep(0.01)
 
     def cleanup(self) -> None:
-        """Kill, remove the agent's directory, release the uid."""
+        """Kill, remove the agent's directory, release the uid (once; later calls do nothing).
+
+        Also called from a half-built __init__, hence the getattr defaults."""
+        if getattr(self, "_cleaned", False):
+            return
         if getattr(self, "proc", None) is not None or getattr(self, "_lifeline", None) is not None:
             self.kill()
+        self._cleaned = True
         outer = getattr(self, "_outer", None)
         if outer is not None and outer.exists():
             shutil.rmtree(outer, ignore_errors=True)
@@ -861,6 +959,8 @@ class SandboxedAgent:
                  config: SandboxConfig = SandboxConfig()):
         from games import registry
 
+        if submission.game is not None and submission.game != game_id:
+            raise SandboxError(f"submission {submission.name!r} plays {submission.game!r}, not {game_id!r}")
         self.submission = submission
         self.name = submission.name
         self.game_id = game_id
@@ -950,10 +1050,10 @@ class SandboxedAgent:
             self._match_fault = fault
         return fault
 
-    def _exited_fault(self, when: str) -> AgentFault:
+    def _exited_fault(self, when: str, stream: str = "stdout") -> AgentFault:
         code = self._box.poll_exit(wait_s=0.5)
         if code is None:
-            return self._fault(MatchStatus.ERROR, f"closed its stdout {when}")
+            return self._fault(MatchStatus.ERROR, f"closed its {stream} {when}")
         return self._fault(MatchStatus.ERROR, f"{_describe_exit(code)} {when}", exited=True)
 
     def _stop(self) -> None:
@@ -973,7 +1073,7 @@ class SandboxedAgent:
             except BlockingIOError:
                 pass
             except (BrokenPipeError, ConnectionResetError):
-                return self._exited_fault(when)
+                return self._exited_fault(when, stream="stdin")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return self._fault(MatchStatus.TIMEOUT, f"did not read its input {when}")
@@ -1017,7 +1117,7 @@ class SandboxedAgent:
 
     def _check_memory(self) -> AgentFault | None:
         self._next_rss_check = time.monotonic() + self.limits.rss_poll_interval_s
-        used = self._box.rss_bytes()
+        used = self._box.memory_bytes()
         if used > self.limits.rss_mb * _MIB:
             return self._fault(MatchStatus.ERROR, f"used {used // _MIB} MiB of memory, over its "
                                                   f"{self.limits.rss_mb} MiB limit")
@@ -1131,15 +1231,19 @@ class SandboxedAgent:
             return MoveOutcome(None, think, result)
         return MoveOutcome(result, think, None)
 
+    def check_quiet(self) -> AgentFault | None:
+        """At the end of a match: a fault if the agent sent anything nobody asked for."""
+        return self._check_quiet("at the end of the match") if self._running else None
+
     def end_match(self, match_id: str, returns: Sequence[float], seat: int,
-                  stderr_path: Path | None = None) -> tuple[str, AgentFault | None]:
-        """Send ``end``; returns this match's stderr tail and a fault detected at the end (if any)."""
-        fault = None
-        if self._running:
-            fault = self._check_quiet("at the end of the match")
+                  stderr_path: Path | None = None) -> str:
+        """Send ``end`` and close the match's books; returns its stderr tail.
+
+        An agent that cannot take ``end`` is not faulted for it (the match is decided); it is
+        restarted before its next match."""
         if self._running:
             end = protocol.End(match_id, tuple(float(r) for r in returns), seat)
-            fault = self._write(protocol.encode_end(end), time.monotonic() + 1.0, "at the end of the match")
+            self._write(protocol.encode_end(end), time.monotonic() + 1.0, "at the end of the match")
         if self._running and self._err_fd >= 0:
             self._drain_stderr()
         tail = self._stderr_text()
@@ -1151,7 +1255,7 @@ class SandboxedAgent:
             self.total_faults += 1
         else:
             self.consecutive_faults = 0
-        return tail, fault
+        return tail
 
     def close(self) -> None:
         """Send ``shutdown``, give the agent a moment to exit, kill what remains, remove its files."""
@@ -1222,6 +1326,7 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
         masks = {seat: game.legal_mask(seat) for seat in movers}
         actions: dict[int, int] = {}
         asked: dict[int, float] = {}
+        move_think: dict[int, float] = {}
         for seat in movers:  # ask every sandboxed mover first, so they think in parallel
             agent = sandboxed[seat]
             if agent is not None:
@@ -1237,6 +1342,7 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
                     result = agent.receive_action(asked[seat] + budget, masks[seat])
                     elapsed = time.monotonic() - asked[seat]
                     think[seat] += elapsed
+                    move_think[seat] = elapsed
                     banks[seat] -= max(0.0, elapsed - limits.time_per_move_s)
                     if isinstance(result, AgentFault):
                         faults[seat] = result
@@ -1247,7 +1353,8 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
                 batch = ActBatch(game.observation(seat)[None], masks[seat][None], np.array([seat]),
                                  [game.history()] if agent.needs_history else None)
                 action = int(agent.act(batch, rngs[seat], greedy=greedy).actions[0])
-                think[seat] += time.monotonic() - t0
+                move_think[seat] = time.monotonic() - t0
+                think[seat] += move_think[seat]
                 if not masks[seat][action]:
                     raise SandboxError(f"in-process policy {type(agent).__name__} chose illegal action {action}")
                 actions[seat] = action
@@ -1255,23 +1362,22 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
             break
         game.step(actions)
         for seat in movers:
-            moves.append(MoveRecord(seat, actions[seat], 0.0 if seat not in asked else think[seat]))
+            moves.append(MoveRecord(seat, actions[seat], move_think[seat]))
 
-    tails = [""] * spec.num_players
+    if not any(faults):
+        # output nobody asked for (a second answer to the last move) forfeits the match too
+        for seat, agent in enumerate(sandboxed):
+            if agent is not None:
+                faults[seat] = agent.check_quiet()
     returns = forfeit_returns(spec, [f is not None for f in faults]) if any(faults) \
         else tuple(float(r) for r in game.returns())
+    tails = [""] * spec.num_players
     for seat, agent in enumerate(sandboxed):
-        if agent is None:
-            continue
-        path = None
-        if agent.config.stderr_dir is not None:
-            path = Path(agent.config.stderr_dir) / f"{_safe_name(match_id)}.seat{seat}.stderr"
-        tails[seat], late = agent.end_match(match_id, returns, seat, path)
-        if late is not None and faults[seat] is None and not any(faults):
-            # output nobody asked for, caught as the match ended: the match is forfeited
-            faults[seat] = late
-    if any(faults):
-        returns = forfeit_returns(spec, [f is not None for f in faults])
+        if agent is not None:
+            path = None
+            if agent.config.stderr_dir is not None:
+                path = Path(agent.config.stderr_dir) / f"{_safe_name(match_id)}.seat{seat}.stderr"
+            tails[seat] = agent.end_match(match_id, returns, seat, path)
     statuses = tuple(MatchStatus.OK if f is None else f.status for f in faults)
     names = tuple(a.name if isinstance(a, SandboxedAgent) else type(a).__name__ for a in agents)
     return MatchRecord(match_id, game_id, seed, names, returns, statuses, tuple(faults), tuple(moves),

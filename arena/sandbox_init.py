@@ -1,7 +1,9 @@
 """The launcher that puts one agent into its namespaces (run by arena/sandbox.py, never imported).
 
-Run as ``python -I -S sandbox_init.py CONFIG_JSON``; standard library only, so it starts in a few
-milliseconds and does not depend on the project being importable. Three processes result:
+Run as ``python -I -S sandbox_init.py CONFIG_FD``: the JSON config waits in that pipe, not in argv,
+which every process of the namespace could read from /proc/1/cmdline. Standard library only, so it
+starts in a few milliseconds and does not depend on the project being importable. Three processes
+result:
 
     warden (host PID namespace; root, or the user in user-namespace mode)
       unshare(2): new mount + network + PID namespaces (+ a user namespace when not root)
@@ -65,9 +67,12 @@ def _check(rc, what):
         raise SetupError(f"{what}: {os.strerror(errno)}")
 
 
+def _encode(text):
+    return None if text is None else os.fsencode(text)
+
+
 def _mount(source, target, fstype, flags, data, what):
-    enc = (lambda s: None if s is None else os.fsencode(s))
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), what)
+    _check(_libc.mount(_encode(source), _encode(target), _encode(fstype), flags, _encode(data)), what)
 
 
 def _report(status_fd, tag, message):
@@ -104,8 +109,20 @@ def _lay_out_filesystem(mounts):
         if op["op"] == "remount_ro":
             _remount_readonly(target)
             continue
-        if op["op"] == "devnull":
-            _mount("/dev/null", target, None, MS_BIND, None, f"hide {target}")
+        if op["op"] == "sysfs":  # a fresh sysfs shows this network namespace's devices only
+            if _libc.mount(b"sysfs", os.fsencode(target), b"sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                           None) != 0 and not op["optional"]:
+                _check(-1, "mount /sys")
+            continue
+        if op["op"] in ("hide_file", "hide_dir"):
+            if not os.path.lexists(target):  # already out of sight (under a tmpfs laid above)
+                continue
+            if op["op"] == "hide_file":
+                _mount("/dev/null", target, None, MS_BIND, None, f"hide {target}")
+                _remount_readonly(target)
+            else:
+                _mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=000",
+                       f"hide {target}")
             continue
         try:
             os.makedirs(target, mode=0o755, exist_ok=True)
@@ -192,7 +209,9 @@ def _write_id_map(path, inner, outer):
 
 
 def main():
-    config = json.loads(sys.argv[1])
+    config_fd = int(sys.argv[1])
+    with os.fdopen(config_fd, "rb") as f:
+        config = json.loads(f.read())
     status_fd, lifeline_fd = config["status_fd"], config["lifeline_fd"]
     try:
         flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from arena.sandbox import SandboxConfig, SandboxedAgent, SandboxLimits
 
 MANIFEST_NAME = "agent.toml"
+SNAPSHOT_MANIFEST = "manifest.json"
+"""agents.snapshot.MANIFEST_NAME, not imported from there: that module loads torch."""
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_FILES = 10_000
 ANY_GAME = "*"
@@ -227,8 +229,6 @@ def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
         _fail(f"{root} is neither a folder nor a regular file")
     if (root / MANIFEST_NAME).exists():
         return _folder(root, game_id, config, limits, check_timeout_s, max_bytes)
-    from agents.snapshot import MANIFEST_NAME as SNAPSHOT_MANIFEST
-
     if (root / SNAPSHOT_MANIFEST).exists():
         return _snapshot(root, game_id, config, limits, check_timeout_s, max_bytes)
     _fail(f"{root} has no {MANIFEST_NAME} (a Python or executable agent) and no {SNAPSHOT_MANIFEST} "

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agents.nets import ActorCritic, NetConfig
 from agents.policy import Policy
 from games.core import GameSpec
+from league.learners import PolicyArchitecture, build_policy
 from league.population import Member, PolicyCache, load_member_policy
 from league.runner import PlayResult, PlayTask, Runner
 from ludus.errors import UserError
@@ -43,9 +43,9 @@ class RunnerCrashLoop(UserError):
 class PolicyProvider:
     """player_id -> Policy for a runner: live learners from shipped weights, frozen members via an LRU cache."""
 
-    def __init__(self, spec: GameSpec, net_config: NetConfig, cache_size: int):
+    def __init__(self, spec: GameSpec, architecture: PolicyArchitecture, cache_size: int):
         self.spec = spec
-        self.net_config = net_config
+        self.architecture = architecture
         self.members: dict[str, Member] = {}
         self.cache = PolicyCache(lambda pid: load_member_policy(self.members[pid], spec), cache_size)
         self.learners: dict[str, tuple[int, Policy]] = {}
@@ -56,19 +56,17 @@ class PolicyProvider:
     def set_learner(self, weights: LearnerWeights) -> None:
         import torch
 
-        from agents.torch_policy import TorchPolicy
-
         current = self.learners.get(weights.player_id)
         if current is not None and current[0] == weights.version:
             return
-        net = current[1].net if current is not None else ActorCritic(self.spec, self.net_config)
-        net.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.arrays.items()})
-        net.eval()
-        self.learners[weights.player_id] = (weights.version, TorchPolicy(net))
+        module, policy = current[1] if current is not None else build_policy(self.spec, self.architecture)
+        module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.arrays.items()})
+        module.eval()
+        self.learners[weights.player_id] = (weights.version, (module, policy))
 
     def policy_of(self, player_id: str) -> Policy:
         if player_id in self.learners:
-            return self.learners[player_id][1]
+            return self.learners[player_id][1][1]
         if player_id not in self.members:
             raise KeyError(f"player {player_id!r} is neither a learner nor in the population")
         return self.cache.get(player_id)
@@ -109,9 +107,9 @@ def _play_with_one_thread(runner: Runner, task: PlayTask, provider: PolicyProvid
 class SerialBackend:
     """Runs tasks in this process, one after another, at submit time."""
 
-    def __init__(self, game_id: str, spec: GameSpec, net_config: NetConfig, num_envs: int, cache_size: int,
-                 seed: int = 0):
-        self.provider = PolicyProvider(spec, net_config, cache_size)
+    def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
+                 cache_size: int, seed: int = 0):
+        self.provider = PolicyProvider(spec, architecture, cache_size)
         self.runner = make_runner(game_id, num_envs, seed)
         self.restarts = 0
 
@@ -134,8 +132,8 @@ class SerialBackend:
 # Worker processes
 
 
-def _worker_main(conn, game_id: str, spec_json: dict, net_json: dict, num_envs: int, cache_size: int,
-                 seed: int, log_path: str | None) -> None:
+def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchitecture, num_envs: int,
+                 cache_size: int, seed: int, log_path: str | None) -> None:
     """A runner process: receives population/weights/tasks, sends PlayResults or a traceback."""
     import torch
 
@@ -144,7 +142,7 @@ def _worker_main(conn, game_id: str, spec_json: dict, net_json: dict, num_envs: 
         log = open(log_path, "a", buffering=1)
         os.dup2(log.fileno(), 2)
     spec = GameSpec.from_json(spec_json)
-    provider = PolicyProvider(spec, NetConfig.from_json(net_json), cache_size)
+    provider = PolicyProvider(spec, architecture, cache_size)
     runner = make_runner(game_id, num_envs, seed)
     while True:
         try:
@@ -174,9 +172,10 @@ class ProcessBackend:
     last traceback.
     """
 
-    def __init__(self, game_id: str, spec: GameSpec, net_config: NetConfig, num_envs: int, cache_size: int,
-                 num_workers: int, seed: int = 0, log_dir: str | None = None, max_restarts: int = 5):
-        self.args = (game_id, spec.to_json(), net_config.to_json(), num_envs, cache_size, seed)
+    def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
+                 cache_size: int, num_workers: int, seed: int = 0, log_dir: str | None = None,
+                 max_restarts: int = 5):
+        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed)
         self.num_workers = num_workers
         self.log_dir = log_dir
         self.max_restarts = max_restarts

@@ -65,6 +65,27 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class LearnerBackendConfig:
+    """How the learner's optimizer step runs."""
+
+    backend: Literal["torch", "deepspeed"] = "torch"
+    """'torch' (plain Adam) or 'deepspeed' (DeepSpeed engine; ZeRO, bf16, optimizer offload)."""
+    zero_stage: int = 0
+    """DeepSpeed ZeRO stage 0-3."""
+    bf16: bool = False
+    """Train in bfloat16 (DeepSpeed); fp16 is refused on CPU."""
+    offload_optimizer: bool = False
+    """Keep the optimizer state on the CPU (ZeRO-Offload; stage >= 1)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.zero_stage <= 3:
+            raise ConfigError(f"config key 'learner_backend.zero_stage' must be 0-3, got {self.zero_stage}")
+        if self.backend == "torch" and (self.zero_stage or self.bf16 or self.offload_optimizer):
+            raise ConfigError("config keys learner_backend.zero_stage/bf16/offload_optimizer need "
+                              "learner_backend.backend=deepspeed")
+
+
+@dataclass(frozen=True)
 class LeagueConfig:
     """Everything `ludus train` needs. Keys are documented by the string under each field."""
 
@@ -109,6 +130,10 @@ class LeagueConfig:
     """Frozen snapshots kept loaded (LRU); the rest stay on disk."""
     max_opponents_per_iteration: int = 32
     """Distinct opponents a learner may face per iteration (bounds inference batches)."""
+    learner: Literal["ppo", "token_ppo"] = "ppo"
+    """Learning algorithm: 'ppo' (actor-critic nets) or 'token_ppo' (language-model policies)."""
+    learner_backend: LearnerBackendConfig = field(default_factory=LearnerBackendConfig)
+    """Optimizer backend of the learners."""
     net: NetConfig = field(default_factory=NetConfig)
     """Actor-critic architecture of the learners."""
     ppo: PPOConfig = field(default_factory=PPOConfig)

@@ -636,6 +636,15 @@ class Store:
             yield from _matches_from_rows(rows)
             start = stop
 
+    def get_match(self, match_id: int) -> MatchResult | None:
+        """One match by id, or None when it is not in the ledger."""
+        rows = self._connection().execute(
+            f"SELECT {_MATCH_COLUMNS}, {_SEAT_COLUMNS} FROM matches AS m "
+            f"JOIN seat_results AS s ON s.match_id = m.match_id WHERE m.match_id = ? ORDER BY s.seat",
+            (int(match_id),)).fetchall()
+        found = list(_matches_from_rows(rows))
+        return found[0].result if found else None
+
     def count_matches(self, kinds: Sequence[str] | None = None, player_id: str | None = None) -> int:
         """Number of matches, optionally only some kinds or one player's."""
         where, args = self._filters(kinds, player_id)

@@ -31,22 +31,20 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import torch
 
-from agents.nets import ActorCritic
-from agents.ppo import PPOLearner, PPOStats
 from agents.rollout import RolloutBatch
-from agents.snapshot import Lineage, save_snapshot, verify_snapshot
+from agents.snapshot import Lineage, verify_snapshot
 from games.core import GameSpec
 from games.registry import spec as game_spec
 from league.backends import Backend, LearnerWeights, ProcessBackend, SerialBackend
 from league.config import LeagueConfig, RoleConfig, config_from_dict, config_to_dict
-from league.ledger import (MatchResult, PlayerRecord, SeatResult, Store, StoreError, atomic_write_bytes,
+from league.learners import LeagueLearner, make_learner, module_weights
+from league.ledger import (MatchResult, PlayerRecord, SeatResult, Store, atomic_write_bytes,
                            atomic_write_json, outcomes_from_returns)
 from league.matchmaking import MatchmakingMix, sample_opponents, schedule_rating_matches
 from league.payoff import PayoffTable
 from league.population import Member, Population
-from league.ratings import RatingTable, TrueSkillParams, ensure_params, rate_and_record, rebuild_ratings
+from league.ratings import RatingTable, TrueSkillParams, ensure_params, rate_and_record
 from league.runner import MatchAssignment, PlayedMatch, PlayResult, PlayTask
 from league.stats import wilson_interval
 from ludus.errors import UserError
@@ -77,7 +75,7 @@ class Learner:
     """A live learner: one role's net, PPO state and bookkeeping (mutable, manager-internal)."""
 
     role: RoleConfig
-    ppo: PPOLearner
+    impl: LeagueLearner
     steps: int = 0
     """Env steps (own decisions) trained on."""
     steps_at_snapshot: int = 0
@@ -96,11 +94,10 @@ class Learner:
 
     @property
     def version(self) -> int:
-        return self.ppo.updates
+        return self.impl.updates
 
     def weights(self) -> LearnerWeights:
-        arrays = {k: v.detach().cpu().numpy().copy() for k, v in self.ppo.net.state_dict().items()}
-        return LearnerWeights(self.player_id, self.version, arrays)
+        return LearnerWeights(self.player_id, self.version, module_weights(self.impl.module))
 
 
 @dataclass(frozen=True)
@@ -118,7 +115,7 @@ class IterationSummary:
     policy_lag: float
     dropped_transitions: int
     snapshots: tuple[str, ...]
-    losses: dict[str, PPOStats]
+    losses: dict[str, dict[str, float]]
     main_rating: tuple[float, float] | None
 
 
@@ -213,9 +210,7 @@ class League:
         for source in config.seed_population:
             self._seed_from(source)
         for index, role in enumerate(config.roles):
-            torch.manual_seed(stream_seed(config.seed, 3, index))
-            net = ActorCritic(self.spec, config.net)
-            learner = Learner(role, PPOLearner(net, config.ppo, seed=stream_seed(config.seed, 4, index)))
+            learner = Learner(role, self._make_learner_impl(index))
             self.learners[role.name] = learner
             self._add_member(Member(role.name, "learner", role.name))
             # The initial weights: the first frozen member of the role, and what league
@@ -267,9 +262,8 @@ class League:
         player_id = f"{learner.player_id}@{index}"
         directory = self.run_dir / "snapshots" / player_id
         parent_id = (self.population[learner.last_snapshot].snapshot_id if learner.last_snapshot else None)
-        ref = save_snapshot(learner.ppo.net, self.spec, self.config.net, directory,
-                            Lineage(parent=parent_id, role=learner.role.name, steps=learner.steps,
-                                    created_by="ludus train"))
+        ref = learner.impl.freeze(directory, Lineage(parent=parent_id, role=learner.role.name, steps=learner.steps,
+                                                     created_by="ludus train"))
         self._add_member(Member(player_id, "snapshot", learner.role.name,
                                 snapshot_path=str(directory.relative_to(self.run_dir)),
                                 snapshot_id=ref.snapshot_id, parent=learner.last_snapshot,
@@ -395,7 +389,11 @@ class League:
             # After a crash mid-iteration the replayed iteration re-creates matches already in the
             # ledger (same ids, same seeds, same play): they are not appended twice.
             new = [r for r in batch if r.match_id > already]
-            self._check_replayed([r for r in batch if r.match_id <= already])
+            replayed = [r for r in batch if r.match_id <= already]
+            self._check_replayed(replayed)
+            for r in replayed:
+                if r.kind == "rating":
+                    self.ratings.update(r)
             if new:
                 rate_and_record(self.store, self.ratings, new, kinds=("rating",))
             games = []
@@ -438,8 +436,8 @@ class League:
 
     # ----------------------------------------------------------------------------- learning
 
-    def _learn(self, results: list[PlayResult]) -> tuple[dict[str, PPOStats], float, int]:
-        stats: dict[str, PPOStats] = {}
+    def _learn(self, results: list[PlayResult]) -> tuple[dict[str, dict[str, float]], float, int]:
+        stats: dict[str, dict[str, float]] = {}
         lags, dropped_total = [], 0
         for player_id, learner in self.learners.items():
             batches = [r.rollouts[player_id] for r in results if player_id in r.rollouts]
@@ -455,10 +453,7 @@ class League:
                 dropped_total += dropped
             if len(batch) == 0:
                 continue
-            if self.config.ppo.anneal_lr:
-                frac = 1.0 - self.iteration / self.config.iterations
-                learner.ppo.set_learning_rate(frac * self.config.ppo.learning_rate)
-            stats[player_id] = learner.ppo.update(batch)
+            stats[player_id] = learner.impl.update(batch, progress=self.iteration / self.config.iterations)
             learner.steps += len(batch)
             lags.append(float(lag[keep].mean()))
         return stats, float(np.mean(lags)) if lags else 0.0, dropped_total
@@ -480,38 +475,39 @@ class League:
 
     def _reset(self, learner: Learner) -> None:
         """Reset a learner to its initial weights with a fresh optimizer (AlphaStar's exploiter reset)."""
-        from agents.snapshot import load_snapshot
-
-        initial = self.run_dir / "snapshots" / f"{learner.player_id}@0"
-        net = load_snapshot(initial, expect_game=self.spec.id).net
-        fresh = ActorCritic(self.spec, self.config.net)
-        fresh.load_state_dict(net.state_dict())
-        updates = learner.ppo.updates
         index = list(self.learners).index(learner.player_id)
-        learner.ppo = PPOLearner(fresh, self.config.ppo,
-                                 seed=stream_seed(self.config.seed, 4, index, learner.resets + 1))
-        learner.ppo.updates = updates  # versions keep increasing: runners key weights by version
+        learner.impl.reset_to(self.run_dir / "snapshots" / f"{learner.player_id}@0",
+                              seed=stream_seed(self.config.seed, 4, index, learner.resets + 1))
         learner.resets += 1
         log.info("reset learner %s to its initial weights (reset %d)", learner.player_id, learner.resets)
+
+    def _make_learner_impl(self, index: int) -> LeagueLearner:
+        return make_learner(self.spec, self.config, index, seed=stream_seed(self.config.seed, 4, index),
+                            init_seed=stream_seed(self.config.seed, 3, index))
 
     # ----------------------------------------------------------------------------- the loop
 
     def _make_backend(self) -> Backend:
         config = self.config
         if config.backend == "serial":
-            backend: Backend = SerialBackend(config.game, self.spec, config.net, config.num_envs,
+            backend: Backend = SerialBackend(config.game, self.spec, self._architecture(), config.num_envs,
                                              config.policy_cache_size, seed=config.seed)
         elif config.backend == "process":
-            backend = ProcessBackend(config.game, self.spec, config.net, config.num_envs, config.policy_cache_size,
+            backend = ProcessBackend(config.game, self.spec, self._architecture(), config.num_envs,
+                                     config.policy_cache_size,
                                      num_workers=config.num_runners, seed=config.seed,
                                      log_dir=str(self.run_dir / "logs"))
         else:
             from league.ray_backend import RayBackend
 
-            backend = RayBackend(config.game, self.spec, config.net, config.num_envs, config.policy_cache_size,
+            backend = RayBackend(config.game, self.spec, self._architecture(), config.num_envs,
+                                 config.policy_cache_size,
                                  num_workers=config.num_runners, seed=config.seed, address=config.ray_address)
         backend.set_population(self._members_for_runners())
         return backend
+
+    def _architecture(self):
+        return next(iter(self.learners.values())).impl.architecture
 
     def _weights(self) -> list[LearnerWeights]:
         return [learner.weights() for learner in self.learners.values()]
@@ -609,8 +605,8 @@ class League:
             "league/queue_depth": float(self.config.pipeline_depth),
         }
         for pid, st in s.losses.items():
-            for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
-                metrics[f"losses/{pid}/{key}"] = float(getattr(st, key))
+            for key, value in st.items():
+                metrics[f"losses/{pid}/{key}"] = value
         for pid, r in self.ratings.as_dict().items():
             metrics[f"league/rating/{pid}"] = r.mu
         if s.main_rating:
@@ -647,7 +643,7 @@ class League:
         learners = {}
         for pid, learner in self.learners.items():
             atomic_write_bytes(tmp / f"learner-{pid}.safetensors", safetensors_bytes(
-                {k: v.contiguous() for k, v in learner.ppo.state_dict().items()}))
+                {k: v.contiguous() for k, v in learner.impl.state_dict().items()}))
             learners[pid] = {"steps": learner.steps, "steps_at_snapshot": learner.steps_at_snapshot,
                              "snapshots": learner.snapshots, "resets": learner.resets,
                              "last_snapshot": learner.last_snapshot, "window": [
@@ -691,16 +687,15 @@ class League:
         self.rng = _rng_from_json(state["rng"])
         self.population = Population.from_json(state["population"])
         self.payoff = PayoffTable.from_json(state["payoff"])
-        # Ratings: replay the ledger. It may hold matches of the interrupted iteration beyond the
-        # checkpoint; those are re-played identically and not appended again (see _record).
-        self.ratings = rebuild_ratings(self.store, self.params)
+        # Ratings as of the checkpoint. The ledger may hold matches of the interrupted iteration
+        # beyond it; those are re-played identically, re-rated in order, not appended again (_record).
+        self.ratings = RatingTable.from_json(state["ratings"])
         for index, role in enumerate(self.config.roles):
-            net = ActorCritic(self.spec, self.config.net)
-            ppo = PPOLearner(net, self.config.ppo, seed=stream_seed(self.config.seed, 4, index))
+            impl = self._make_learner_impl(index)
             blob = (directory / f"learner-{role.name}.safetensors").read_bytes()
-            ppo.load_state_dict(safetensors_load(blob))
+            impl.load_state_dict(safetensors_load(blob))
             info = state["learners"][role.name]
-            learner = Learner(role, ppo, steps=info["steps"], steps_at_snapshot=info["steps_at_snapshot"],
+            learner = Learner(role, impl, steps=info["steps"], steps_at_snapshot=info["steps_at_snapshot"],
                               snapshots=info["snapshots"], resets=info["resets"], last_snapshot=info["last_snapshot"],
                               dropped_stale=info["dropped_stale"])
             learner.window_wins, learner.window_draws, learner.window_games = info["window"]

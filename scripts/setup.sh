@@ -12,6 +12,8 @@ PY=${PYTHON:-python3}
     numpy==2.4.6 wandb==0.31.0 deepspeed==0.19.8 ray==2.60.0 transformers==5.23.0 mpe2==1.1.1 \
     safetensors pyyaml tensorboard onnx onnxscript pytest pytest-timeout \
     -e ".[all]"
+# pyenv puts console scripts behind shims that exist only after a rehash.
+if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
 if [[ "${1:-}" == "--test" ]] && ! command -v chromium >/dev/null 2>&1; then
     if [[ $(id -u) -eq 0 ]]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null

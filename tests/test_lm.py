@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -27,6 +28,16 @@ from agents.policy import ActBatch, Policy
 VOCAB = 40
 PAD = 0
 STOP = 7
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """These models are tiny: per-call overhead dominates and a second intra-op thread only spins
+    (badly so when other tests load the 2 cores). Restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 SMALL = TinyLMConfig(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4)
 
 
@@ -147,7 +158,11 @@ def test_masked_sampling_never_emits_an_illegal_token(model):
         obs[i, :n] = rng.integers(1, VOCAB, size=n)
     mask = rng.random((500, VOCAB)) < 0.1
     mask[np.arange(500), rng.integers(0, VOCAB, 500)] = True
-    out = policy.act(ActBatch(obs, mask, np.zeros(500, np.int64)), rng)
+    mask.setflags(write=False)  # games hand out read-only cached masks
+    obs.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. torch's warning about non-writable arrays
+        out = policy.act(ActBatch(obs, mask, np.zeros(500, np.int64)), rng)
     assert mask[np.arange(500), out.actions].all()
     assert (out.log_probs <= 0).all() and np.isfinite(out.log_probs).all()
 
@@ -229,5 +244,11 @@ def test_load_local_hf_model_offline_with_tokenizer(model, tmp_path):
     # Without tokenizer files there is no tokenizer (not an invented empty one).
     model.lm.save_pretrained(tmp_path / "bare")
     assert load_hf_causal_lm(tmp_path / "bare").tokenizer is None
+    # A pickled pytorch_model.bin is refused, not loaded.
+    (tmp_path / "pickled").mkdir()
+    model.lm.config.save_pretrained(tmp_path / "pickled")
+    torch.save(model.lm.state_dict(), tmp_path / "pickled" / "pytorch_model.bin")
+    with pytest.raises(LMError, match="safetensors"):
+        load_hf_causal_lm(tmp_path / "pickled")
     with pytest.raises(LMError, match="no model directory"):
         load_hf_causal_lm(tmp_path / "missing")

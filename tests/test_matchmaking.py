@@ -21,7 +21,7 @@ from league.matchmaking import (
     snapshot_due,
 )
 from league.payoff import PayoffTable, pair_results, rebuild_payoff
-from league.ratings import Rating, RatingTable, TrueSkillParams
+from league.ratings import RatingTable, TrueSkillParams
 from league.stats import wilson_interval, wilson_intervals
 
 

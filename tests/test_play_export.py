@@ -126,17 +126,13 @@ def test_export_round_trip(tmp_path, snapshot, fmt, capsys):
         want_logits, want_value = net(torch.from_numpy(obs), torch.from_numpy(mask))
     np.testing.assert_allclose(logits, want_logits.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(value, want_value.numpy(), rtol=1e-5, atol=1e-5)
+    if fmt == "onnx":
+        import onnx
 
-
-def test_onnx_model_passes_the_checker(tmp_path, snapshot):
-    import onnx
-
-    report = export_net(load_snapshot(snapshot).net, "onnx", tmp_path / "m.onnx")
-    model = onnx.load(str(report.path))
-    onnx.checker.check_model(model, full_check=True)
-    assert [i.name for i in model.graph.input] == ["obs", "mask"]
-    assert [o.name for o in model.graph.output] == ["logits", "value"]
-    assert report.max_abs_diff_logits < 1e-4 and report.max_abs_diff_value < 1e-4
+        model = onnx.load(str(out))
+        onnx.checker.check_model(model, full_check=True)
+        assert [i.name for i in model.graph.input] == ["obs", "mask"]
+        assert [o.name for o in model.graph.output] == ["logits", "value"]
 
 
 def test_export_refusals(tmp_path, snapshot, capsys):

@@ -283,24 +283,25 @@ def test_builder_never_mixes_slots_or_seats_on_a_real_game():
     rng = np.random.default_rng(0)
     ts = games.reset(games.seed_source(3))
     final_sums = np.zeros((3, 2))
+    seen: dict[tuple[int, int], list[np.ndarray]] = {(b, p): [] for b in range(3) for p in range(2)}
     for step in range(60):
         actions = np.zeros((3, 2), np.int64)
         for b, p in zip(*np.nonzero(ts.acting)):
             actions[b, p] = rng.choice(np.flatnonzero(ts.mask[b, p]))
+            seen[b, p].append(ts.obs[b, p].copy())
         values = rng.random((3, 2)).astype(np.float32)
         builder.record_actions(ts, actions, np.zeros((3, 2), np.float32), values, np.ones((3, 2), bool), step)
-        # Remember which (slot, seat) saw what: each row's observation must come back under it.
-        ts_before = ts
         ts = games.step(actions)
         builder.record_outcome(ts)
         final_sums += np.where(ts.done[:, None], ts.final_returns, 0.0)
-        assert ts_before.acting.sum() == 3  # turn-based: one seat per slot
     batch = builder.build(ts, None, gamma=0.99, gae_lambda=0.95)
     assert batch.dones.sum() > 0
     for b in range(3):
         for p in range(2):
             rows = rows_of(batch, b, p)
             assert np.all(np.diff(batch.policy_version[rows]) > 0)  # time order, one row per own turn
+            # Each (slot, seat) gets back exactly what it saw, in order (open transitions excepted).
+            np.testing.assert_array_equal(batch.obs[rows], np.array(seen[b, p][:len(rows)]))
             # Rewards of finished games only (rows up to the last done of this sequence).
             finished = rows[: np.flatnonzero(batch.dones[rows])[-1] + 1] if batch.dones[rows].any() else []
             assert batch.rewards[finished].sum() == pytest.approx(final_sums[b, p])

@@ -21,6 +21,16 @@ from agents.token_ppo import (
     token_ppo_loss,
 )
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """These models are tiny: per-call overhead dominates and a second intra-op thread only spins
+    (badly so when other tests load the 2 cores). Restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # Row 0: context, own, partner, own, partner, own.  Row 1: context, partner, own, padding...
 OWN = np.array([[0, 1, 0, 1, 0, 1],
                 [0, 0, 1, 0, 0, 0]], dtype=bool)
@@ -197,3 +207,35 @@ def test_token_batch_rejects_own_first_token_and_bad_shapes():
         TokenBatch(np.zeros((1, 3), np.int64), np.array([[True, False, False]]), z, z, z, np.zeros(1))
     with pytest.raises(ValueError, match="scores"):
         TokenBatch(np.zeros((1, 3), np.int64), np.zeros((1, 3), bool), z, z, z, np.zeros(2))
+
+
+def test_negotiation_game_sequences_reproduce_behaviour_log_probs():
+    """The contract with the dialogue game: a seat's final observation is the causal prefix of all
+    its decisions, so one forward pass over it gives back the log-probs and values that `act`
+    produced token by token (ratio 1 at PPO's first epoch)."""
+    from agents.policy import ActBatch
+    from games.negotiation import VOCAB as WORDS
+    from games.negotiation import Negotiation, own_token_mask
+
+    game = Negotiation()
+    model = build_tiny_lm(TinyLMConfig(vocab_size=len(WORDS), n_positions=game.spec.observation_shape[0]), seed=0)
+    policy = LMPolicy(model, pad_id=0)
+    rng = np.random.default_rng(0)
+    game.reset(5)
+    decisions: dict[int, list] = {0: [], 1: []}
+    while game.to_move():
+        (seat,) = game.to_move()
+        mask = game.legal_mask(seat)
+        out = policy.act(ActBatch(game.observation(seat)[None], mask[None], np.array([seat])), rng)
+        decisions[seat].append((out.log_probs[0], out.values[0], mask))
+        game.step({seat: int(out.actions[0])})
+    for seat in (0, 1):
+        final = game.observation(seat)
+        own = own_token_mask(final)
+        positions = np.flatnonzero(own)
+        assert len(positions) == len(decisions[seat])
+        legal = np.ones((1, len(final), len(WORDS)), bool)
+        legal[0, positions] = [d[2] for d in decisions[seat]]
+        log_probs, values = token_log_probs(model, final[None], legal)
+        np.testing.assert_allclose(log_probs[0, positions], [d[0] for d in decisions[seat]], atol=1e-5)
+        np.testing.assert_allclose(values[0, positions], [d[1] for d in decisions[seat]], atol=1e-5)

@@ -26,10 +26,13 @@ def udp(port):
         s.sendto(b"hostile", ("127.0.0.1", port))
 
 
-def listen():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
+def own_loopback():
+    """Even its own listener on 127.0.0.1 is unreachable: loopback is down in its namespace."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with socket.create_connection(server.getsockname(), timeout=0.2):
+            pass
 
 
 class Agent:
@@ -37,7 +40,7 @@ class Agent:
         port = int(os.environ.get("LUDUS_PROBE_PORT", "9"))
         report(f"tcp 127.0.0.1:{port}", lambda: tcp(port))
         report(f"udp 127.0.0.1:{port}", lambda: udp(port))
-        report("listen 127.0.0.1", listen)
+        report("tcp to its own listener on 127.0.0.1", own_loopback)
         print(f"INTERFACES {sorted(os.listdir('/sys/class/net'))}", file=sys.stderr, flush=True)
 
     def act(self, observation, legal_actions):

@@ -1,0 +1,160 @@
+"""Which sandbox features work on this machine (for `ludus arena doctor`).
+
+Besides reading sysctls and rlimits, `doctor` launches a probe agent through the real sandbox
+(`arena.sandbox.run_once`) and checks from the inside what it can do: its uid, its PID (2 in a
+fresh PID namespace: init is 1), whether 127.0.0.1 is reachable, whether the root filesystem is
+read-only, whether numpy imports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ludus.errors import UserError
+
+_PROBE = """
+import json, os, socket
+report = {"uid": os.getuid(), "pid": os.getpid(),
+          "root_readonly": bool(os.statvfs("/").f_flag & os.ST_RDONLY),
+          "interfaces": sorted(os.listdir("/sys/class/net"))}
+try:
+    socket.create_connection(("127.0.0.1", 9), timeout=0.2).close()
+    report["loopback"] = "reachable"
+except OSError as exc:
+    report["loopback"] = exc.strerror or type(exc).__name__
+try:
+    import numpy
+    report["numpy"] = True
+except ImportError:
+    report["numpy"] = False
+print(json.dumps(report))
+"""
+
+
+@dataclass(frozen=True)
+class DoctorCheck:
+    """One feature and whether it works."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """What the sandbox can use here; `isolation` is what ``Isolation.AUTO`` resolves to."""
+
+    is_root: bool
+    kernel: str
+    isolation: str
+    checks: tuple[DoctorCheck, ...]
+
+    @property
+    def problems(self) -> tuple[DoctorCheck, ...]:
+        return tuple(c for c in self.checks if not c.ok)
+
+    @property
+    def isolated(self) -> bool:
+        """Agents run in namespaces and the probe confirmed it."""
+        return self.isolation != "none" and not self.problems
+
+
+def _rlimit_check() -> DoctorCheck:
+    from arena.sandbox import SandboxLimits
+
+    limits = SandboxLimits()
+    wanted = {"RLIMIT_CPU": (resource.RLIMIT_CPU, limits.cpu_time_s + 1),
+              "RLIMIT_DATA": (resource.RLIMIT_DATA, limits.data_mb << 20),
+              "RLIMIT_NPROC": (resource.RLIMIT_NPROC, limits.max_processes),
+              "RLIMIT_NOFILE": (resource.RLIMIT_NOFILE, limits.max_open_files),
+              "RLIMIT_FSIZE": (resource.RLIMIT_FSIZE, limits.max_file_mb << 20)}
+    short = [name for name, (res, value) in wanted.items()
+             if os.geteuid() != 0 and resource.getrlimit(res)[1] not in (resource.RLIM_INFINITY,)
+             and resource.getrlimit(res)[1] < value]
+    if short:
+        return DoctorCheck("rlimits", False, f"hard limits below the defaults for {', '.join(short)}")
+    return DoctorCheck("rlimits", True, ", ".join(wanted))
+
+
+def _proc_check() -> DoctorCheck:
+    try:
+        Path("/proc/self/statm").read_bytes()
+        Path("/proc/self/smaps_rollup").read_bytes()
+    except OSError as exc:
+        return DoctorCheck("/proc accounting", False, f"cannot read /proc/self/statm or smaps_rollup: {exc.strerror}")
+    return DoctorCheck("/proc accounting", True, "statm and smaps_rollup readable (memory cap, process sweep)")
+
+
+def _probe(mode: str) -> DoctorCheck:
+    """Run the probe agent in `mode` and judge what it saw."""
+    from arena.sandbox import Isolation, SandboxConfig, SandboxLimits, run_once
+
+    name = f"sandbox probe ({mode})"
+    with tempfile.TemporaryDirectory(prefix="ludus-doctor-") as empty:
+        try:
+            run = run_once(Path(empty), lambda copy: [sys.executable, "-s", "-c", _PROBE], timeout_s=30.0,
+                           limits=SandboxLimits(), config=SandboxConfig(isolation=Isolation(mode)))
+        except UserError as exc:
+            return DoctorCheck(name, False, str(exc))
+    if run.launch_error is not None:
+        return DoctorCheck(name, False, run.launch_error)
+    try:
+        seen = json.loads(run.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = run.stderr_tail.strip().splitlines()[-1:] or [f"exit code {run.exit_code}"]
+        return DoctorCheck(name, False, f"the probe failed: {tail[0]}")
+    wrong = []
+    if seen["pid"] != 2:
+        wrong.append(f"pid {seen['pid']} (no PID namespace)")
+    if seen["loopback"] == "reachable":
+        wrong.append("127.0.0.1 reachable (no network namespace)")
+    if not seen["root_readonly"]:
+        wrong.append("root filesystem writable")
+    if mode == "uid" and seen["uid"] in (0, os.getuid()):
+        wrong.append(f"runs as uid {seen['uid']}")
+    if not seen["numpy"]:
+        wrong.append("numpy does not import inside")
+    detail = (f"uid {seen['uid']}, pid {seen['pid']}, loopback: {seen['loopback']}, "
+              f"interfaces {seen['interfaces']}, root fs read-only: {seen['root_readonly']}, numpy: {seen['numpy']}")
+    return DoctorCheck(name, not wrong, "; ".join(wrong) + (" -- " if wrong else "") + detail)
+
+
+def doctor() -> DoctorReport:
+    """Check every isolation feature the sandbox uses, by probing the real sandbox."""
+    from arena.sandbox import Isolation, SandboxConfig, resolve_isolation, userns_allowed
+
+    is_root = os.geteuid() == 0
+    checks = [DoctorCheck("root", is_root, "agents get their own uids" if is_root
+                          else "not root: agents share your uid (mode 'userns') or run unisolated ('none')")]
+    if not is_root:
+        allowed = userns_allowed()
+        checks.append(DoctorCheck("user namespaces", allowed, "unprivileged user namespaces allowed" if allowed
+                                  else "disabled by sysctl (user.max_user_namespaces, "
+                                       "kernel.unprivileged_userns_clone or AppArmor)"))
+    checks += [_rlimit_check(), _proc_check()]
+    mode = resolve_isolation(SandboxConfig()).value
+    if mode != Isolation.NONE.value:
+        checks.append(_probe(mode))
+    else:
+        checks.append(DoctorCheck("isolation", False, "agents would run without namespaces: run as root or "
+                                                      "enable user namespaces"))
+    return DoctorReport(is_root, platform.release(), mode, tuple(checks))
+
+
+def format_doctor(report: DoctorReport) -> str:
+    """The report as text for people."""
+    lines = [f"Ludus arena sandbox doctor (kernel {report.kernel}, "
+             f"{'root' if report.is_root else 'uid ' + str(os.geteuid())})"]
+    width = max(len(c.name) for c in report.checks)
+    for check in report.checks:
+        lines.append(f"  [{'ok' if check.ok else '!!'}] {check.name.ljust(width)}  {check.detail}")
+    verdict = "agents are isolated" if report.isolated else "agents are NOT fully isolated"
+    lines.append(f"isolation mode: {report.isolation} ({verdict})")
+    return "\n".join(lines)

@@ -1,0 +1,432 @@
+"""A checkpoint against a run's frozen population: W/D/L with Wilson intervals and a TrueSkill placement.
+
+`evaluate_checkpoint` plays a snapshot directory against every frozen member of a run (its
+snapshots, and its anchor bots when asked) on the league's own runners, then
+
+* counts wins, draws and losses per opponent, with Wilson 95% score intervals (league/stats.py;
+  a draw counts half a win);
+* fits the checkpoint's TrueSkill rating against the opponents' stored ratings, which stay fixed
+  (`league.ratings.fit_placement`: expectation propagation on the newcomer's skill only), and
+  ranks it among the run's rated members by the conservative skill mu - 3 sigma.
+
+Seating and seeds. Every game seed is played once with the checkpoint in each seat and the
+opponent in the others ("duplicate" play, as in duplicate bridge and poker AI evaluations): in
+games with chance the same deal is played from both sides, which removes most of the luck from
+the score; in deterministic games it balances the first-move advantage. The same seeds are used
+against every opponent (common random numbers), so differences between opponents are not
+differences in deals. The Wilson interval treats games as independent; pairing only makes the
+real sampling error smaller, so the intervals are conservative.
+
+Greedy or sampling. By default every player samples from its policy, as it was trained and as the
+league plays it: a deterministic (greedy) policy in a deterministic game plays the same game
+from each seat every time, so N games would measure only 2 (`--greedy` is there for stochastic
+games or to score the argmax policy; anchors behave the same either way).
+
+The run directory is only read (`Store.open(mode="read")`, atomic JSON files), so this works
+while the run trains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from agents.policy import Policy
+from league.ledger import outcomes_from_returns
+from league.population import Member
+from league.ratings import Rating, fit_placement
+from league.runner import MatchAssignment, PlayedMatch, PlayTask
+from league.stats import wilson_interval
+from ludus.errors import UserError
+
+CANDIDATE = "candidate"
+"""Player id of the evaluated policy in `evaluate_policies` (opponents may not use it)."""
+
+BACKENDS = ("serial", "process")
+
+
+class EvaluationError(UserError):
+    """An evaluation that cannot run as asked (bad game count, single-player game, ...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True)
+class OpponentResult:
+    """The evaluated player's results against one opponent."""
+
+    opponent: str
+    """The opponent's player id."""
+    kind: str
+    """'snapshot', 'anchor' or 'policy' (an in-memory policy of `evaluate_policies`)."""
+    games: int
+    wins: int
+    draws: int
+    losses: int
+    """Games won, drawn (or placed between first and last in games of more than two teams) and lost."""
+    score: float
+    """Mean outcome of the evaluated player: 1 win, 0.5 draw, 0 loss (rank-based for > 2 teams)."""
+    lower: float
+    upper: float
+    """Wilson 95% interval of the score."""
+    mean_return: float
+    """Mean final return of the evaluated player's seat."""
+    seat_scores: tuple[float, ...]
+    """Score per seat the evaluated player sat in (seat 0 first)."""
+    opponent_mu: float | None = None
+    opponent_sigma: float | None = None
+    """The opponent's stored TrueSkill rating (None when it has none yet)."""
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return self.lower, self.upper
+
+
+@dataclass(frozen=True)
+class EvaluationReport:
+    """What `evaluate_checkpoint` found."""
+
+    checkpoint: str
+    """Path of the evaluated snapshot directory."""
+    snapshot_id: str
+    """Its content hash."""
+    game_id: str
+    run_dir: str
+    run_iteration: int
+    """The run's iteration when its population was read."""
+    games_per_opponent: int
+    """Games actually played per opponent (the request rounded up to whole seat rotations)."""
+    greedy: bool
+    seed: int
+    opponents: tuple[OpponentResult, ...]
+    total_games: int
+    score: float
+    """Mean outcome over all games."""
+    lower: float
+    upper: float
+    """Wilson 95% interval of `score`."""
+    placement_mu: float | None
+    placement_sigma: float | None
+    """The checkpoint's TrueSkill rating fitted against the opponents' frozen ratings; None when
+    none of its opponents is rated yet."""
+    placement_games: int
+    """Games against rated opponents that the placement used."""
+    rank: int | None
+    """1-based rank of the placement among the run's rated members by mu - 3 sigma (1 = best)."""
+    rated_members: int
+    """Number of rated members it was ranked among."""
+    seconds: float
+
+    @property
+    def placement(self) -> Rating | None:
+        if self.placement_mu is None or self.placement_sigma is None:
+            return None
+        return Rating(self.placement_mu, self.placement_sigma)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["placement_conservative"] = (None if self.placement is None else self.placement.conservative)
+        return data
+
+
+# ---------------------------------------------------------------------------------------------
+# Seating, seeds and tallies
+
+
+def pair_seed(seed: int, pair: int) -> int:
+    """The game seed of the pair-th seat rotation: a SeedSequence child, in [0, 2**63)."""
+    state = np.random.SeedSequence(seed, spawn_key=(pair,)).generate_state(2, np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
+
+
+def rotations_for(games: int, num_players: int) -> int:
+    """Seat rotations (seeds) needed for at least `games` games: each seed is played once per seat."""
+    return -(-games // num_players)
+
+
+def paired_assignments(candidate: str, opponents: Sequence[str], games_per_opponent: int, num_players: int,
+                       seed: int, kind: str = "evaluation") -> list[MatchAssignment]:
+    """Matches of `candidate` against each opponent: every seed once with the candidate in each seat
+    and the opponent in all others; the same seeds for every opponent.
+
+    Match ids run 0, 1, ... in the returned order (they only need to be unique within one play).
+    """
+    if num_players < 2:
+        raise EvaluationError("evaluation against opponents needs a game of two or more players")
+    if games_per_opponent < 1:
+        raise EvaluationError(f"games per opponent must be >= 1, got {games_per_opponent}")
+    if candidate in opponents:
+        raise EvaluationError(f"opponent id {candidate!r} collides with the evaluated player's id")
+    seeds = [pair_seed(seed, k) for k in range(rotations_for(games_per_opponent, num_players))]
+    assignments = []
+    for opponent in opponents:
+        for game_seed in seeds:
+            for seat in range(num_players):
+                players = tuple(candidate if s == seat else opponent for s in range(num_players))
+                assignments.append(MatchAssignment(len(assignments), game_seed, players, kind))
+    return assignments
+
+
+@dataclass
+class _Tally:
+    games: int = 0
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+    score_sum: float = 0.0
+    return_sum: float = 0.0
+    seat_sum: dict[int, float] = field(default_factory=dict)
+    seat_games: dict[int, int] = field(default_factory=dict)
+
+
+def _candidate_seat(match: PlayedMatch, candidate: str) -> int:
+    return match.assignment.players.index(candidate)
+
+
+def tally_matches(matches: Iterable[PlayedMatch], candidate: str, teams: Sequence[int],
+                  kinds: Mapping[str, str] | None = None,
+                  ratings: Mapping[str, Rating] | None = None) -> tuple[OpponentResult, ...]:
+    """Per-opponent W/D/L, score, Wilson interval and seat split of `candidate` over played matches."""
+    tallies: dict[str, _Tally] = {}
+    for match in matches:
+        seat = _candidate_seat(match, candidate)
+        opponent = next(p for p in match.assignment.players if p != candidate)
+        outcome = outcomes_from_returns(match.returns, teams)[seat]
+        t = tallies.setdefault(opponent, _Tally())
+        t.games += 1
+        t.wins += outcome == 1.0
+        t.losses += outcome == 0.0
+        t.draws += 0.0 < outcome < 1.0
+        t.score_sum += outcome
+        t.return_sum += match.returns[seat]
+        t.seat_sum[seat] = t.seat_sum.get(seat, 0.0) + outcome
+        t.seat_games[seat] = t.seat_games.get(seat, 0) + 1
+    results = []
+    for opponent, t in tallies.items():
+        lower, upper = wilson_interval(t.score_sum, t.games)
+        rating = (ratings or {}).get(opponent)
+        results.append(OpponentResult(
+            opponent=opponent, kind=(kinds or {}).get(opponent, "policy"), games=t.games, wins=t.wins,
+            draws=t.draws, losses=t.losses, score=t.score_sum / t.games, lower=lower, upper=upper,
+            mean_return=t.return_sum / t.games,
+            seat_scores=tuple(t.seat_sum[s] / t.seat_games[s] for s in sorted(t.seat_sum)),
+            opponent_mu=None if rating is None else rating.mu,
+            opponent_sigma=None if rating is None else rating.sigma))
+    return tuple(results)
+
+
+def placement_games(matches: Iterable[PlayedMatch], candidate: str, teams: Sequence[int]) -> list[tuple[str, float]]:
+    """(opponent, candidate's outcome) per pair of seats on different teams, for `fit_placement`.
+
+    In a two-player game that is one entry per game; with more seats the candidate's team is
+    compared with each opponent seat's team (1 if its return is higher, 0.5 if equal, 0 if lower)."""
+    games = []
+    for match in matches:
+        seat = _candidate_seat(match, candidate)
+        for other, player in enumerate(match.assignment.players):
+            if other == seat or teams[other] == teams[seat] or player == candidate:
+                continue
+            mine = np.mean([r for s, r in enumerate(match.returns) if teams[s] == teams[seat]])
+            theirs = np.mean([r for s, r in enumerate(match.returns) if teams[s] == teams[other]])
+            games.append((player, 1.0 if mine > theirs else 0.0 if mine < theirs else 0.5))
+    return games
+
+
+def overall(results: Sequence[OpponentResult]) -> tuple[int, float, float, float]:
+    """(games, score, lower, upper) pooled over opponents."""
+    games = sum(r.games for r in results)
+    if games == 0:
+        return 0, math.nan, 0.0, 1.0
+    score_sum = sum(r.score * r.games for r in results)
+    lower, upper = wilson_interval(score_sum, games)
+    return games, score_sum / games, lower, upper
+
+
+# ---------------------------------------------------------------------------------------------
+# In-memory policies (bots, probes, tests)
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block, as the league's runners do: the small matrices
+    of board-game nets gain nothing from a second thread, and two threads contending for two
+    busy cores made PPO updates 10-40x slower here (measured 0.08 s vs 1-4 s per update)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def play_assignments(game_id: str, assignments: Sequence[MatchAssignment], policies: Mapping[str, Policy],
+                     sample_seed: int, greedy: Sequence[str] = (), num_envs: int = 64) -> tuple[PlayedMatch, ...]:
+    """Play matches in this process on one league `Runner` (batched across games and seats)."""
+    from league.backends import make_runner
+
+    runner = make_runner(game_id, max(1, min(num_envs, len(assignments))), sample_seed)
+    task = PlayTask(task_id=0, assignments=tuple(assignments), sample_seed=sample_seed, greedy=tuple(greedy))
+    with one_torch_thread():
+        return runner.play(task, policies.__getitem__).matches
+
+
+def evaluate_policies(game_id: str, candidate: Policy, opponents: Mapping[str, Policy], games_per_opponent: int,
+                      seed: int = 0, greedy: bool = False, num_envs: int = 64) -> tuple[OpponentResult, ...]:
+    """`candidate` against each named opponent policy, duplicate-seated as `evaluate_checkpoint` does.
+
+    `greedy` makes the candidate and the opponents act greedily (bots ignore it).
+    """
+    from games.registry import spec as game_spec
+
+    spec = game_spec(game_id)
+    assignments = paired_assignments(CANDIDATE, list(opponents), games_per_opponent, spec.num_players, seed)
+    policies = {CANDIDATE: candidate, **opponents}
+    matches = play_assignments(game_id, assignments, policies, sample_seed=pair_seed(seed, 1 << 30),
+                               greedy=tuple(policies) if greedy else (), num_envs=num_envs)
+    return tally_matches(matches, CANDIDATE, spec.team_of_seat)
+
+
+# ---------------------------------------------------------------------------------------------
+# A checkpoint against a run
+
+
+def _shard(assignments: list[MatchAssignment], shards: int, seed: int, greedy: tuple[str, ...]) -> list[PlayTask]:
+    bounds = np.linspace(0, len(assignments), shards + 1).astype(int)
+    return [PlayTask(task_id=i, assignments=tuple(assignments[bounds[i]:bounds[i + 1]]),
+                     sample_seed=pair_seed(seed, (1 << 30) + i), greedy=greedy)
+            for i in range(shards) if bounds[i + 1] > bounds[i]]
+
+
+def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.PathLike, games_per_opponent: int = 100,
+                        include_anchors: bool = False, seed: int = 0, num_runners: int = 1, backend: str = "serial",
+                        greedy: bool = False, num_envs: int = 64) -> EvaluationReport:
+    """Play a snapshot against every frozen member of a run and place it among them.
+
+    Args:
+        checkpoint_path: a snapshot directory (agents/snapshot.py format) of the run's game; a
+            corrupt snapshot or one of another game raises `SnapshotError` (a one-line UserError).
+        run_dir: the league run; only read.
+        games_per_opponent: games against each opponent, rounded up to a multiple of the number of
+            seats (each seed is played once from every seat).
+        include_anchors: also play the run's anchor bots (and use their ratings in the placement).
+        seed: seeds the game seeds and the action sampling; the same seed gives the same report.
+        num_runners: runner shards; with backend 'process' they run in parallel worker processes.
+        backend: 'serial' (this process) or 'process'; both give identical results for a given
+            num_runners.
+        greedy: the checkpoint and the snapshot opponents act greedily instead of sampling.
+        num_envs: games each runner steps at once.
+    """
+    from agents.nets import NetConfig
+    from agents.snapshot import load_snapshot
+    from games.registry import spec as game_spec
+    from league.api import stored_ratings
+    from league.backends import ProcessBackend, SerialBackend
+    from evaluation.rundata import open_ledger, read_run, trueskill_params
+
+    start = time.perf_counter()
+    if backend not in BACKENDS:
+        raise EvaluationError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if num_runners < 1:
+        raise EvaluationError(f"num_runners must be >= 1, got {num_runners}")
+    run = read_run(run_dir)
+    spec = game_spec(run.game_id)
+    checkpoint_path = Path(checkpoint_path).resolve()
+    # Verify here, in this process: a bad checkpoint is a one-line SnapshotError, not a worker crash.
+    loaded = load_snapshot(checkpoint_path, expect_game=run.game_id)
+    candidate = Member(f"eval:{loaded.ref.snapshot_id[:12]}", "snapshot", "evaluated",
+                       snapshot_path=str(checkpoint_path), snapshot_id=loaded.ref.snapshot_id)
+    opponents = run.frozen(include_anchors)
+    if not opponents:
+        raise EvaluationError(f"run {run.run_dir} has no frozen members to play"
+                              f"{'' if include_anchors else ' (add --anchors to play its anchor bots)'}")
+    assignments = paired_assignments(candidate.player_id, [m.player_id for m in opponents], games_per_opponent,
+                                     spec.num_players, seed)
+    greedy_players = ((candidate.player_id,) + tuple(m.player_id for m in opponents if m.kind == "snapshot")
+                      if greedy else ())
+    tasks = _shard(assignments, num_runners, seed, greedy_players)
+    envs = max(1, min(num_envs, -(-len(assignments) // len(tasks))))
+    members = [*opponents, candidate]
+    if backend == "serial":
+        runner_backend = SerialBackend(spec.id, spec, NetConfig(), envs, cache_size=len(members), seed=seed)
+    else:
+        runner_backend = ProcessBackend(spec.id, spec, NetConfig(), envs, cache_size=len(members),
+                                        num_workers=num_runners, seed=seed, log_dir=None)
+    try:
+        runner_backend.set_population(members)
+        results = runner_backend.collect(runner_backend.submit(tasks, []))
+    finally:
+        runner_backend.close()
+    matches = [m for result in results for m in result.matches]
+
+    ratings = stored_ratings(run.run_dir)
+    with open_ledger(run.run_dir) as store:
+        params = trueskill_params(store, run.config)
+    kinds = {m.player_id: m.kind for m in opponents}
+    per_opponent = tally_matches(matches, candidate.player_id, spec.team_of_seat, kinds, ratings)
+    order = {m.player_id: i for i, m in enumerate(opponents)}
+    per_opponent = tuple(sorted(per_opponent, key=lambda r: order[r.opponent]))
+    total, score, lower, upper = overall(per_opponent)
+
+    rated_games = [(opp, outcome) for opp, outcome in placement_games(matches, candidate.player_id,
+                                                                      spec.team_of_seat) if opp in ratings]
+    placement = fit_placement(rated_games, ratings, params) if rated_games else None
+    rank = None
+    if placement is not None:
+        rank = 1 + sum(r.conservative > placement.conservative for r in ratings.values())
+    return EvaluationReport(
+        checkpoint=str(checkpoint_path), snapshot_id=loaded.ref.snapshot_id, game_id=spec.id,
+        run_dir=str(run.run_dir), run_iteration=run.iteration,
+        games_per_opponent=rotations_for(games_per_opponent, spec.num_players) * spec.num_players,
+        greedy=greedy, seed=seed, opponents=per_opponent, total_games=total, score=score, lower=lower, upper=upper,
+        placement_mu=None if placement is None else placement.mu,
+        placement_sigma=None if placement is None else placement.sigma,
+        placement_games=len(rated_games), rank=rank, rated_members=len(ratings),
+        seconds=time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text
+
+
+def format_results_table(results: Sequence[OpponentResult], title: str = "opponent") -> list[str]:
+    """Rows of an aligned W/D/L table."""
+    width = max([len(title), 7, *(len(r.opponent) for r in results)])
+    lines = [f"{title:<{width}} {'kind':<8} {'games':>6} {'W':>5} {'D':>5} {'L':>5} {'score':>6}  "
+             f"{'95% interval':<15} {'opp mu':>7}"]
+    for r in results:
+        mu = f"{r.opponent_mu:7.2f}" if r.opponent_mu is not None else f"{'-':>7}"
+        lines.append(f"{r.opponent:<{width}} {r.kind:<8} {r.games:>6} {r.wins:>5} {r.draws:>5} {r.losses:>5} "
+                     f"{r.score:6.3f}  [{r.lower:.3f}, {r.upper:.3f}]  {mu}")
+    return lines
+
+
+def format_evaluation(report: EvaluationReport) -> str:
+    """The report as a table for people."""
+    mode = "greedy" if report.greedy else "sampling"
+    lines = [f"checkpoint {report.checkpoint} (snapshot {report.snapshot_id[:12]}, game {report.game_id})",
+             f"against run {report.run_dir} at iteration {report.run_iteration}: {len(report.opponents)} opponents x "
+             f"{report.games_per_opponent} games ({mode}, seed {report.seed}, every seed from every seat)"]
+    lines += format_results_table(report.opponents)
+    lines.append(f"overall: {report.total_games} games, score {report.score:.3f} "
+                 f"[{report.lower:.3f}, {report.upper:.3f}]")
+    if report.placement is not None:
+        p = report.placement
+        lines.append(f"TrueSkill placement (opponents' ratings fixed, {report.placement_games} games): "
+                     f"mu {p.mu:.2f} sigma {p.sigma:.2f} (mu-3s {p.conservative:.2f}), "
+                     f"rank {report.rank} of {report.rated_members + 1} (the {report.rated_members} rated members "
+                     f"and the checkpoint)")
+    else:
+        lines.append("TrueSkill placement: none of the opponents is rated yet")
+    lines.append(f"({report.seconds:.1f} s)")
+    return "\n".join(lines)

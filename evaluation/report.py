@@ -1,0 +1,418 @@
+"""`ludus report RUN --html FILE`: one self-contained page about a league run, plus PNG plots beside it.
+
+The page shows the ratings over time with 95% intervals (from the ledger's ratings history), the
+leaderboard, the empirical payoff heatmap, the meta-game (Nash mixture, alpha-rank, 3-cycles), the
+snapshot genealogy (parents and roles from the population), the exploitability curve where the run
+logged ``eval/exploitability`` in metrics.jsonl, and the matchmaking mix (whom each learner trained
+against). Charts are inline SVG from evaluation/charts.py; the page has no scripts and no external
+``src``/``href``, so it opens anywhere, offline. The same charts are written as PNG files into
+``<FILE stem>_png/`` beside it (matplotlib).
+
+Building the report only reads the run directory, so it works while the run trains.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from evaluation import charts
+from evaluation.metagame import MetaGameReport, PayoffMatrix, payoff_matrix, solve_metagame
+from league.population import Member
+from league.ratings import Rating
+
+MAX_HEATMAP_PLAYERS = 40
+"""Payoff heatmap size limit: anchors plus the newest members."""
+MAX_RATING_LINES = 10
+"""Ratings chart: anchors plus the best snapshots by mu - 3 sigma, up to this many lines."""
+MAX_POINTS_PER_LINE = 400
+"""Ratings history points kept per player (evenly spaced, last one kept)."""
+INTERVAL_Z = 1.96
+"""Rating bands are mu +- 1.96 sigma: the 95% interval of the skill belief."""
+
+
+@dataclass(frozen=True)
+class RatingTrack:
+    """One player's ratings history."""
+
+    player_id: str
+    seq: tuple[int, ...]
+    """Ledger seq of the match that produced each entry."""
+    mu: tuple[float, ...]
+    sigma: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class MatchmakingMix:
+    """Training games of each learner per opponent."""
+
+    learners: tuple[str, ...]
+    opponents: tuple[str, ...]
+    """'self-play' first, then opponents in population order."""
+    counts: np.ndarray
+    """[learners, opponents] number of (learner seat, opponent seat) pairs in training matches."""
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything the page shows, read from one run directory."""
+
+    run_dir: str
+    game_id: str
+    iteration: int
+    iterations: int
+    total_matches: int
+    total_env_steps: int
+    matches_by_kind: Mapping[str, int]
+    members: tuple[Member, ...]
+    learner_snapshots: Mapping[str, str | None]
+    ratings: Mapping[str, Rating]
+    """Latest stored rating per rated member."""
+    tracks: tuple[RatingTrack, ...]
+    payoff: PayoffMatrix
+    """Head-to-head record of frozen members and learners over training, rating and evaluation matches."""
+    metagame: MetaGameReport | None
+    """Meta-game of the frozen members that played; None with fewer than two of them."""
+    exploitability: tuple[tuple[float, float], ...]
+    """(env steps, exploitability) from metrics.jsonl's ``eval/exploitability`` entries."""
+    matchmaking: MatchmakingMix
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a run
+
+
+def read_metric(run_dir: Path, key: str) -> tuple[tuple[float, float], ...]:
+    """(step, value) of every metrics.jsonl record holding `key`, in file order.
+
+    A last line without its newline is being written by the running league and is left out.
+    """
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return ()
+    text = path.read_text()
+    lines = text.split("\n")
+    complete = lines[:-1]  # the piece after the last newline is empty or still being written
+    points = []
+    for line in complete:
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if key in record:
+            points.append((float(record.get("step", len(points))), float(record[key])))
+    return tuple(points)
+
+
+def build_report(run_dir: str | os.PathLike) -> RunReport:
+    """Read everything the report shows (read-only)."""
+    from evaluation.rundata import open_ledger, read_run
+
+    run = read_run(run_dir)
+    learners = [m.player_id for m in run.members if m.kind == "learner"]
+    frozen = [m.player_id for m in run.members if m.kind != "learner"]
+    learner_set = set(learners)
+    mix_counts: dict[tuple[str, str], int] = {}
+    kinds: dict[str, int] = {}
+    with open_ledger(run.run_dir) as store:
+        matches = []
+        for recorded in store.iter_matches():
+            match = recorded.result
+            kinds[match.kind] = kinds.get(match.kind, 0) + 1
+            if match.kind in ("training", "rating", "evaluation"):
+                matches.append(match)
+            if match.kind == "training":
+                for seat in match.seats:
+                    if seat.player_id not in learner_set:
+                        continue
+                    for other in match.seats:
+                        if other.team == seat.team:
+                            continue
+                        label = "self-play" if other.player_id == seat.player_id else other.player_id
+                        mix_counts[(seat.player_id, label)] = mix_counts.get((seat.player_id, label), 0) + 1
+        history = store.ratings_history()
+        latest = store.latest_ratings()
+    payoff = payoff_matrix(matches, frozen + learners)
+
+    per_player: dict[str, list[tuple[int, float, float]]] = {}
+    for record in history:
+        per_player.setdefault(record.player_id, []).append((record.seq, record.mu, record.sigma))
+    tracks = []
+    for player_id, points in per_player.items():
+        if len(points) > MAX_POINTS_PER_LINE:
+            keep = np.unique(np.linspace(0, len(points) - 1, MAX_POINTS_PER_LINE).round().astype(int))
+            points = [points[i] for i in keep]
+        seq, mu, sigma = zip(*points)
+        tracks.append(RatingTrack(player_id, seq, mu, sigma))
+
+    # Meta-game over frozen members that played at least one game against another frozen member.
+    frozen_record = payoff.subset(frozen)
+    played = [p for p, n in zip(frozen, frozen_record.games.sum(axis=1)) if n > 0]
+    metagame = solve_metagame(frozen_record.subset(played)) if len(played) >= 2 else None
+
+    opponents = [o for o in ("self-play", *frozen, *learners) if any((l, o) in mix_counts for l in learners)]
+    counts = np.array([[mix_counts.get((l, o), 0) for o in opponents] for l in learners], dtype=np.int64)
+    return RunReport(
+        run_dir=str(run.run_dir), game_id=run.game_id, iteration=run.iteration,
+        iterations=int(run.config.get("iterations", run.iteration)), total_matches=run.total_matches,
+        total_env_steps=run.total_env_steps, matches_by_kind=kinds, members=run.members,
+        learner_snapshots=dict(run.learner_snapshots),
+        ratings={pid: Rating(r.mu, r.sigma) for pid, r in latest.items()}, tracks=tuple(tracks), payoff=payoff,
+        metagame=metagame, exploitability=read_metric(run.run_dir, "eval/exploitability"),
+        matchmaking=MatchmakingMix(tuple(learners), tuple(opponents), counts.reshape(len(learners), len(opponents))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Charts
+
+
+def _member_kind(report: RunReport) -> dict[str, str]:
+    return {m.player_id: m.kind for m in report.members}
+
+
+def ratings_chart(report: RunReport) -> charts.Chart | None:
+    """mu over the ledger with mu +- 1.96 sigma bands: the anchors and the best snapshots."""
+    if not report.tracks:
+        return None
+    kind = _member_kind(report)
+    anchors = [t for t in report.tracks if kind.get(t.player_id) == "anchor"]
+    others = sorted((t for t in report.tracks if kind.get(t.player_id) != "anchor"),
+                    key=lambda t: -(t.mu[-1] - 3 * t.sigma[-1]))
+    shown = anchors + others[:max(MAX_RATING_LINES - len(anchors), 1)]
+    series = [charts.Series(t.player_id, t.seq, t.mu,
+                            lower=tuple(m - INTERVAL_Z * s for m, s in zip(t.mu, t.sigma)),
+                            upper=tuple(m + INTERVAL_Z * s for m, s in zip(t.mu, t.sigma)),
+                            dashed=kind.get(t.player_id) == "anchor", markers=len(t.seq) < 30)
+              for t in shown]
+    hidden = len(report.tracks) - len(shown)
+    title = "TrueSkill mu over the ledger (bands: 95% intervals)" + (f" — {hidden} more not shown" if hidden else "")
+    return charts.line_chart(series, title=title, x_label="ledger position (match seq)", y_label="mu")
+
+
+def _heatmap_players(report: RunReport) -> list[str]:
+    players = list(report.payoff.players)
+    played = {p for p, n in zip(players, report.payoff.games.sum(axis=1)) if n > 0}
+    players = [p for p in players if p in played]
+    if len(players) <= MAX_HEATMAP_PLAYERS:
+        return players
+    kind = _member_kind(report)
+    fixed = [p for p in players if kind.get(p) in ("anchor", "learner")]
+    rest = [p for p in players if p not in fixed]
+    return fixed + rest[-(MAX_HEATMAP_PLAYERS - len(fixed)):]
+
+
+def payoff_chart(report: RunReport) -> charts.Chart | None:
+    players = _heatmap_players(report)
+    if len(players) < 2:
+        return None
+    record = report.payoff.subset(players)
+    score, games = record.score, record.games
+    kind = _member_kind(report)
+    labels = [f"{p} (live)" if kind.get(p) == "learner" else p for p in players]
+    values = [[None if np.isnan(v) else float(v) for v in row] for row in score]
+    tips = [[f"{labels[i]} vs {labels[j]}: " + ("never met" if games[i, j] == 0 else
+                                                f"score {score[i, j]:.3f} over {int(games[i, j])} games")
+             for j in range(len(players))] for i in range(len(players))]
+    return charts.heatmap(labels, labels, values, title="Payoff: mean score of row vs column", tooltips=tips,
+                          x_label="column (opponent)")
+
+
+def metagame_charts(meta: MetaGameReport) -> tuple[charts.Chart, charts.Chart]:
+    nash = charts.bar_chart(list(meta.players), list(meta.nash), title="Meta-game Nash mixture",
+                            y_label="probability", value_range=(0.0, 1.0), value_format="{:.2f}")
+    rank = charts.bar_chart(list(meta.players), list(meta.alpharank), title="alpha-rank stationary distribution",
+                            y_label="mass", value_range=(0.0, 1.0), value_format="{:.2f}",
+                            colors=[charts.PALETTE[2]] * len(meta.players))
+    return nash, rank
+
+
+def genealogy_chart(report: RunReport) -> charts.Chart:
+    nodes = []
+    for m in report.members:
+        rating = report.ratings.get(m.player_id)
+        rating_text = f"mu {rating.mu:.1f} sigma {rating.sigma:.1f}" if rating else "not rated"
+        if m.kind == "learner":
+            parent, time, group = report.learner_snapshots.get(m.player_id), float(report.iteration), m.role
+            detail = f"live learner at iteration {report.iteration}"
+            label = f"{m.player_id} (live)"
+        else:
+            parent, time = m.parent, float(m.iteration)
+            group = "anchor" if m.kind == "anchor" else m.role
+            detail = (f"{m.kind}, joined at iteration {m.iteration}, {m.steps:,} steps, {rating_text}"
+                      + (f", snapshot {m.snapshot_id[:12]}" if m.snapshot_id else "")
+                      + (f", bot {m.bot}" if m.bot else ""))
+            label = m.player_id
+        nodes.append(charts.TreeNode(m.player_id, parent, label=label, group=group, time=time, detail=detail))
+    return charts.lineage_tree(nodes, title="Genealogy: snapshots by iteration, lines from parent to child",
+                               x_label="iteration")
+
+
+def exploitability_chart(report: RunReport) -> charts.Chart | None:
+    if not report.exploitability:
+        return None
+    steps, values = zip(*report.exploitability)
+    return charts.line_chart([charts.Series("exploitability", steps, values, markers=len(steps) < 40)],
+                             title="Exploitability of the main agent", x_label="env steps",
+                             y_label="exploitability", reference=[(0.0, "Nash")])
+
+
+def matchmaking_chart(report: RunReport) -> charts.Chart | None:
+    mix = report.matchmaking
+    if not mix.learners or not mix.opponents:
+        return None
+    values = [[float(c) for c in row] for row in mix.counts]
+    high = float(mix.counts.max()) if mix.counts.size else 1.0
+    tips = [[f"{l} trained against {o}: {int(c)} games" for o, c in zip(mix.opponents, row)]
+            for l, row in zip(mix.learners, mix.counts)]
+    return charts.heatmap(list(mix.learners), list(mix.opponents), values, title="Matchmaking mix: training games",
+                          low=0.0, high=max(high, 1.0), scale="sequential", value_format="{:.0f}", tooltips=tips,
+                          x_label="opponent")
+
+
+# ---------------------------------------------------------------------------------------------
+# The page
+
+_CSS = """
+body { font-family: DejaVu Sans, Helvetica, Arial, sans-serif; color: #222; margin: 24px auto; max-width: 1080px;
+       padding: 0 16px; line-height: 1.4; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 32px; border-bottom: 1px solid #ddd; }
+.meta { color: #555; font-size: 13px; }
+figure { margin: 12px 0; } .row { display: flex; flex-wrap: wrap; gap: 24px; } figcaption { color: #555; font-size: 12px; margin-top: 4px; }
+svg.ludus-chart { max-width: 100%; height: auto; }
+table { border-collapse: collapse; font-size: 12.5px; margin: 8px 0; }
+th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: right; }
+th { background: #f6f6f6; } td.name, th.name { text-align: left; }
+.empty { color: #777; font-style: italic; }
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _figure(chart: charts.Chart | None, fig_id: str, caption: str, empty: str) -> str:
+    if chart is None:
+        return f'<p class="empty" id="{fig_id}-empty">{_e(empty)}</p>'
+    return f'<figure id="{fig_id}">{chart.svg()}<figcaption>{_e(caption)}</figcaption></figure>'
+
+
+def _leaderboard(report: RunReport) -> str:
+    if not report.ratings:
+        return '<p class="empty">No rating matches yet.</p>'
+    kind = _member_kind(report)
+    rows = sorted(report.ratings.items(), key=lambda kv: -kv[1].conservative)
+    body = "".join(
+        f'<tr><td>{i}</td><td class="name">{_e(pid)}</td><td class="name">{_e(kind.get(pid, "?"))}</td>'
+        f"<td>{r.mu:.2f}</td><td>{r.sigma:.2f}</td><td>{r.conservative:.2f}</td></tr>"
+        for i, (pid, r) in enumerate(rows, 1))
+    return ('<table id="leaderboard"><tr><th>#</th><th class="name">player</th><th class="name">kind</th>'
+            f"<th>mu</th><th>sigma</th><th>mu-3&sigma;</th></tr>{body}</table>")
+
+
+def _metagame_section(meta: MetaGameReport | None) -> str:
+    if meta is None:
+        return '<p class="empty" id="metagame-empty">Fewer than two frozen members have played each other yet.</p>'
+    nash, rank = metagame_charts(meta)
+    parts = ['<div class="row">',
+             _figure(nash, "fig-nash", "Maximin mixture of the zero-sum meta-game 2P-1 (symmetric Nash).", ""),
+             _figure(rank, "fig-alpharank", "alpha-rank (alpha=100, population 50): where evolution spends its time.",
+                     ""), "</div>"]
+    if meta.unplayed_pairs:
+        parts.append(f"<p class=\"meta\">{meta.unplayed_pairs} pair(s) never met and enter at 0.5 "
+                     f"(Beta(1,1) prior).</p>")
+    if meta.cycles:
+        rows = "".join(
+            f'<tr><td class="name">{_e(c.players[0])} &gt; {_e(c.players[1])} &gt; {_e(c.players[2])} &gt; '
+            f"{_e(c.players[0])}</td><td>{c.scores[0]:.2f}</td><td>{c.scores[1]:.2f}</td><td>{c.scores[2]:.2f}</td>"
+            f"<td>{c.margin:.2f}</td></tr>" for c in meta.cycles)
+        parts.append(f"<p>{meta.num_cycles} non-transitive 3-cycle(s) among played pairs"
+                     + (f" (strongest {len(meta.cycles)} listed)" if meta.num_cycles > len(meta.cycles) else "")
+                     + ':</p><table id="cycles"><tr><th class="name">cycle</th><th>A vs B</th><th>B vs C</th>'
+                       f"<th>C vs A</th><th>margin</th></tr>{rows}</table>")
+    else:
+        parts.append('<p id="cycles-none">No 3-cycles among played pairs: the results so far are transitive.</p>')
+    return "".join(parts)
+
+
+def render_html(report: RunReport, png_dir_name: str | None = None) -> str:
+    """The self-contained page (no scripts, no external src/href)."""
+    kinds = ", ".join(f"{n:,} {k}" for k, n in sorted(report.matches_by_kind.items())) or "no matches"
+    run_name = Path(report.run_dir).name
+    sections = [
+        f"<h1>Ludus league report: {_e(run_name)}</h1>",
+        f'<p class="meta" id="summary">game <b>{_e(report.game_id)}</b> &middot; iteration {report.iteration} of '
+        f"{report.iterations} &middot; {report.total_env_steps:,} env steps &middot; ledger: {_e(kinds)} &middot; "
+        f"{len(report.members)} members</p>",
+        '<h2 id="ratings">Ratings over time</h2>',
+        _figure(ratings_chart(report), "fig-ratings",
+                "Each line is a frozen member's TrueSkill mean after each of its rating matches; the band is "
+                "mu +- 1.96 sigma. Anchors are dashed.", "No rating matches yet."),
+        '<h2 id="leaderboard-title">Leaderboard</h2>', _leaderboard(report),
+        '<h2 id="payoff">Payoff</h2>',
+        _figure(payoff_chart(report), "fig-payoff",
+                "Mean outcome (win 1, draw 0.5, loss 0) of the row player against the column player over training, "
+                "rating and evaluation matches; hover a cell for its game count. Live learners mix all their "
+                "versions.", "Not enough games between members yet."),
+        '<h2 id="metagame">Meta-game</h2>', _metagame_section(report.metagame),
+        '<h2 id="genealogy">Genealogy</h2>',
+        _figure(genealogy_chart(report), "fig-genealogy",
+                "Members by the iteration they joined, coloured by role; a line joins each snapshot to the one "
+                "its learner was frozen from before it. Hover a node for its details.", ""),
+        '<h2 id="exploitability">Exploitability</h2>',
+        _figure(exploitability_chart(report), "fig-exploitability",
+                "NashConv / 2 of the main agent's policy as logged by the run (eval/exploitability).",
+                "This run logged no exploitability (it is measured exactly only for small OpenSpiel games "
+                "such as Kuhn and Leduc poker)."),
+        '<h2 id="matchmaking">Matchmaking mix</h2>',
+        _figure(matchmaking_chart(report), "fig-matchmaking",
+                "Training games of each learner by opponent (self-play, snapshots, anchors).",
+                "No training matches with opponents yet."),
+    ]
+    if png_dir_name:
+        sections.append(f'<p class="meta" id="png-note">PNG copies of these charts: {_e(png_dir_name)}/</p>')
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>Ludus report: {_e(run_name)}</title><style>{_CSS}</style></head><body>"
+            + "\n".join(sections) + "</body></html>\n")
+
+
+def report_charts(report: RunReport) -> dict[str, charts.Chart]:
+    """The page's charts by file stem (those with data)."""
+    found: dict[str, charts.Chart | None] = {
+        "ratings": ratings_chart(report), "payoff": payoff_chart(report), "genealogy": genealogy_chart(report),
+        "exploitability": exploitability_chart(report), "matchmaking": matchmaking_chart(report)}
+    if report.metagame is not None:
+        found["nash"], found["alpharank"] = metagame_charts(report.metagame)
+    return {name: chart for name, chart in found.items() if chart is not None}
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    html: str
+    pngs: tuple[str, ...]
+
+
+def write_report(run_dir: str | os.PathLike, html_path: str | os.PathLike, png: bool = True) -> ReportFiles:
+    """Write the page (and, with `png`, its charts as PNG files into ``<stem>_png/`` beside it)."""
+    report = build_report(run_dir)
+    html_path = Path(html_path)
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    png_dir = html_path.parent / f"{html_path.stem}_png"
+    pngs: list[str] = []
+    if png:
+        png_dir.mkdir(exist_ok=True)
+        for name, chart in report_charts(report).items():
+            path = png_dir / f"{name}.png"
+            chart.png(str(path))
+            pngs.append(str(path))
+    html_path.write_text(render_html(report, png_dir.name if png else None))
+    return ReportFiles(str(html_path), tuple(pngs))
+
+
+def format_files(files: ReportFiles) -> list[str]:
+    return [f"wrote {files.html}"] + ([f"wrote {len(files.pngs)} PNG plots in {Path(files.pngs[0]).parent}"]
+                                      if files.pngs else [])

@@ -1,0 +1,151 @@
+"""Learners as the league sees them: one seam for PPO, token-level PPO and MAPPO.
+
+The manager only needs a learner to (1) ship its policy weights to runners with a version,
+(2) take an update from the trajectories the runners recorded, (3) freeze itself into a
+snapshot, (4) checkpoint and restore exactly, and (5) reset to a snapshot (exploiters).
+Runners rebuild a learner's policy from `PolicyArchitecture` + weights (`build_policy`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.nets import ActorCritic, NetConfig
+from agents.policy import Policy
+from agents.rollout import RolloutBatch
+from agents.snapshot import Lineage, SnapshotRef
+from games.core import GameSpec
+from ludus.errors import UserError
+
+
+@dataclass(frozen=True)
+class PolicyArchitecture:
+    """Enough to rebuild a learner's policy module anywhere (a runner process, a Ray actor)."""
+
+    kind: str
+    """'actor_critic' (ActorCritic + TorchPolicy) or 'lm' (a language model with a value head)."""
+    config: dict
+    """The architecture record: NetConfig JSON, or the LM's config JSON."""
+
+
+def build_policy(spec: GameSpec, architecture: PolicyArchitecture) -> tuple[nn.Module, Policy]:
+    """A fresh policy module of `architecture` and the Policy acting with it."""
+    if architecture.kind == "actor_critic":
+        from agents.torch_policy import TorchPolicy
+
+        net = ActorCritic(spec, NetConfig.from_json(architecture.config))
+        return net, TorchPolicy(net)
+    if architecture.kind == "lm":
+        from league.dialogue import build_lm_policy
+
+        return build_lm_policy(spec, architecture.config)
+    raise UserError(f"unknown policy architecture {architecture.kind!r}: use 'actor_critic' or 'lm'")
+
+
+class LeagueLearner(Protocol):
+    architecture: PolicyArchitecture
+    module: nn.Module
+    """The policy module whose state_dict runners receive."""
+
+    @property
+    def updates(self) -> int:
+        """Number of updates so far: the policy version."""
+        ...
+
+    def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
+        """One learning step on the learner's trajectories; `progress` in [0, 1] for annealing."""
+        ...
+
+    def freeze(self, directory: Path, lineage: Lineage) -> SnapshotRef: ...
+
+    def state_dict(self) -> dict[str, torch.Tensor]: ...
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
+
+    def reset_to(self, snapshot: Path, seed: int) -> None:
+        """Restart from a snapshot's weights with a fresh optimizer (AlphaStar's exploiter reset)."""
+        ...
+
+
+def module_weights(module: nn.Module) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+class PPOLeagueLearner:
+    """PPO (agents/ppo.py) on an ActorCritic."""
+
+    def __init__(self, spec: GameSpec, net_config: NetConfig, ppo_config: Any, seed: int, init_seed: int,
+                 backend_factory=None):
+        from agents.ppo import PPOLearner
+
+        self.spec = spec
+        self.net_config = net_config
+        self.ppo_config = ppo_config
+        self.backend_factory = backend_factory
+        torch.manual_seed(init_seed)  # initial weights (ActorCritic draws from torch's generator)
+        net = ActorCritic(spec, net_config)
+        self.ppo = PPOLearner(net, ppo_config, seed=seed, backend=self._backend(net))
+        self.architecture = PolicyArchitecture("actor_critic", net_config.to_json())
+
+    def _backend(self, net: ActorCritic):
+        return self.backend_factory(net) if self.backend_factory is not None else None
+
+    @property
+    def module(self) -> nn.Module:
+        return self.ppo.net
+
+    @property
+    def updates(self) -> int:
+        return self.ppo.updates
+
+    def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
+        if self.ppo_config.anneal_lr:
+            # CleanRL anneals the learning rate linearly to 0 over the run.
+            self.ppo.set_learning_rate((1.0 - progress) * self.ppo_config.learning_rate)
+        stats = self.ppo.update(batch)
+        return {k: float(v) for k, v in stats.__dict__.items() if isinstance(v, (int, float))}
+
+    def freeze(self, directory: Path, lineage: Lineage) -> SnapshotRef:
+        from agents.snapshot import save_snapshot
+
+        return save_snapshot(self.ppo.net, self.spec, self.net_config, directory, lineage)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.ppo.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.ppo.load_state_dict(state)
+
+    def reset_to(self, snapshot: Path, seed: int) -> None:
+        from agents.ppo import PPOLearner
+        from agents.snapshot import load_snapshot
+
+        loaded = load_snapshot(snapshot, expect_game=self.spec.id)
+        net = ActorCritic(self.spec, self.net_config)
+        net.load_state_dict(loaded.net.state_dict())
+        updates = self.ppo.updates
+        self.ppo = PPOLearner(net, self.ppo_config, seed=seed, backend=self._backend(net))
+        self.ppo.updates = updates  # versions keep increasing: runners key weights by version
+
+
+def make_learner(spec: GameSpec, config, role_index: int, seed: int, init_seed: int) -> LeagueLearner:
+    """The learner of role `role_index` for `config.learner` (a LeagueConfig)."""
+    if config.learner == "ppo":
+        backend_factory = None
+        if config.learner_backend.backend == "deepspeed":
+            from agents.deepspeed_backend import make_update_backend
+
+            def backend_factory(net, _cfg=config):
+                return make_update_backend(net, _cfg.ppo, _cfg.learner_backend)
+        return PPOLeagueLearner(spec, config.net, config.ppo, seed, init_seed, backend_factory)
+    if config.learner == "token_ppo":
+        from league.dialogue import TokenPPOLeagueLearner
+
+        return TokenPPOLeagueLearner(spec, config, role_index, seed, init_seed)
+    raise UserError(f"unknown learner {config.learner!r}: use 'ppo' or 'token_ppo'")
