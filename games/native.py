@@ -60,9 +60,6 @@ class MNKRules:
         if self.rows * self.cols > 64:
             raise GameError(f"game {self.name!r}: a bitboard holds at most 64 cells, "
                             f"got {self.rows}x{self.cols}")
-        if self.num_actions > 16:
-            raise GameError(f"game {self.name!r}: at most 16 actions (the legal-mask table has "
-                            f"2**num_actions rows), got {self.num_actions}")
 
     @property
     def num_cells(self) -> int:
@@ -291,21 +288,25 @@ class MNKVectorGame:
         self._cell_bits = np.array([1 << i for i in range(cells)], _U64)
         self._top_row_shift = _U64((rows - 1) * cols)
         self._column_set = _U64((1 << cols) - 1)
-        # For each direction: bit offset of one step, and the cells where a k-line starting there fits.
-        self._lines = []
+        # For each direction ([D, 1] columns, so that one array op covers all directions): the bit
+        # offset of one step, and the cells where a k-line starting there fits on the board.
+        steps, starts = [], []
         for dr, dc in _DIRECTIONS:
-            starts = 0
+            fits = 0
             for r in range(rows):
                 for c in range(cols):
                     end_r, end_c = r + dr * (rules.k - 1), c + dc * (rules.k - 1)
                     if 0 <= end_r < rows and 0 <= end_c < cols:
-                        starts |= 1 << (r * cols + c)
-            if starts:
-                self._lines.append((dr * cols + dc, _U64(starts)))
-        # Row i of the table is the legal mask whose bits are i (mask of a seat = one lookup).
-        actions = self.spec.num_actions
-        self._mask_table = ((np.arange(2**actions)[:, None] >> np.arange(actions)) & 1).astype(bool)
-        self._mask_index_dtype = np.uint8 if actions <= 8 else np.uint16
+                        fits |= 1 << (r * cols + c)
+            if fits:
+                steps.append(dr * cols + dc)
+                starts.append(fits)
+        self._line_steps = np.array(steps, _U64)[:, None]
+        self._line_starts = np.array(starts, _U64)[:, None]
+        # Legal actions are empty cells of the empty plane: the top row for gravity games (a column
+        # is open while its top cell is empty), else every cell; their bits in a seat's unpacked
+        # observation start here.
+        self._legal_bit_offset = 2 * cells + ((rows - 1) * cols if rules.gravity else 0)
         self._own = np.zeros(num_games, _U64)  # stones of the player to move
         self._occupied = np.zeros(num_games, _U64)
         self._length = np.zeros(num_games, np.int64)
@@ -327,12 +328,9 @@ class MNKVectorGame:
 
     def _has_line(self, stones: np.ndarray) -> np.ndarray:
         """[B] bool: the stones hold k in a row."""
-        found = None
-        for step, starts in self._lines:
-            runs = _run_starts(stones, step, self.rules.k)
-            runs &= starts
-            found = runs if found is None else found | runs
-        return found != 0
+        runs = _run_starts(stones[None, :], self._line_steps, self.rules.k)  # [D, B]
+        runs &= self._line_starts
+        return runs.any(axis=0)
 
     def _legal_bits(self) -> np.ndarray:
         """[B] uint64 with bit a set when action a is legal for the player to move."""
@@ -406,13 +404,12 @@ class MNKVectorGame:
         for seat in (0, 1):
             for index, word in enumerate(words):
                 np.bitwise_and(word, seat_bits[:, seat], out=seat_words[:, seat, index])
-        bits = np.unpackbits(seat_words.view(np.uint8).reshape(-1), bitorder="little")
-        obs = bits.reshape(b, 2, -1)[:, :, :3 * rows * cols].astype(np.float32)
-        # Legal actions as an integer per seat (0 for the seat not acting), expanded by a table.
-        seat_legal = np.multiply(acting, self._legal_bits().astype(self._mask_index_dtype)[:, None])
+        bits = np.unpackbits(seat_words.view(np.uint8).reshape(-1), bitorder="little").reshape(b, 2, -1)
+        obs = bits[:, :, :3 * rows * cols].astype(np.float32)
+        legal_bits = bits[:, :, self._legal_bit_offset:self._legal_bit_offset + self.spec.num_actions]
         return TimeStep(
             obs=obs.reshape(b, 2, 3, rows, cols),
-            mask=np.take(self._mask_table, seat_legal, axis=0),
+            mask=legal_bits.view(bool).copy(),
             acting=acting,
             rewards=rewards,
             done=done,
@@ -459,8 +456,9 @@ class MNKVectorGame:
         return grid.astype(np.int8).reshape(self.rules.rows, self.rules.cols)
 
 
-def _run_starts(stones: np.ndarray, step: int, k: int) -> np.ndarray:
-    """Bit i set iff bits i, i+step, ..., i+(k-1)*step of `stones` are all set.
+def _run_starts(stones: np.ndarray, step: np.ndarray, k: int) -> np.ndarray:
+    """Bit i set iff bits i, i+step, ..., i+(k-1)*step of `stones` are all set (broadcasting
+    `stones` against the uint64 bit offsets `step`).
 
     Runs double in length (``run & (run >> length*step)``) and the binary digits of k pick
     which runs to join, so k=4 costs two shift-ands and k=3 three."""
@@ -469,12 +467,12 @@ def _run_starts(stones: np.ndarray, step: int, k: int) -> np.ndarray:
     run, length = stones, 1
     while True:
         if k & length:
-            part = run >> _U64(offset * step) if offset else run
+            part = run >> (step * _U64(offset)) if offset else run
             result = part if result is None else result & part
             offset += length
         if 2 * length > k:
             return result
-        run = run & (run >> _U64(length * step))
+        run = run & (run >> (step * _U64(length)))
         length *= 2
 
 

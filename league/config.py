@@ -34,6 +34,9 @@ class RoleConfig:
     """PFSP weighting f(P[learner beats B]): hard (1-x)^p, var x(1-x), linear 1-x."""
     pfsp_power: float = 2.0
     """The exponent p of the 'hard' weighting."""
+    team: int | None = None
+    """In an asymmetric team game, the side (index of the team, in order of first seat) this role's
+    learner always plays, e.g. 0 for the predators of simple_tag; None rotates over all sides."""
     reset_every_snapshots: int = 0
     """Reset the learner to its initial weights after this many of its snapshots (0 = never;
     AlphaStar resets league exploiters so they keep finding new weaknesses)."""
@@ -46,6 +49,9 @@ class RoleConfig:
         weights = (self.self_play, self.pfsp, self.uniform)
         if min(weights) < 0 or sum(weights) <= 0:
             raise ConfigError(f"roles.{self.name}: self_play/pfsp/uniform must be >= 0 and not all 0")
+        if self.team is not None and (self.team < 0 or self.self_play > 0):
+            raise ConfigError(f"roles.{self.name}: a role with a fixed team needs team >= 0 and self_play 0 "
+                              f"(its opponents play the other side)")
         if self.reset_every_snapshots < 0:
             raise ConfigError(f"roles.{self.name}.reset_every_snapshots must be >= 0")
 

@@ -310,9 +310,34 @@ class League:
         self.next_match_id += 1
         return MatchAssignment(match_id, match_seed(self.config.seed, match_id), players, kind)
 
+    def _sides(self) -> list[tuple[int, ...]]:
+        """Seats grouped by team, teams in order of first seat: each side is one player's to fill."""
+        sides: dict[int, list[int]] = {}
+        for seat, team in enumerate(self.spec.team_of_seat):
+            sides.setdefault(team, []).append(seat)
+        return [tuple(seats) for seats in sides.values()]
+
+    def _side_of_member(self, member: Member) -> int | None:
+        """The side a frozen member plays in an asymmetric team game (None: any side)."""
+        role = next((r for r in self.config.roles if r.name == member.role), None)
+        return role.team if role is not None else None
+
+    def _seat_players(self, sides: list[tuple[int, ...]], side_players: list[str]) -> tuple[str, ...]:
+        players = [""] * self.spec.num_players
+        for seats, player in zip(sides, side_players):
+            for seat in seats:
+                players[seat] = player
+        return tuple(players)
+
     def plan(self) -> list[PlayTask]:
-        """The tasks of the next iteration (consumes the matchmaking RNG and match ids)."""
-        config, rng, num_players = self.config, self.rng, self.spec.num_players
+        """The tasks of the next iteration (consumes the matchmaking RNG and match ids).
+
+        A learner fills every seat of one side (a team shares one policy; in a free-for-all a side
+        is one seat); every other side gets one opponent drawn by the role's matchmaking mix. In
+        symmetric games the learner's side rotates, so every seat of the game is learnt.
+        """
+        config, rng = self.config, self.rng
+        sides = self._sides()
         shares = np.array([r.learner_share for r in config.roles])
         counts = np.floor(config.matches_per_iteration * shares / shares.sum()).astype(int)
         counts = np.maximum(counts, 1)
@@ -322,23 +347,61 @@ class League:
             mix = MatchmakingMix(self_play=role.self_play, pfsp=role.pfsp, uniform=role.uniform,
                                  pfsp_weighting=role.pfsp_weighting, pfsp_p=role.pfsp_power)
             candidates = self._candidates(learner)
-            opponents = sample_opponents(rng, mix, learner.player_id, candidates, self.payoff, self.ratings,
-                                         count * max(num_players - 1, 1))
+            if role.team is None:
+                # Symmetric game: every other side draws from the same pool.
+                drawn = sample_opponents(rng, mix, learner.player_id, candidates, self.payoff, self.ratings,
+                                         count * (len(sides) - 1))
+                draws_of_side = {side: drawn for side in range(len(sides))}
+            else:
+                draws_of_side = {}
+                for side in range(len(sides)):
+                    if side == role.team:
+                        continue
+                    pool = [c for c in candidates if self._side_of_member(self.population[c]) in (None, side)]
+                    drawn = sample_opponents(rng, mix, learner.player_id, pool, self.payoff, self.ratings, count)
+                    # Asymmetric sides: 'self-play' means the newest snapshot of the other side.
+                    newest = pool[-1] if pool else learner.player_id
+                    draws_of_side[side] = [newest if d == learner.player_id else d for d in drawn]
             for j in range(count):
-                if num_players == 1:
-                    players = (learner.player_id,)
-                else:
-                    others = opponents[j * (num_players - 1):(j + 1) * (num_players - 1)]
-                    # The learner takes every seat in turn, so both sides of the game are learnt.
-                    seat = (self.iteration * count + j) % num_players
-                    players = tuple(others[:seat]) + (learner.player_id,) + tuple(others[seat:])
-                assignments.append(self._allocate(players, "training"))
+                # In symmetric games the learner takes every side in turn, so all seats are learnt.
+                own = role.team if role.team is not None else (self.iteration * count + j) % len(sides)
+                side_players, k = [], 0
+                for side in range(len(sides)):
+                    if side == own:
+                        side_players.append(learner.player_id)
+                    elif role.team is None:
+                        side_players.append(draws_of_side[side][j * (len(sides) - 1) + k])
+                        k += 1
+                    else:
+                        side_players.append(draws_of_side[side][j])
+                assignments.append(self._allocate(self._seat_players(sides, side_players), "training"))
+        assignments.extend(self._plan_rating_matches(sides))
+        return self._shard(assignments)
+
+    def _plan_rating_matches(self, sides: list[tuple[int, ...]]) -> list[MatchAssignment]:
+        """Rating matches between frozen members: a `rating_share` of all games."""
+        config, rng = self.config, self.rng
         frozen = [m.player_id for m in self.population.frozen()]
         num_rating = int(round(config.matches_per_iteration * config.rating_share / (1 - config.rating_share)))
-        if num_players == 2 and len(frozen) >= 2 and num_rating > 0:
+        if len(sides) < 2 or len(frozen) < 2 or num_rating <= 0:
+            return []
+        out = []
+        if len(sides) == 2 and all(r.team is None for r in config.roles):
+            # Two symmetric sides: pairs by rating uncertainty and match quality (the arena's ladder too).
             for a, b in schedule_rating_matches(rng, self.ratings, frozen, num_rating):
-                assignments.append(self._allocate((a, b), "rating"))
-        return self._shard(assignments)
+                out.append(self._allocate(self._seat_players(sides, [a, b]), "rating"))
+            return out
+        pools = [[p for p in frozen if self._side_of_member(self.population[p]) in (None, side)]
+                 for side in range(len(sides))]
+        if any(not pool for pool in pools):
+            return []
+        for _ in range(num_rating):
+            chosen: list[str] = []
+            for pool in pools:
+                fresh = [p for p in pool if p not in chosen] or pool
+                chosen.append(fresh[int(rng.integers(len(fresh)))])
+            out.append(self._allocate(self._seat_players(sides, chosen), "rating"))
+        return out
 
     def _shard(self, assignments: list[MatchAssignment]) -> list[PlayTask]:
         shards = self.config.num_runners
@@ -424,14 +487,17 @@ class League:
             learner = self.learners.get(s.player_id)
             if learner is None:
                 continue
-            opponents = [o for o in seats if o.team != s.team]
-            for o in opponents:
+            opponents = {o.player_id: o for o in seats if o.team != s.team}  # a team counts once
+            for o in opponents.values():
                 if o.player_id == s.player_id:
                     continue  # self-play teaches the payoff table nothing
-                pairs.append((s.player_id, o.player_id, s.outcome))
+                # Head to head: did the learner's team finish above this opponent's?
+                score = 1.0 if s.outcome > o.outcome else 0.5 if s.outcome == o.outcome else 0.0
+                pairs.append((s.player_id, o.player_id, score))
                 learner.window_games += 1
-                learner.window_wins += s.outcome == 1.0
-                learner.window_draws += s.outcome == 0.5
+                learner.window_wins += score == 1.0
+                learner.window_draws += score == 0.5
+            break  # one row per match for the learner (its other seats are the same team)
         return pairs
 
     # ----------------------------------------------------------------------------- learning

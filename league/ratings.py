@@ -347,11 +347,14 @@ def is_rateable(match: MatchResult) -> bool:
     """Whether a match can update TrueSkill ratings.
 
     Not when every seat failed (no information), when there is a single team (nothing to rank),
-    or when one player sits in several seats (self-play: one player cannot take two posteriors).
+    or when one player sits on two teams (self-play: one player cannot take two posteriors). One
+    player on several seats of the same team (a parameter-shared team) is fine.
     """
-    player_ids = match.player_ids
-    return (match.has_result and len(match.team_outcomes()) >= 2
-            and len(set(player_ids)) == len(player_ids))
+    team_of_player: dict[str, int] = {}
+    for seat in match.seats:
+        if team_of_player.setdefault(seat.player_id, seat.team) != seat.team:
+            return False
+    return match.has_result and len(match.team_outcomes()) >= 2
 
 
 class RatingTable:
@@ -433,7 +436,10 @@ class RatingTable:
             return {}
         teams: dict[int, list[str]] = {}
         for seat in match.seats:
-            teams.setdefault(seat.team, []).append(seat.player_id)
+            members = teams.setdefault(seat.team, [])
+            # A team whose seats share one policy (parameter-shared MAPPO) is one player.
+            if seat.player_id not in members:
+                members.append(seat.player_id)
         outcomes = match.team_outcomes()
         if len(teams) == 2 and all(len(members) == 1 for members in teams.values()):
             (team_a, (player_a,)), (team_b, (player_b,)) = teams.items()

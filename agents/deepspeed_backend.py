@@ -1,0 +1,321 @@
+"""A DeepSpeed engine behind the learners' update seam (agents/ppo.py `UpdateBackend`,
+agents/token_ppo.py `OptimizerBackend`).
+
+`DeepSpeedBackend.step(loss)` is `engine.backward(loss); engine.step()` with DeepSpeed doing the
+gradient clipping; the client optimizer is the same `torch.optim.Adam` the plain torch backends
+use (DeepSpeed's own "Adam" means AdamW and would change the update), so at ZeRO stage 0 the
+two backends take the same steps. ZeRO stages 1 and 2 partition optimizer states and gradients
+across data-parallel ranks (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models", §5); with one learner process there is a single partition, so the
+update is still Adam's, computed from DeepSpeed's fp32 master copy of the weights.
+
+Checkpoints, two ways:
+
+* `state_dict()` / `load_state_dict()`: named tensors in the torch backend's layout
+  (``lr``, ``state.<i>.exp_avg|exp_avg_sq|step`` per parameter in model order) plus
+  ``master.<i>`` (the fp32 master weights) under ZeRO, so the league's safetensors checkpoints
+  and exact resume work unchanged, and a torch-backend checkpoint loads into a DeepSpeed learner.
+* `save_checkpoint()` / `load_checkpoint()`: DeepSpeed's native format (one file per rank, made
+  with torch.save, i.e. pickle). These are our own files, written and read by the same trusted
+  process or job; never load a DeepSpeed checkpoint that someone else could have written
+  (unlike snapshots, which are JSON + safetensors and safe to take from strangers).
+
+CPU facts (../shared/REFERENCE.md §3): DeepSpeed picks its CPU accelerator and gloo; a process
+that was not started by a launcher needs MASTER_ADDR/MASTER_PORT/RANK/LOCAL_RANK/WORLD_SIZE (set
+here for a single rank on loopback); the shared-memory comm op must be disabled before
+`initialize` or it is JIT-compiled (40-100 s); fp16 is refused on CPU, which `LearnerBackendConfig`
+refuses first, at config time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from ludus.errors import UserError
+
+
+class LearnerBackendError(UserError):
+    """A learner backend setting that cannot work; the message says which and what to use."""
+
+
+@dataclass(frozen=True)
+class LearnerBackendConfig:
+    """How a learner turns its loss into a parameter update: torch Adam or a DeepSpeed engine."""
+
+    backend: Literal["torch", "deepspeed"] = "torch"
+    """'torch' (Adam with gradient clipping, in this process) or 'deepspeed' (a DeepSpeed engine)."""
+    zero_stage: int = 0
+    """DeepSpeed ZeRO stage: 0 (none), 1 (optimizer states partitioned), 2 (and gradients). Stage 3
+    (parameters partitioned too) is refused: the league reads the learner's whole weights every
+    iteration for runners and snapshots, and with one learner process there is nothing to split."""
+    bf16: bool = False
+    """bfloat16 weights and activations, fp32 master weights in the optimizer (needs zero_stage >= 1)."""
+    fp16: bool = False
+    """float16 with loss scaling: GPUs only, refused on CPU."""
+    offload_optimizer: bool = False
+    """ZeRO-Offload: optimizer states and step in CPU memory (needs zero_stage >= 1; on a machine
+    without a GPU everything is in CPU memory already)."""
+    train_micro_batch_size: int | None = None
+    """DeepSpeed's micro batch size; it must equal the learner's minibatch size (each minibatch is
+    one optimizer step); None takes the learner's."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("torch", "deepspeed"):
+            raise LearnerBackendError(f"learner.backend must be 'torch' or 'deepspeed', got {self.backend!r}")
+        if self.backend == "torch":
+            changed = [name for name, default in (("zero_stage", 0), ("bf16", False), ("fp16", False),
+                                                  ("offload_optimizer", False), ("train_micro_batch_size", None))
+                       if getattr(self, name) != default]
+            if changed:
+                raise LearnerBackendError(f"learner.{changed[0]} is a DeepSpeed setting: set learner.backend=deepspeed "
+                                          f"or drop it")
+            return
+        if self.zero_stage == 3:
+            raise LearnerBackendError("learner.zero_stage=3 partitions the parameters, but the league reads the "
+                                      "learner's whole weights every iteration: use zero_stage 0, 1 or 2")
+        if self.zero_stage not in (0, 1, 2):
+            raise LearnerBackendError(f"learner.zero_stage must be 0, 1 or 2, got {self.zero_stage}")
+        if self.fp16 and self.bf16:
+            raise LearnerBackendError("learner.fp16 and learner.bf16 are both set: pick one")
+        if self.fp16 and not torch.cuda.is_available():
+            raise LearnerBackendError("learner.fp16 needs a GPU (DeepSpeed refuses fp16 on CPU): "
+                                      "use learner.bf16=true or leave both off for fp32")
+        if self.bf16 and self.zero_stage == 0:
+            raise LearnerBackendError("learner.bf16 needs zero_stage 1 or 2 (ZeRO keeps the fp32 master weights "
+                                      "that checkpoints and resume need)")
+        if self.offload_optimizer and self.zero_stage == 0:
+            raise LearnerBackendError("learner.offload_optimizer needs zero_stage 1 or 2 (ZeRO-Offload)")
+        if self.train_micro_batch_size is not None and self.train_micro_batch_size < 1:
+            raise LearnerBackendError(f"learner.train_micro_batch_size must be >= 1, got {self.train_micro_batch_size}")
+
+
+def micro_batch_size(config: LearnerBackendConfig, minibatch_size: int | None) -> int:
+    """DeepSpeed's micro batch size for a learner whose minibatches have `minibatch_size` rows."""
+    if minibatch_size is None:
+        raise LearnerBackendError("the DeepSpeed learner needs fixed-size minibatches: set ppo.minibatch_size "
+                                  "(num_minibatches gives minibatches whose size changes with the batch)")
+    if config.train_micro_batch_size is not None and config.train_micro_batch_size != minibatch_size:
+        raise LearnerBackendError(f"learner.train_micro_batch_size={config.train_micro_batch_size} differs from the "
+                                  f"learner's minibatch size {minibatch_size}: make them equal (one minibatch is "
+                                  f"one DeepSpeed step)")
+    return minibatch_size
+
+
+def deepspeed_config(config: LearnerBackendConfig, micro_batch: int, max_grad_norm: float) -> dict[str, Any]:
+    """The DeepSpeed JSON config for one learner step per minibatch."""
+    zero: dict[str, Any] = {"stage": config.zero_stage}
+    if config.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": max_grad_norm,
+        "zero_optimization": zero,
+        "bf16": {"enabled": config.bf16},
+        "fp16": {"enabled": config.fp16},
+        # ZeRO-Offload insists on DeepSpeed's CPUAdam (a 60 s JIT build) unless told that the
+        # client's torch Adam is fine.
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 2**62,
+        "wall_clock_breakdown": False,
+    }
+
+
+def _free_loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def single_process_environment() -> None:
+    """The rendezvous variables of a one-rank job on loopback, unless a launcher (torchrun,
+    `deepspeed`) already set them."""
+    if "LOCAL_RANK" in os.environ or "WORLD_SIZE" in os.environ:
+        return
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_loopback_port()), RANK="0", LOCAL_RANK="0",
+                      WORLD_SIZE="1")
+    if sys.platform.startswith("linux"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's traffic stays on loopback
+
+
+class DeepSpeedBackend:
+    """A DeepSpeed engine over `model` with a client `torch.optim.Adam`; one `step` per minibatch."""
+
+    def __init__(self, model: nn.Module, config: LearnerBackendConfig, micro_batch: int, learning_rate: float,
+                 adam_eps: float, max_grad_norm: float):
+        if config.backend != "deepspeed":
+            raise LearnerBackendError("DeepSpeedBackend needs learner.backend=deepspeed")
+        import deepspeed
+
+        single_process_environment()
+        # Without this, initialize JIT-compiles a shared-memory all-reduce op (40-100 s) that a
+        # CPU run does not need.
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+        self.config = config
+        self.model = model
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.Adam(self.parameters, lr=learning_rate, eps=adam_eps)
+        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                                    config=deepspeed_config(config, micro_batch, max_grad_norm))
+        self.optimizer = self.engine.optimizer
+        """The engine's optimizer: the client Adam at stage 0, DeepSpeed's ZeRO wrapper otherwise."""
+        if config.bf16:
+            _run_forward_in_bf16(model)
+
+    @property
+    def zero(self) -> bool:
+        return self.config.zero_stage > 0
+
+    def step(self, loss: torch.Tensor) -> float:
+        self.engine.backward(loss)
+        grad_norm = None
+        if not self.zero:
+            # Stage 0 clips inside engine.step() without keeping the norm; take it first, as
+            # clip_grad_norm_ does (the norm of the per-parameter norms).
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.parameters if p.grad is not None])
+        self.engine.step()
+        if grad_norm is None:
+            grad_norm = self.engine.get_global_grad_norm()
+        return float(grad_norm)
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+
+    def learning_rate(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    # --------------------------------------------------------------------------- checkpoints
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Optimizer state as named tensors, per parameter in model order (the torch backend's layout)."""
+        flat = {"lr": torch.tensor(self.learning_rate(), dtype=torch.float64)}
+        if not self.zero:
+            for index, param_state in self.optimizer.state_dict()["state"].items():
+                for name, value in param_state.items():
+                    flat[f"state.{index}.{name}"] = value.detach().clone()
+            return flat
+        from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
+
+        step = self._zero_step()
+        for index, param in enumerate(self.parameters):
+            flat[f"master.{index}"] = safe_get_full_fp32_param(param).detach().clone()
+            if step is None:
+                continue  # no optimizer step yet: Adam has no moments to save
+            for name in ("exp_avg", "exp_avg_sq"):
+                flat[f"state.{index}.{name}"] = safe_get_full_optimizer_state(param, name).detach().clone()
+            flat[f"state.{index}.step"] = step.clone()
+        return flat
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore `state_dict()` output (or a torch backend's). Load the model's weights first:
+        without ``master.<i>`` entries the fp32 masters are taken from the model."""
+        if not self.zero:
+            param_state: dict[int, dict[str, torch.Tensor]] = {}
+            for key, value in state.items():
+                if key.startswith("state."):
+                    _, index, name = key.split(".", 2)
+                    param_state.setdefault(int(index), {})[name] = value.clone()
+            template = self.optimizer.state_dict()
+            template["param_groups"][0]["lr"] = float(state["lr"])
+            self.optimizer.load_state_dict({"state": param_state, "param_groups": template["param_groups"]})
+            return
+        from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
+
+        for index, param in enumerate(self.parameters):
+            master = state.get(f"master.{index}")
+            safe_set_full_fp32_param(param, (master if master is not None else param.detach()).float())
+            for name in ("exp_avg", "exp_avg_sq"):
+                value = state.get(f"state.{index}.{name}")
+                if value is not None:
+                    safe_set_full_optimizer_state(param, value.float(), name)
+        if "state.0.step" in state:
+            for param_state in self._base_optimizer().state.values():
+                param_state["step"] = state["state.0.step"].clone()
+        self.set_learning_rate(float(state["lr"]))
+
+    def _base_optimizer(self) -> torch.optim.Optimizer:
+        return self.optimizer.optimizer  # the client Adam inside DeepSpeed's ZeRO wrapper
+
+    def _zero_step(self) -> torch.Tensor | None:
+        """Adam's step count under ZeRO (one flat parameter per group, all stepped together)."""
+        for param_state in self._base_optimizer().state.values():
+            if "step" in param_state:
+                return param_state["step"]
+        return None
+
+    def save_checkpoint(self, directory: str | os.PathLike, tag: str) -> None:
+        """DeepSpeed's native checkpoint (pickle files: for this job only, never from strangers)."""
+        self.engine.save_checkpoint(str(directory), tag=tag)
+
+    def load_checkpoint(self, directory: str | os.PathLike, tag: str) -> None:
+        """Load weights and optimizer state saved by `save_checkpoint` of a trusted run of ours."""
+        path, _ = self.engine.load_checkpoint(str(directory), tag=tag, load_optimizer_states=True,
+                                              load_lr_scheduler_states=False)
+        if path is None:
+            raise LearnerBackendError(f"no DeepSpeed checkpoint {tag!r} in {directory}")
+
+
+def _run_forward_in_bf16(model: nn.Module) -> None:
+    """Run `model`'s forward under bf16 autocast and hand back float32 outputs.
+
+    DeepSpeed's bf16 mode stores the module's weights in bfloat16 but leaves inputs alone; the
+    learners call the module directly with float32 observations (and ActorCritic casts them to
+    float), so autocast does the casting inside, and the losses are computed in float32 as in
+    mixed-precision training (Micikevicius et al. 2018)."""
+    state: dict[str, Any] = {}
+
+    def enter(module: nn.Module, args: tuple) -> None:
+        state["autocast"] = torch.autocast("cpu", dtype=torch.bfloat16)
+        state["autocast"].__enter__()
+
+    def leave(module: nn.Module, args: tuple, output: Any) -> Any:
+        state.pop("autocast").__exit__(None, None, None)
+        return _to_float32(output)
+
+    model.register_forward_pre_hook(enter)
+    model.register_forward_hook(leave, always_call=True)
+
+
+def _to_float32(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() else value
+    if isinstance(value, tuple):
+        return tuple(_to_float32(v) for v in value)
+    if isinstance(value, list):
+        return [_to_float32(v) for v in value]
+    return value
+
+
+# ------------------------------------------------------------------------------- factories
+
+
+def make_update_backend(net: nn.Module, ppo_config, backend_config: LearnerBackendConfig):
+    """The `UpdateBackend` of a `PPOLearner` (agents/ppo.py) over `net`."""
+    from agents.ppo import TorchOptimizerBackend
+
+    if backend_config.backend == "torch":
+        return TorchOptimizerBackend(net.parameters(), ppo_config.learning_rate, ppo_config.adam_eps,
+                                     ppo_config.max_grad_norm)
+    return DeepSpeedBackend(net, backend_config, micro_batch_size(backend_config, ppo_config.minibatch_size),
+                            ppo_config.learning_rate, ppo_config.adam_eps, ppo_config.max_grad_norm)
+
+
+def make_token_update_backend(model: nn.Module, token_config, backend_config: LearnerBackendConfig):
+    """The `OptimizerBackend` of a `TokenPPOLearner` (agents/token_ppo.py) over `model`.
+
+    Build the learner with an explicit `ref_model` (or copy the reference before this call): the
+    engine attaches DeepSpeed state to the model's parameters, which a deep copy would drag along."""
+    from agents.token_ppo import TorchAdamBackend
+
+    if backend_config.backend == "torch":
+        return TorchAdamBackend(model.parameters(), token_config.lr, token_config.max_grad_norm, token_config.adam_eps)
+    return DeepSpeedBackend(model, backend_config, micro_batch_size(backend_config, token_config.minibatch_size),
+                            token_config.lr, token_config.adam_eps, token_config.max_grad_norm)

@@ -1,0 +1,189 @@
+"""The league report page and the chart module, checked in headless Chromium.
+
+Chromium is a test dependency (`bash scripts/setup.sh --test` installs Debian's `chromium`); these
+tests fail, not skip, when it is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from evaluation import charts
+from evaluation.report import build_report, report_charts, write_report
+from league.api import League, load_config
+from ludus.cli import main
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+EXPLOITABILITY_POINTS = [(1000, 0.45), (2000, 0.31), (3000, 0.22)]
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.fail("chromium is not installed: run `apt-get update && apt-get install -y chromium` "
+                    "(or `bash scripts/setup.sh --test`)")
+    return path
+
+
+def _run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    profile = tmp_path / "chromium-profile"
+    profile.mkdir(exist_ok=True)
+    result = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"chromium failed ({result.returncode}): {result.stderr[-2000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("report") / "run"
+    league = League.create(load_config("quickstart", ["iterations=2", "log.progress=false"]), path)
+    try:
+        league.run()
+    finally:
+        league.close()
+    # The quickstart game logs no exploitability; add what a Kuhn run would log, and a half-written
+    # last line as a running league may leave it.
+    with open(path / "metrics.jsonl", "a") as f:
+        for step, value in EXPLOITABILITY_POINTS:
+            f.write(json.dumps({"step": step, "eval/exploitability": value}) + "\n")
+        f.write('{"step": 4000, "eval/exploi')
+    return path
+
+
+@pytest.fixture(scope="module")
+def written(run_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("page")
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in run_dir.rglob("*") if p.is_file()}
+    files = write_report(run_dir, out / "report.html")
+    after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in run_dir.rglob("*") if p.is_file()}
+    assert before == after, "building the report changed the run directory"
+    return files
+
+
+def test_page_is_self_contained(written):
+    page = Path(written.html).read_text()
+    assert not re.search(r"\b(src|href)\s*=", page, re.IGNORECASE)
+    assert "<script" not in page.lower() and "url(" not in page and "@import" not in page
+    assert page.count("<svg") >= 7  # ratings, payoff, nash, alpharank, genealogy, exploitability, matchmaking
+
+
+def test_report_data(run_dir):
+    report = build_report(run_dir)
+    assert report.exploitability == tuple((float(s), v) for s, v in EXPLOITABILITY_POINTS)
+    assert report.matchmaking.learners == ("main",)
+    assert report.matchmaking.counts.sum() == sum(
+        n for k, n in report.matches_by_kind.items() if k == "training")  # two-player: one opponent per game
+    assert report.metagame is not None and abs(sum(report.metagame.nash) - 1) < 1e-9
+    assert {t.player_id for t in report.tracks} == set(report.ratings)
+
+
+def test_chromium_renders_the_expected_elements(written, tmp_path):
+    dom = _run_chromium(tmp_path, "--dump-dom", Path(written.html).as_uri()).stdout
+    for element_id in ("summary", "fig-ratings", "leaderboard", "fig-payoff", "fig-nash", "fig-alpharank",
+                       "fig-genealogy", "fig-exploitability", "fig-matchmaking", "png-note"):
+        assert f'id="{element_id}"' in dom, element_id
+    assert dom.count("<svg") >= 7
+    for player in ("anchor:perfect", "main@0", "main@1"):
+        assert player in dom
+
+
+def test_screenshot_is_not_blank(written, tmp_path):
+    shot = tmp_path / "shot.png"
+    _run_chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,1800", "--hide-scrollbars",
+                  Path(written.html).as_uri())
+    image = np.asarray(Image.open(shot).convert("RGB"), dtype=np.float64)
+    assert image.shape[0] >= 1000 and image.shape[1] >= 1000
+    assert image.std() > 20.0, "the screenshot is (nearly) one colour"
+    colours = {tuple(c) for c in image.reshape(-1, 3)[::7].astype(int)}
+    assert len(colours) > 50
+    # the palette's first colour (ratings lines, bars) is on screen
+    assert np.any(np.all(np.abs(image - np.array([0x00, 0x72, 0xB2])) < 12, axis=-1))
+
+
+def test_png_plots_beside_the_page(written):
+    names = {Path(p).name for p in written.pngs}
+    assert names == {"ratings.png", "payoff.png", "nash.png", "alpharank.png", "genealogy.png",
+                     "exploitability.png", "matchmaking.png"}
+    for path in written.pngs:
+        assert Path(path).parent == Path(written.html).parent / "report_png"
+        image = np.asarray(Image.open(path).convert("L"), dtype=np.float64)
+        assert image.shape[0] > 100 and image.shape[1] > 200
+        assert image.std() > 10.0, f"{path} is blank"
+
+
+def test_cli_report(run_dir, tmp_path, capsys):
+    assert main(["report", str(run_dir), "--html", str(tmp_path / "r.html"), "--no-png"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert (tmp_path / "r.html").is_file() and not (tmp_path / "r_png").exists()
+    assert main(["report", str(tmp_path / "nothing"), "--html", str(tmp_path / "x.html")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The chart module on its own
+
+
+def test_every_chart_is_well_formed_svg(run_dir):
+    for name, chart in report_charts(build_report(run_dir)).items():
+        root = ET.fromstring(chart.svg())
+        assert root.tag.endswith("svg"), name
+        assert root.get("viewBox") == f"0 0 {chart.width} {chart.height}"
+
+
+def test_nice_ticks_cover_the_range():
+    for low, high in [(0, 1), (-3.2, 17.9), (0.001, 0.0042), (5, 5), (1e5, 3.3e6)]:
+        ticks = charts.nice_ticks(low, high)
+        assert ticks[0] <= min(low, high) and ticks[-1] >= max(low, high)
+        steps = np.diff(ticks)
+        assert np.allclose(steps, steps[0]) and 2 <= len(ticks) <= 12
+
+
+def test_line_chart_draws_bands_and_rejects_ragged_series():
+    chart = charts.line_chart([charts.Series("a", (0, 1, 2), (1, 2, 3), lower=(0, 1, 2), upper=(2, 3, 4))])
+    assert sum(isinstance(s, charts.Area) for s in chart.shapes) == 1
+    with pytest.raises(ValueError):
+        charts.Series("bad", (0, 1), (1,))
+    with pytest.raises(ValueError):
+        charts.Series("bad", (0, 1), (1, 2), lower=(0,))
+
+
+def test_heatmap_marks_missing_cells_and_escapes_labels():
+    chart = charts.heatmap(["<a>", "b"], ["<a>", "b"], [[None, 0.25], [0.75, None]])
+    svg = chart.svg()
+    assert "&lt;a&gt;" in svg and "<a>" not in svg
+    ET.fromstring(svg)
+    assert "no data" in svg
+    with pytest.raises(ValueError):
+        charts.heatmap(["a"], ["a", "b"], [[0.5]])
+
+
+def test_lineage_lanes_follow_branches():
+    chain = [charts.TreeNode(f"m@{i}", f"m@{i - 1}" if i else None, time=i) for i in range(5)]
+    assert charts._lanes(chain) == {f"m@{i}": 0 for i in range(5)}
+    branched = chain + [charts.TreeNode("x@0", "m@2", time=3), charts.TreeNode("anchor", None, time=0)]
+    lanes = charts._lanes(branched)
+    assert lanes["x@0"] not in (lanes["m@3"], lanes["anchor"]) and lanes["m@3"] == 0
+    chart = charts.lineage_tree(branched, title="t")
+    assert sum(isinstance(s, charts.Dot) for s in chart.shapes) == len(branched)
+    # parent edges: one per node with a parent among the nodes
+    assert sum(isinstance(s, charts.Line) and s.stroke == "#aaaaaa" for s in chart.shapes) == 5
+
+
+def test_bar_chart_whiskers_and_png(tmp_path):
+    chart = charts.bar_chart(["a", "b"], [0.4, 0.7], intervals=[(0.3, 0.5), (0.6, 0.8)], reference=0.5)
+    assert sum(isinstance(s, charts.Box) for s in chart.shapes) == 2
+    chart.png(str(tmp_path / "bars.png"), scale=1.0)
+    image = Image.open(tmp_path / "bars.png")
+    assert image.size == (chart.width, chart.height)
