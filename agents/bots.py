@@ -292,8 +292,32 @@ def _bot_params(text: str, bot_name: str) -> dict[str, Any]:
     return params
 
 
+NEGOTIATOR_BOT_NAMES = ("negotiator-fair", "negotiator-tough", "negotiator-soft", "random-split")
+"""Scripted negotiators (agents/scripted_negotiator.py), for the `negotiation` game only."""
+
+
+def _negotiator_bot(name: str, spec: GameSpec) -> Policy:
+    from dataclasses import replace
+
+    from agents.scripted_negotiator import (GREEDY_FAIR, SOFT, TOUGH, GreedyFairNegotiator,
+                                            RandomSplitNegotiator)
+    from games import registry
+
+    if spec.id != "negotiation" and not spec.id.startswith("negotiation("):
+        raise BotError(f"bot {name!r} plays the negotiation game only, not {spec.id!r}: use 'random'")
+    if name == "random-split":
+        return RandomSplitNegotiator()
+    # The bot must know which utterance is the last one (it accepts more readily there).
+    max_utterances = registry.make(spec.id).rules.max_utterances
+    behaviour = GREEDY_FAIR if name == "negotiator-fair" else TOUGH if name == "negotiator-tough" else SOFT
+    return GreedyFairNegotiator(replace(behaviour, max_utterances=max_utterances))
+
+
 def make_bot(name: str, spec: GameSpec) -> Policy:
-    """A bot from its name: 'random', 'mcts', 'mcts-100', 'mcts(simulations=100,uct_c=1.4)', 'perfect'."""
+    """A bot from its name: 'random', 'mcts', 'mcts-100', 'mcts(simulations=100,uct_c=1.4)', 'perfect';
+    for the negotiation game also 'negotiator-fair', 'negotiator-tough', 'negotiator-soft', 'random-split'."""
+    if name.strip() in NEGOTIATOR_BOT_NAMES:
+        return _negotiator_bot(name.strip(), spec)
     match = _BOT_RE.match(name.strip())
     if not match:
         raise BotError(f"malformed bot name {name!r}: use one of {', '.join(BOT_NAMES)}")

@@ -116,7 +116,10 @@ def deepspeed_config(config: LearnerBackendConfig, micro_batch: int, max_grad_no
     return {
         "train_micro_batch_size_per_gpu": micro_batch,
         "gradient_accumulation_steps": 1,
-        "gradient_clipping": max_grad_norm,
+        # ZeRO clips the gradient partitions it holds (and reports the norm); at stage 0 the
+        # gradients are whole in `p.grad` and DeepSpeedBackend clips them with torch's
+        # clip_grad_norm_, exactly as the torch backend does.
+        "gradient_clipping": max_grad_norm if config.zero_stage > 0 else 0.0,
         "zero_optimization": zero,
         "bf16": {"enabled": config.bf16},
         "fp16": {"enabled": config.fp16},
@@ -162,6 +165,7 @@ class DeepSpeedBackend:
         self.model = model
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.Adam(self.parameters, lr=learning_rate, eps=adam_eps)
+        self.max_grad_norm = max_grad_norm
         self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                                     config=deepspeed_config(config, micro_batch, max_grad_norm))
         self.optimizer = self.engine.optimizer
@@ -175,15 +179,12 @@ class DeepSpeedBackend:
 
     def step(self, loss: torch.Tensor) -> float:
         self.engine.backward(loss)
-        grad_norm = None
         if not self.zero:
-            # Stage 0 clips inside engine.step() without keeping the norm; take it first, as
-            # clip_grad_norm_ does (the norm of the per-parameter norms).
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.parameters if p.grad is not None])
+            grad_norm = nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
+            self.engine.step()
+            return float(grad_norm)
         self.engine.step()
-        if grad_norm is None:
-            grad_norm = self.engine.get_global_grad_norm()
-        return float(grad_norm)
+        return float(self.engine.get_global_grad_norm())
 
     def set_learning_rate(self, learning_rate: float) -> None:
         for group in self.optimizer.param_groups:
@@ -215,8 +216,9 @@ class DeepSpeedBackend:
         return flat
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Restore `state_dict()` output (or a torch backend's). Load the model's weights first:
-        without ``master.<i>`` entries the fp32 masters are taken from the model."""
+        """Restore `state_dict()` output (or a torch backend's). Load the model's weights first
+        (PPOLearner.load_state_dict does): without ``master.<i>`` entries the fp32 masters are
+        taken from the model."""
         if not self.zero:
             param_state: dict[int, dict[str, torch.Tensor]] = {}
             for key, value in state.items():
@@ -229,16 +231,26 @@ class DeepSpeedBackend:
             return
         from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
 
+        masters = [state.get(f"master.{index}", param.detach()).float().clone()
+                   for index, param in enumerate(self.parameters)]
+        if self._zero_step() is None:
+            # ZeRO creates Adam's state (and links it to the parameters) at the first step. A step
+            # on zero gradients creates it without changing the masters (Adam's update is
+            # lr * m / (sqrt(v) + eps) with m = v = 0), but it copies the masters, which are
+            # still the initial weights, over the model's weights: both are set again below.
+            self.engine.backward(sum((p * 0.0).sum() for p in self.parameters))
+            self.engine.step()
         for index, param in enumerate(self.parameters):
-            master = state.get(f"master.{index}")
-            safe_set_full_fp32_param(param, (master if master is not None else param.detach()).float())
+            safe_set_full_fp32_param(param, masters[index])
+            with torch.no_grad():
+                param.copy_(masters[index].to(param.dtype))
             for name in ("exp_avg", "exp_avg_sq"):
                 value = state.get(f"state.{index}.{name}")
                 if value is not None:
                     safe_set_full_optimizer_state(param, value.float(), name)
-        if "state.0.step" in state:
-            for param_state in self._base_optimizer().state.values():
-                param_state["step"] = state["state.0.step"].clone()
+        step = state.get("state.0.step", torch.tensor(0.0))  # no step: an optimizer that never stepped
+        for param_state in self._base_optimizer().state.values():
+            param_state["step"] = step.clone().float()
         self.set_learning_rate(float(state["lr"]))
 
     def _base_optimizer(self) -> torch.optim.Optimizer:
@@ -257,10 +269,13 @@ class DeepSpeedBackend:
 
     def load_checkpoint(self, directory: str | os.PathLike, tag: str) -> None:
         """Load weights and optimizer state saved by `save_checkpoint` of a trusted run of ours."""
+        if not os.path.isdir(os.path.join(directory, tag)):
+            raise LearnerBackendError(f"no DeepSpeed checkpoint {tag!r} in {directory}: give the directory and "
+                                      f"tag that save_checkpoint was called with")
         path, _ = self.engine.load_checkpoint(str(directory), tag=tag, load_optimizer_states=True,
                                               load_lr_scheduler_states=False)
         if path is None:
-            raise LearnerBackendError(f"no DeepSpeed checkpoint {tag!r} in {directory}")
+            raise LearnerBackendError(f"DeepSpeed could not load checkpoint {tag!r} from {directory}")
 
 
 def _run_forward_in_bf16(model: nn.Module) -> None:
@@ -297,10 +312,21 @@ def _to_float32(value: Any) -> Any:
 # ------------------------------------------------------------------------------- factories
 
 
-def make_update_backend(net: nn.Module, ppo_config, backend_config: LearnerBackendConfig):
+def as_backend_config(config: Any) -> LearnerBackendConfig:
+    """Validated settings from a `LearnerBackendConfig` or any record with its fields (such as a
+    league config's `learner_backend`); fields it lacks keep their defaults."""
+    if isinstance(config, LearnerBackendConfig):
+        return config
+    return LearnerBackendConfig(backend=config.backend, zero_stage=config.zero_stage, bf16=config.bf16,
+                                fp16=getattr(config, "fp16", False), offload_optimizer=config.offload_optimizer,
+                                train_micro_batch_size=getattr(config, "train_micro_batch_size", None))
+
+
+def make_update_backend(net: nn.Module, ppo_config, backend_config: Any):
     """The `UpdateBackend` of a `PPOLearner` (agents/ppo.py) over `net`."""
     from agents.ppo import TorchOptimizerBackend
 
+    backend_config = as_backend_config(backend_config)
     if backend_config.backend == "torch":
         return TorchOptimizerBackend(net.parameters(), ppo_config.learning_rate, ppo_config.adam_eps,
                                      ppo_config.max_grad_norm)
@@ -308,13 +334,14 @@ def make_update_backend(net: nn.Module, ppo_config, backend_config: LearnerBacke
                             ppo_config.learning_rate, ppo_config.adam_eps, ppo_config.max_grad_norm)
 
 
-def make_token_update_backend(model: nn.Module, token_config, backend_config: LearnerBackendConfig):
+def make_token_update_backend(model: nn.Module, token_config, backend_config: Any):
     """The `OptimizerBackend` of a `TokenPPOLearner` (agents/token_ppo.py) over `model`.
 
     Build the learner with an explicit `ref_model` (or copy the reference before this call): the
     engine attaches DeepSpeed state to the model's parameters, which a deep copy would drag along."""
     from agents.token_ppo import TorchAdamBackend
 
+    backend_config = as_backend_config(backend_config)
     if backend_config.backend == "torch":
         return TorchAdamBackend(model.parameters(), token_config.lr, token_config.max_grad_norm, token_config.adam_eps)
     return DeepSpeedBackend(model, backend_config, micro_batch_size(backend_config, token_config.minibatch_size),

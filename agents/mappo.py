@@ -350,6 +350,8 @@ class MAPPOBatch:
     """[N] float32 behaviour log-probability of the action."""
     values: np.ndarray
     """[N] float32 behaviour critic's value estimate, in return units (denormalised)."""
+    rewards: np.ndarray
+    """[N] float32 reward the agent received in the step it acted (0 on inactive rows)."""
     advantages: np.ndarray
     """[N] float32 GAE advantages."""
     returns: np.ndarray
@@ -687,7 +689,7 @@ def collect_rollout(games: VectorGame, ts: TimeStep, learners: dict[int, MAPPOLe
 
         batches[team] = MAPPOBatch(
             actor_obs=rows(actor_obs), critic_obs=rows(critic_obs), mask=rows(masks), actions=rows(actions),
-            logprobs=rows(logprobs), values=rows(values), advantages=rows(advantages), returns=rows(returns),
+            logprobs=rows(logprobs), values=rows(values), rewards=rows(rewards), advantages=rows(advantages), returns=rows(returns),
             active=rows(active).astype(np.float32),
             seats=rows(np.broadcast_to(np.arange(num_players), shape)).astype(np.int64))
     episodes = EpisodeRecord(

@@ -35,11 +35,35 @@ class PlayResult:
     human_seat: int
 
 
+def newest_run_snapshot(run_dir: str | os.PathLike) -> str:
+    """The newest snapshot of a league run's first role (usually 'main'), read from the run's last
+    checkpoint (config.json, checkpoint.json -> checkpoints/iter-N/state.json: JSON only)."""
+    import json
+    from pathlib import Path
+
+    run = Path(run_dir)
+    try:
+        config = json.loads((run / "config.json").read_text())
+        pointer = json.loads((run / "checkpoint.json").read_text())
+        state = json.loads((run / pointer["path"] / "state.json").read_text())
+        role = config["roles"][0]["name"]
+        snapshots = [m for m in state["population"] if m["kind"] == "snapshot" and m["role"] == role]
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise PlayError(f"cannot read the league run {run}: {exc}; give a snapshot directory instead") from None
+    if not snapshots:
+        raise PlayError(f"the league run {run} has no snapshot of {role!r} yet: train it longer")
+    path = Path(snapshots[-1]["snapshot_path"])
+    return str(path if path.is_absolute() else run / path)
+
+
 def resolve_opponent(text: str, spec: GameSpec) -> Policy:
-    """`--against`: an existing directory is a snapshot (it must be of this game); anything else a bot name."""
+    """`--against`: a league run directory plays its newest main snapshot; another existing directory
+    is a snapshot (it must be of this game; "actor_critic" or "lm"); anything else a bot name."""
     if os.path.isdir(text):
         from agents.snapshot import policy_from_snapshot
 
+        if os.path.isfile(os.path.join(text, "checkpoint.json")):
+            text = newest_run_snapshot(text)
         return policy_from_snapshot(text, expect_game=spec.id)
     from agents.bots import make_bot
 
@@ -97,6 +121,8 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
         opponent = resolve_opponent(opponent, spec)
     rng = np.random.default_rng(seed)
     game.reset(seed)
+    if is_text_game(game):
+        return _play_text_dialogue(game, opponent, human_seat, rng, input_fn, print_fn)
     print_fn(f"{game_id}: you are seat {human_seat} of {spec.num_players}. Type a move number; Ctrl-D quits.")
     if not spec.perfect_information:
         # Game.render() draws the whole state; the protocol has no per-seat text view yet.
@@ -112,6 +138,91 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
             for seat in sorted(s for s in actions if s != human_seat):
                 print_fn(f"seat {seat} plays {actions[seat]}")
             game.step(actions)
+    except EOFError:
+        print_fn("\nBye.")
+        return PlayResult(False, tuple(float(r) for r in game.returns()), tuple(game.history()), human_seat)
+    returns = np.asarray(game.returns(), dtype=np.float64)
+    print_fn(game.render())
+    print_fn(_verdict(returns, human_seat) + f" Returns per seat: {' '.join(f'{r:g}' for r in returns)}")
+    return PlayResult(True, tuple(float(r) for r in returns), tuple(game.history()), human_seat)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token games with a text interface (games/dialogue.py): the person types whole utterances.
+
+
+def is_text_game(game: Game) -> bool:
+    """A token game (int64 observations) that whole-utterance text agents can play
+    (`games.dialogue.TextDialogueGame`: a vocabulary, an utterance cap, `utterance_length`)."""
+    return (game.spec.observation_dtype == "int64" and hasattr(game, "vocab")
+            and hasattr(game, "max_utterance_tokens") and hasattr(game, "utterance_length"))
+
+
+def apply_text_turn(game, seat: int, text: str) -> list[int]:
+    """Apply a whole turn typed as text: its words, then `<eou>` while the seat still holds the turn
+    and may end it (a one-word move such as the signalling receiver's pick ends the turn by itself).
+
+    Checked on a copy first, so a refused turn leaves the game untouched; raises GameError saying why.
+    """
+    import copy
+
+    from games.core import GameError
+    from games.dialogue import EOU, encode_utterance
+
+    tokens = encode_utterance(game.vocab, text)
+    if not tokens:
+        raise GameError("empty utterance: say at least one word")
+    if len(tokens) > game.max_utterance_tokens:
+        raise GameError(f"utterance has {len(tokens)} words, the game allows at most {game.max_utterance_tokens}: "
+                        f"say it shorter")
+    if game.utterance_length() != 0:
+        raise GameError(f"seat {seat} is in the middle of an utterance")
+    eou = game.vocab.id(EOU)
+    trial = copy.deepcopy(game)
+    applied = []
+    for token in tokens:
+        if trial.to_move() != (seat,) or not trial.legal_mask(seat)[token]:
+            raise GameError(f"word {game.vocab.words[token]!r} is not legal here")
+        trial.step({seat: token})
+        applied.append(token)
+    if trial.to_move() == (seat,) and trial.legal_mask(seat)[eou]:
+        applied.append(eou)
+    elif trial.to_move() == (seat,):
+        raise GameError("the turn is not over after these words: say more")
+    for token in applied:
+        game.step({seat: token})
+    return applied
+
+
+def _play_text_dialogue(game, opponent: Policy, human_seat: int, rng: np.random.Generator,
+                        input_fn: Callable[[str], str], print_fn: Callable[..., None]) -> PlayResult:
+    """The person types utterances; the opponent speaks token by token and is shown utterance by
+    utterance. The person sees only their own observation (their values, the dialogue so far)."""
+    from games.core import GameError
+    from games.dialogue import decode
+
+    speakable = " ".join(w for w, ok in zip(game.vocab.words, game.vocab.speakable_mask) if ok)
+    print_fn(f"{game.spec.id}: you are seat {human_seat}. Type a whole utterance (words: {speakable}); "
+             f"Ctrl-D quits.")
+    try:
+        while not is_over(game):
+            (seat,) = game.to_move()
+            if seat == human_seat:
+                print_fn("you see: " + decode(game.vocab, game.observation(human_seat)))
+                while True:
+                    text = input_fn(f"seat {seat}> ")  # EOFError propagates: the person left
+                    try:
+                        apply_text_turn(game, seat, text)
+                        break
+                    except GameError as exc:
+                        print_fn(f"{exc}; try again")
+                continue
+            said = []
+            while not is_over(game) and game.to_move() == (seat,):
+                token = _opponent_action(opponent, game, seat, rng)
+                game.step({seat: token})
+                said.append(token)
+            print_fn(f"seat {seat} says: {decode(game.vocab, said)}")
     except EOFError:
         print_fn("\nBye.")
         return PlayResult(False, tuple(float(r) for r in game.returns()), tuple(game.history()), human_seat)

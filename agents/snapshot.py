@@ -6,8 +6,10 @@ Layout (format version 1) — a directory holding
     - ``format_version``: 1
     - ``game``: the `GameSpec` (``GameSpec.to_json()``) the agent plays
     - ``game_id``: the registry id of that game (equal to ``game["id"]``)
-    - ``kind``: what the weights are; ``"actor_critic"`` (an `agents.nets.ActorCritic`)
-    - ``architecture``: how to rebuild the net (``NetConfig.to_json()`` for actor_critic)
+    - ``kind``: what the weights are; ``"actor_critic"`` (an `agents.nets.ActorCritic`) or ``"lm"``
+      (a causal language model with a value head, `agents.lm.LMWithValueHead`; see `save_lm_snapshot`)
+    - ``architecture``: how to rebuild the net (``NetConfig.to_json()`` for actor_critic, the
+      ``agents.lm`` architecture record for lm)
     - ``lineage``: ``{"parent": snapshot id or null, "role": str, "steps": int, "created_by": str}``
     - ``files``: ``{file name: sha256 hex}`` for every other file of the snapshot
   written as canonical JSON (sorted keys, no whitespace, ASCII), so equal content gives equal bytes;
@@ -44,6 +46,7 @@ from typing import Any, Mapping
 import torch
 
 from agents.nets import ActorCritic, NetConfig
+from agents.policy import Policy
 from agents.torch_policy import TorchPolicy
 from games.core import GameSpec
 from ludus.errors import UserError
@@ -52,6 +55,7 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.safetensors"
 KIND_ACTOR_CRITIC = "actor_critic"
+KIND_LM = "lm"
 MANIFEST_KEYS = frozenset({"format_version", "game", "game_id", "kind", "architecture", "lineage", "files"})
 MAX_MANIFEST_BYTES = 1 << 20
 """A manifest is a few kB; refusing larger ones keeps a hostile file from eating memory."""
@@ -394,6 +398,102 @@ def load_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> Lo
     return LoadedSnapshot(ref, manifest, config, net)
 
 
-def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> TorchPolicy:
-    """A TorchPolicy acting with the snapshot's net."""
+def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> Policy:
+    """The Policy of any snapshot: a TorchPolicy for kind "actor_critic", an `agents.lm.LMPolicy`
+    for kind "lm" (token games: it reads the game's token ids, padding id 0)."""
+    manifest, _ = read_manifest(path)
+    if manifest.kind == KIND_LM:
+        from agents.lm import LMPolicy
+
+        return LMPolicy(load_lm_snapshot(path, expect_game).lm.model, pad_id=0)
     return TorchPolicy(load_snapshot(path, expect_game).net)
+
+
+# ------------------------------------------------------------------------------- "lm" snapshots
+#
+# Kind "lm": a causal language model with a value head (agents/lm.py). The architecture record is
+# `agents.lm.lm_state_for_snapshot(...).architecture` ({"format", "hf_config"}: JSON only, no code
+# from anywhere runs), the weights are weights.safetensors, and a pretrained model's tokenizer
+# JSON/text files are extra files. The model reads the game's token ids (Vocabulary: <pad> = id 0).
+
+
+@dataclass(frozen=True)
+class LoadedLMSnapshot:
+    """A verified "lm" snapshot with its model rebuilt."""
+
+    ref: SnapshotRef
+    manifest: SnapshotManifest
+    lm: Any
+    """An `agents.lm.LoadedLM`: the LMWithValueHead in eval mode, and its tokenizer (or None)."""
+
+    @property
+    def spec(self) -> GameSpec:
+        return self.manifest.game
+
+
+def save_lm_snapshot(model: Any, spec: GameSpec, directory: str | os.PathLike, lineage: Lineage = Lineage(),
+                     tokenizer: Any | None = None) -> SnapshotRef:
+    """Freeze an `agents.lm.LMWithValueHead` (and optionally its tokenizer) as a kind "lm" snapshot."""
+    from safetensors.torch import save as safetensors_bytes
+
+    from agents.lm import lm_state_for_snapshot
+
+    parts = lm_state_for_snapshot(model, tokenizer)
+    if model.vocab_size < spec.num_actions:
+        raise SnapshotError(f"save_lm_snapshot: the model has {model.vocab_size} tokens, the game "
+                            f"{spec.id!r} has {spec.num_actions} actions")
+    header = {
+        "format_version": FORMAT_VERSION,
+        "game": spec.to_json(),
+        "game_id": spec.id,
+        "kind": KIND_LM,
+        "architecture": parts.architecture,
+        "lineage": lineage.to_json(),
+    }
+    return write_snapshot(directory, header, {WEIGHTS_NAME: safetensors_bytes(parts.tensors), **parts.extra_files})
+
+
+def load_lm_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> LoadedLMSnapshot:
+    """Verify the "lm" snapshot at `path` and rebuild its model (JSON + safetensors + tokenizer
+    JSON/text only, never pickle). `expect_game`: refuse a snapshot of any other game id."""
+    from agents.lm import LMError, lm_from_snapshot_files
+
+    directory = Path(path)
+    manifest, manifest_bytes = read_manifest(directory)
+    if expect_game is not None and manifest.game_id != expect_game:
+        raise SnapshotError(f"snapshot {directory} plays {manifest.game_id!r}, not {expect_game!r}: "
+                            f"pick a snapshot of {expect_game!r}")
+    if manifest.kind != KIND_LM:
+        raise SnapshotError(f"snapshot {directory} holds a {manifest.kind!r} model; load_lm_snapshot reads "
+                            f"{KIND_LM!r} snapshots only")
+    names = dict(manifest.files)
+    if WEIGHTS_NAME not in names:
+        raise SnapshotError(f"malformed manifest {directory / MANIFEST_NAME}: it lists no {WEIGHTS_NAME}")
+    # Re-hash every file, keeping the bytes that were hashed (the weights and the tokenizer files).
+    hashes = {MANIFEST_NAME: sha256_hex(manifest_bytes)}
+    contents: dict[str, bytes] = {}
+    for name, expected in manifest.files:
+        data = _read_regular_file(directory / name)
+        if sha256_hex(data) != expected:
+            raise SnapshotError(f"hash mismatch for {directory / name}: the file is corrupt or was modified; "
+                                f"re-copy the snapshot")
+        hashes[name] = expected
+        contents[name] = data
+    ref = SnapshotRef(directory, snapshot_id_of(hashes), manifest.game_id, manifest.lineage)
+
+    from safetensors import SafetensorError
+    from safetensors.torch import load as safetensors_load
+
+    try:
+        tensors = safetensors_load(contents.pop(WEIGHTS_NAME))
+    except (SafetensorError, ValueError, TypeError, RuntimeError) as exc:
+        raise SnapshotError(f"corrupt weights file {directory / WEIGHTS_NAME}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    try:
+        lm = lm_from_snapshot_files(manifest.architecture, tensors, contents)
+    except LMError as exc:
+        raise SnapshotError(f"snapshot {directory}: {exc}") from None
+    if lm.model.vocab_size < manifest.game.num_actions:
+        raise SnapshotError(f"snapshot {directory}: the model has {lm.model.vocab_size} tokens, the game "
+                            f"{manifest.game_id!r} has {manifest.game.num_actions} actions")
+    return LoadedLMSnapshot(ref, manifest, lm)

@@ -39,8 +39,10 @@ class TorchPolicy:
 
     needs_history = False
 
-    def __init__(self, net: ActorCritic):
+    def __init__(self, net: ActorCritic, compute_values: bool = True):
         self.net = net
+        # Frozen opponents' values are never used: skipping the critic halves their inference.
+        self.compute_values = compute_values
 
     def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
         """Actions, their log-probabilities and the critic's values for every row of `batch`.
@@ -51,7 +53,10 @@ class TorchPolicy:
         obs = _as_tensor(batch.obs)
         mask = _as_tensor(np.asarray(batch.mask, dtype=bool))
         with torch.inference_mode():
-            logits, values = self.net(obs, mask)
+            if self.compute_values:
+                logits, values = self.net(obs, mask)
+            else:
+                logits, values = self.net.policy_logits(obs, mask), torch.zeros(obs.shape[0])
             # log_softmax of the masked logits: exp(-1e9 - max) is exactly 0 in float32, so this
             # is the log-softmax over the legal actions only.
             log_pi = torch.log_softmax(logits, dim=-1).numpy()

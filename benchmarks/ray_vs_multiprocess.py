@@ -47,6 +47,7 @@ def main() -> None:
     from agents.snapshot import save_snapshot
     from games.registry import spec as game_spec
     from league.backends import LearnerWeights, ProcessBackend
+    from league.learners import PolicyArchitecture
     from league.manager import match_seed
     from league.population import Member
     from league.ray_backend import RayBackend
@@ -54,6 +55,7 @@ def main() -> None:
 
     game = "connect_four"
     spec, net_config = game_spec(game), NetConfig(hidden=(64, 64))
+    architecture = PolicyArchitecture("actor_critic", net_config.to_json())
     torch.manual_seed(0)
     learner = ActorCritic(spec, net_config)
     scratch = Path(tempfile.mkdtemp(prefix="ludus-bench-"))
@@ -88,8 +90,8 @@ def main() -> None:
           f"MLP {net_config.hidden}, {args.rounds} timed rounds per backend")
     start = time.perf_counter()
     backends = {
-        "process": ProcessBackend(game, spec, net_config, args.num_envs, cache_size=4, num_workers=args.runners),
-        "ray": RayBackend(game, spec, net_config, args.num_envs, cache_size=4, num_workers=args.runners),
+        "process": ProcessBackend(game, spec, architecture, args.num_envs, cache_size=4, num_workers=args.runners),
+        "ray": RayBackend(game, spec, architecture, args.num_envs, cache_size=4, num_workers=args.runners),
     }
     print(f"startup (both backends, Ray included): {time.perf_counter() - start:.1f} s")
     rates: dict[str, list[float]] = {name: [] for name in backends}

@@ -591,7 +591,8 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], title: str = "", y
     if width is None:
         width = int(max(320, min(960, 90 + 38 * n), text_width(title, 13) + 30))
     frame_bottom = height - label_room - 8
-    highs = list(values) + ([u for _, u in intervals] if intervals else []) + ([reference] if reference is not None else [])
+    highs = list(values) + ([u for _, u in intervals] if intervals else [])
+    highs += [reference] if reference is not None else []
     lows = list(values) + ([lo for lo, _ in intervals] if intervals else [])
     if value_range is None:
         ticks = nice_ticks(min(0.0, min(lows, default=0.0)), max(highs, default=1.0) or 1.0)

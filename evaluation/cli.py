@@ -8,7 +8,7 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "evaluate", help="play a checkpoint against a run's population; exploitability; exploiter probe",
-        description="Evaluate a snapshot directory: against every frozen member of a run (W/D/L with Wilson 95%% "
+        description="Evaluate a snapshot directory: against every frozen member of a run (W/D/L with Wilson 95% "
                     "intervals, TrueSkill placement against the frozen ratings), exactly (exploitability, small "
                     "OpenSpiel games) and by training a fresh exploiter against it (probe). The run is only read.")
     p.add_argument("checkpoint", help="snapshot directory (e.g. runs/x/snapshots/main@3)")

@@ -14,8 +14,9 @@ opponent in the others ("duplicate" play, as in duplicate bridge and poker AI ev
 games with chance the same deal is played from both sides, which removes most of the luck from
 the score; in deterministic games it balances the first-move advantage. The same seeds are used
 against every opponent (common random numbers), so differences between opponents are not
-differences in deals. The Wilson interval treats games as independent; pairing only makes the
-real sampling error smaller, so the intervals are conservative.
+differences in deals. The Wilson interval treats games as independent; the two games of a pair
+share a deal that favours one seat as much as it hurts the other, which lowers the variance of
+their mean, so the intervals are, if anything, conservative.
 
 Greedy or sampling. By default every player samples from its policy, as it was trained and as the
 league plays it: a deterministic (greedy) policy in a deterministic game plays the same game

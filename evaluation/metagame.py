@@ -89,20 +89,36 @@ def payoff_matrix(matches, players: Sequence[str]) -> PayoffMatrix:
     Every pair of seats on different teams played by two distinct listed players counts once, as in
     `league.payoff.pair_results`; matches in which every seat failed are skipped.
     """
-    from league.payoff import pair_results
+    record = PayoffRecorder(players)
+    for match in matches:
+        record.add(match)
+    return record.matrix()
 
-    index = {p: i for i, p in enumerate(players)}
-    n = len(players)
-    score_sum, games = np.zeros((n, n)), np.zeros((n, n))
-    for home, away, score in pair_results(matches):
-        i, j = index.get(home), index.get(away)
-        if i is None or j is None:
-            continue
-        score_sum[i, j] += score
-        score_sum[j, i] += 1.0 - score
-        games[i, j] += 1
-        games[j, i] += 1
-    return PayoffMatrix(tuple(players), score_sum, games)
+
+class PayoffRecorder:
+    """Accumulates a `PayoffMatrix` one match at a time (one pass over a ledger of any size)."""
+
+    def __init__(self, players: Sequence[str]):
+        self.players = tuple(players)
+        self.index = {p: i for i, p in enumerate(self.players)}
+        n = len(self.players)
+        self.score_sum, self.games = np.zeros((n, n)), np.zeros((n, n))
+
+    def add(self, match) -> None:
+        """Count one `MatchResult`."""
+        from league.payoff import pair_results
+
+        for home, away, score in pair_results((match,)):
+            i, j = self.index.get(home), self.index.get(away)
+            if i is None or j is None:
+                continue
+            self.score_sum[i, j] += score
+            self.score_sum[j, i] += 1.0 - score
+            self.games[i, j] += 1
+            self.games[j, i] += 1
+
+    def matrix(self) -> PayoffMatrix:
+        return PayoffMatrix(self.players, self.score_sum.copy(), self.games.copy())
 
 
 def payoff_matrix_from_ledger(run_dir: str | os.PathLike, kinds: Sequence[str] = ("training", "rating", "evaluation"),

@@ -97,8 +97,10 @@ def probe_checkpoint(checkpoint_path: str | os.PathLike, steps: int | None = Non
     spec = loaded.spec
     if spec.num_players < 2:
         raise EvaluationError(f"an exploiter probe needs a game of two or more players; {spec.id!r} has one")
-    torch.manual_seed(pair_seed(seed, 1 << 31) & 0x7FFFFFFF)
-    net = ActorCritic(spec, loaded.net_config)
+    # Fresh weights from the probe's own seed, without touching torch's global generator.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(pair_seed(seed, 1 << 31) & 0x7FFFFFFF)
+        net = ActorCritic(spec, loaded.net_config)
     learner = PPOLearner(net, config.ppo, seed=pair_seed(seed, (1 << 31) + 1) & 0x7FFFFFFF)
     policies = {PROBE: TorchPolicy(net), TARGET: TorchPolicy(loaded.net)}
 

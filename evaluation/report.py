@@ -23,7 +23,7 @@ from typing import Mapping
 import numpy as np
 
 from evaluation import charts
-from evaluation.metagame import MetaGameReport, PayoffMatrix, payoff_matrix, solve_metagame
+from evaluation.metagame import MetaGameReport, PayoffMatrix, PayoffRecorder, solve_metagame
 from league.population import Member
 from league.ratings import Rating
 
@@ -56,7 +56,8 @@ class MatchmakingMix:
     opponents: tuple[str, ...]
     """'self-play' first, then opponents in population order."""
     counts: np.ndarray
-    """[learners, opponents] number of (learner seat, opponent seat) pairs in training matches."""
+    """[learners, opponents] training games in which the learner met the opponent (self-play: the
+    learner on both sides)."""
 
 
 @dataclass(frozen=True)
@@ -119,25 +120,23 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
     learner_set = set(learners)
     mix_counts: dict[tuple[str, str], int] = {}
     kinds: dict[str, int] = {}
+    record = PayoffRecorder(frozen + learners)
     with open_ledger(run.run_dir) as store:
-        matches = []
         for recorded in store.iter_matches():
             match = recorded.result
             kinds[match.kind] = kinds.get(match.kind, 0) + 1
             if match.kind in ("training", "rating", "evaluation"):
-                matches.append(match)
+                record.add(match)
             if match.kind == "training":
-                for seat in match.seats:
-                    if seat.player_id not in learner_set:
-                        continue
-                    for other in match.seats:
-                        if other.team == seat.team:
-                            continue
-                        label = "self-play" if other.player_id == seat.player_id else other.player_id
-                        mix_counts[(seat.player_id, label)] = mix_counts.get((seat.player_id, label), 0) + 1
+                # One count per (learner, opponent) per game, however many seats each holds.
+                pairs = {(seat.player_id, "self-play" if other.player_id == seat.player_id else other.player_id)
+                         for seat in match.seats if seat.player_id in learner_set
+                         for other in match.seats if other.team != seat.team}
+                for pair in pairs:
+                    mix_counts[pair] = mix_counts.get(pair, 0) + 1
         history = store.ratings_history()
         latest = store.latest_ratings()
-    payoff = payoff_matrix(matches, frozen + learners)
+    payoff = record.matrix()
 
     per_player: dict[str, list[tuple[int, float, float]]] = {}
     for record in history:
@@ -282,7 +281,8 @@ body { font-family: DejaVu Sans, Helvetica, Arial, sans-serif; color: #222; marg
        padding: 0 16px; line-height: 1.4; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 32px; border-bottom: 1px solid #ddd; }
 .meta { color: #555; font-size: 13px; }
-figure { margin: 12px 0; } .row { display: flex; flex-wrap: wrap; gap: 24px; } figcaption { color: #555; font-size: 12px; margin-top: 4px; }
+figure { margin: 12px 0; } figcaption { color: #555; font-size: 12px; margin-top: 4px; }
+.row { display: flex; flex-wrap: wrap; gap: 24px; }
 svg.ludus-chart { max-width: 100%; height: auto; }
 table { border-collapse: collapse; font-size: 12.5px; margin: 8px 0; }
 th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: right; }

@@ -275,7 +275,8 @@ class ProcessBackend:
                 conn.send(("stop",))
             except (OSError, BrokenPipeError):
                 pass
-        deadline = time.monotonic() + 10
+        # A worker still importing torch reads "stop" only after its imports: give it a moment, then kill.
+        deadline = time.monotonic() + 3
         for process, conn in self.workers:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
             if process.is_alive():

@@ -6,8 +6,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from agents.lm import TinyLMConfig
 from agents.nets import NetConfig
 from agents.ppo import PPOConfig
+from agents.token_ppo import TokenPPOConfig
 from league.configio import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
 
 RoleKind = Literal["main", "main_exploiter", "league_exploiter"]
@@ -30,6 +32,9 @@ class RoleConfig:
     """Weight of prioritised fictitious self-play over the role's candidate opponents."""
     uniform: float = 0.15
     """Weight of uniform sampling over the role's candidate opponents."""
+    meta_nash: float = 0.0
+    """Weight of drawing opponents from the Nash mixture of the population's exact meta-game
+    (PSRO, Lanctot et al. 2017; small OpenSpiel games only, see league/psro.py)."""
     pfsp_weighting: Literal["hard", "var", "linear"] = "hard"
     """PFSP weighting f(P[learner beats B]): hard (1-x)^p, var x(1-x), linear 1-x."""
     pfsp_power: float = 2.0
@@ -46,9 +51,9 @@ class RoleConfig:
             raise ConfigError(f"role name {self.name!r} must be alphanumeric (underscores allowed)")
         if self.learner_share <= 0:
             raise ConfigError(f"roles.{self.name}.learner_share must be > 0, got {self.learner_share}")
-        weights = (self.self_play, self.pfsp, self.uniform)
+        weights = (self.self_play, self.pfsp, self.uniform, self.meta_nash)
         if min(weights) < 0 or sum(weights) <= 0:
-            raise ConfigError(f"roles.{self.name}: self_play/pfsp/uniform must be >= 0 and not all 0")
+            raise ConfigError(f"roles.{self.name}: self_play/pfsp/uniform/meta_nash must be >= 0 and not all 0")
         if self.team is not None and (self.team < 0 or self.self_play > 0):
             raise ConfigError(f"roles.{self.name}: a role with a fixed team needs team >= 0 and self_play 0 "
                               f"(its opponents play the other side)")
@@ -92,6 +97,36 @@ class LearnerBackendConfig:
 
 
 @dataclass(frozen=True)
+class DialogueConfig:
+    """Language-model learners for token games (learner 'token_ppo'; league/dialogue.py, ../shared/REFERENCE.md §4)."""
+
+    lm: TinyLMConfig = field(default_factory=TinyLMConfig)
+    """The learners' tiny GPT-2; vocab_size is taken from the game (the model reads its token ids)."""
+    token_ppo: TokenPPOConfig = field(default_factory=TokenPPOConfig)
+    """Token-level PPO hyperparameters (KL penalty to the imitation model, interleaved imitation batches)."""
+    imitation_steps: int = 0
+    """Behaviour-cloning steps on scripted dialogues before league RL (once, when a learner is created)."""
+    imitation_batch_size: int = 64
+    """Dialogue transcripts (one seat's side each) per imitation step."""
+    imitation_lr: float = 1e-3
+    """Adam learning rate of the warm start (the interleaved batches during RL use token_ppo.lr)."""
+    imitation_dialogues: int = 2048
+    """Scripted dialogues generated (seeded) as imitation data; each gives one transcript per seat."""
+    imitation_bots: tuple[str, ...] = ("negotiator-fair",)
+    """Demonstrators (bot names); the dialogues are split evenly over every ordered pair of them."""
+
+    def __post_init__(self) -> None:
+        for key in ("imitation_steps", "imitation_dialogues"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"config key 'dialogue.{key}' must be >= 0, got {getattr(self, key)}")
+        if self.imitation_batch_size < 1 or not self.imitation_lr > 0:
+            raise ConfigError("config keys 'dialogue.imitation_batch_size' and 'dialogue.imitation_lr' must be > 0")
+        if (self.imitation_steps or self.token_ppo.imitation_every) and (
+                not self.imitation_bots or self.imitation_dialogues < 1):
+            raise ConfigError("imitation needs 'dialogue.imitation_bots' and 'dialogue.imitation_dialogues' >= 1")
+
+
+@dataclass(frozen=True)
 class LeagueConfig:
     """Everything `ludus train` needs. Keys are documented by the string under each field."""
 
@@ -132,6 +167,9 @@ class LeagueConfig:
     """Fixed anchor players: bot names (random, mcts-K, perfect) or snapshot paths."""
     seed_population: tuple[str, ...] = ()
     """Extra frozen members at start: snapshot directories or other run directories."""
+    torch_threads: int = 1
+    """Torch threads of the manager process (learner updates; serial runners always use one).
+    One is fastest on a small machine shared with runner processes."""
     policy_cache_size: int = 64
     """Frozen snapshots kept loaded (LRU); the rest stay on disk."""
     max_opponents_per_iteration: int = 32
@@ -144,6 +182,8 @@ class LeagueConfig:
     """Actor-critic architecture of the learners."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyperparameters of the learners."""
+    dialogue: DialogueConfig = field(default_factory=DialogueConfig)
+    """Language-model learners for token games (learner 'token_ppo'): model, token PPO, imitation warm start."""
     roles: tuple[RoleConfig, ...] = (RoleConfig(),)
     """Learning roles; each is one learner."""
     log: LogConfig = field(default_factory=LogConfig)
@@ -151,7 +191,7 @@ class LeagueConfig:
 
     def __post_init__(self) -> None:
         positive = ("iterations", "matches_per_iteration", "num_envs", "num_runners",
-                    "snapshot_every_steps", "policy_cache_size", "max_opponents_per_iteration")
+                    "snapshot_every_steps", "torch_threads", "policy_cache_size", "max_opponents_per_iteration")
         for key in positive:
             if getattr(self, key) < 1:
                 raise ConfigError(f"config key {key!r} must be >= 1, got {getattr(self, key)}")
@@ -200,6 +240,40 @@ PRESETS: dict[str, dict[str, Any]] = {
              "self_play": 0.0, "pfsp": 1.0, "uniform": 0.0, "reset_every_snapshots": 2},
         ],
     },
+    # PSRO on Kuhn poker (Lanctot et al. 2017; league/psro.py, benchmarks/kuhn_skill.py): the main
+    # learner trains only against opponents drawn from the Nash mixture of the population's exact
+    # meta-game, and each snapshot is one PSRO iteration's best response. Kuhn is tiny (12
+    # information states), so: a small MLP; a high learning rate, no annealing (every PSRO
+    # iteration needs as good a best response as the first); gamma = lambda = 1 (one reward at
+    # the end: plain Monte-Carlo advantages); many matches per iteration (poker's card noise);
+    # no early freezing, so every iteration trains for the same number of steps; few rating
+    # matches (the exact meta-game, not TrueSkill, drives matchmaking); an unbounded opponent pool
+    # (the Nash mixture is over the whole population).
+    "kuhn_poker": {
+        "game": "spiel:kuhn_poker", "iterations": 400, "matches_per_iteration": 2048, "num_envs": 1024,
+        "snapshot_every_steps": 12_000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.02,
+        "anchors": ["random"], "max_opponents_per_iteration": 1000, "draw_probability": 0.0,
+        "net": {"kind": "mlp", "hidden": [64], "activation": "tanh"},
+        "ppo": {"learning_rate": 3e-3, "anneal_lr": False, "gamma": 1.0, "gae_lambda": 1.0,
+                "num_minibatches": 4, "update_epochs": 4, "ent_coef": 0.0},
+        "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 0.0,
+                   "meta_nash": 1.0}],
+        "log": {"wandb": "disabled"},
+    },
+    # Dialogue (../shared/REFERENCE.md §4): a tiny LM imitates the scripted fair negotiator, then
+    # token-level PPO against itself, its snapshots and scripted anchors, with KL 0.2 to the
+    # imitation model, lr 3e-4 and one imitation batch every 4 RL updates (the stable recipe).
+    # TrueSkill: the higher own score wins, equal scores draw (league.ledger.outcomes_from_returns).
+    "negotiation": {
+        "game": "negotiation", "learner": "token_ppo", "iterations": 60, "matches_per_iteration": 64,
+        "num_envs": 64, "snapshot_every_steps": 10_000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.2,
+        "draw_probability": 0.15,
+        "anchors": ["negotiator-fair", "negotiator-tough", "negotiator-soft", "random-split"],
+        "roles": [{"name": "main", "kind": "main", "self_play": 0.2, "pfsp": 0.6, "uniform": 0.2,
+                   "pfsp_weighting": "var"}],
+        "dialogue": {"imitation_steps": 600, "imitation_batch_size": 64, "imitation_lr": 1e-3,
+                     "token_ppo": {"lr": 3e-4, "kl_beta": 0.2, "imitation_every": 4}},
+    },
 }
 
 
@@ -225,9 +299,13 @@ def load_config(source: str, overrides: list[str] | None = None) -> LeagueConfig
 
 def config_from_dict(data: dict[str, Any]) -> LeagueConfig:
     config = from_dict(LeagueConfig, data)
+    from games.core import GameError
     from games.registry import spec
 
-    spec(config.game)  # an unknown game id fails here, before anything runs
+    try:
+        spec(config.game)  # an unknown game id fails here, before anything runs
+    except GameError as exc:
+        raise ConfigError(f"config key 'game': {exc}") from None
     return config
 
 

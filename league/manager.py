@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, verify_snapshot
@@ -109,8 +110,9 @@ class IterationSummary:
     rating_matches: int
     env_steps: int
     seconds: float
-    play_seconds: float
-    learn_seconds: float
+    phase_seconds: dict[str, float]
+    """Wall time per phase: matchmaking, play, record (ledger, ratings, payoff), learn, snapshot,
+    checkpoint."""
     steps_per_second: float
     policy_lag: float
     dropped_transitions: int
@@ -126,6 +128,10 @@ class League:
         self.config = config
         self.run_dir = run_dir
         self.store = store
+        torch.set_num_threads(config.torch_threads)
+        # Adam's second-moment estimates decay into denormal floats, which CPUs process ~100x
+        # slower (measured here: sqrt of denormals 0.16 s vs 0.0016 s); flush them to zero.
+        torch.set_flush_denormal(True)
         self.spec: GameSpec = game_spec(config.game)
         self.population = Population()
         self.payoff = PayoffTable(config.payoff_decay)
@@ -344,13 +350,13 @@ class League:
         assignments: list[MatchAssignment] = []
         for role, count in zip(config.roles, counts.tolist()):
             learner = self.learners[role.name]
-            mix = MatchmakingMix(self_play=role.self_play, pfsp=role.pfsp, uniform=role.uniform,
-                                 pfsp_weighting=role.pfsp_weighting, pfsp_p=role.pfsp_power)
+            mix = (MatchmakingMix(self_play=role.self_play, pfsp=role.pfsp, uniform=role.uniform,
+                                  pfsp_weighting=role.pfsp_weighting, pfsp_p=role.pfsp_power)
+                   if role.self_play + role.pfsp + role.uniform > 0 else None)
             candidates = self._candidates(learner)
             if role.team is None:
                 # Symmetric game: every other side draws from the same pool.
-                drawn = sample_opponents(rng, mix, learner.player_id, candidates, self.payoff, self.ratings,
-                                         count * (len(sides) - 1))
+                drawn = self._draw_opponents(role, mix, learner.player_id, candidates, count * (len(sides) - 1))
                 draws_of_side = {side: drawn for side in range(len(sides))}
             else:
                 draws_of_side = {}
@@ -377,6 +383,27 @@ class League:
                 assignments.append(self._allocate(self._seat_players(sides, side_players), "training"))
         assignments.extend(self._plan_rating_matches(sides))
         return self._shard(assignments)
+
+    def _draw_opponents(self, role: RoleConfig, mix: MatchmakingMix | None, learner_id: str,
+                        candidates: list[str], n: int) -> list[str]:
+        """n opponents: a `meta_nash` share from the meta-game's Nash mixture, the rest by `mix`."""
+        rng = self.rng
+        total = role.self_play + role.pfsp + role.uniform + role.meta_nash
+        num_nash = int(rng.binomial(n, role.meta_nash / total)) if role.meta_nash > 0 and candidates else 0
+        drawn: list[str] = []
+        if num_nash:
+            from league.psro import meta_nash_distribution
+
+            members = [self.population[c] for c in candidates]
+            weights = meta_nash_distribution(self.spec, members, self.run_dir)
+            drawn = [candidates[i] for i in rng.choice(len(candidates), size=num_nash, p=weights).tolist()]
+        if n - num_nash > 0:
+            drawn += sample_opponents(rng, mix, learner_id, candidates, self.payoff, self.ratings, n - num_nash)
+        if not num_nash:
+            return drawn
+        # Interleave deterministically so seat rotation mixes both kinds of opponents.
+        order = rng.permutation(len(drawn))
+        return [drawn[i] for i in order.tolist()]
 
     def _plan_rating_matches(self, sides: list[tuple[int, ...]]) -> list[MatchAssignment]:
         """Rating matches between frozen members: a `rating_share` of all games."""
@@ -582,37 +609,50 @@ class League:
              prefetch: bool = False) -> tuple[IterationSummary, tuple[list[PlayTask], object] | None]:
         """Run one iteration. With `prefetch` (async mode) the next iteration's tasks are submitted
         before learning, so runners play them with the current (soon one version old) weights."""
-        t0 = time.perf_counter()
+        phases = dict.fromkeys(("matchmaking", "play", "record", "learn", "snapshot", "checkpoint"), 0.0)
+        clock = [time.perf_counter()]
+
+        def lap(phase: str) -> None:
+            now = time.perf_counter()
+            phases[phase] += now - clock[0]
+            clock[0] = now
+
+        start = clock[0]
         if self.backend is None:
             self.backend = self._make_backend()
         if pending is None:
             tasks = self.plan()
+            lap("matchmaking")
             pending = (tasks, self.backend.submit(tasks, self._weights()))
         tasks, handle = pending
         results = self.backend.collect(handle)
-        t_play = time.perf_counter() - t0
+        lap("play")
         nxt = None
         if prefetch and self.iteration + 1 < self.config.iterations:
             self.iteration += 1
             next_tasks = self.plan()
             self.iteration -= 1
+            lap("matchmaking")
             nxt = (next_tasks, self.backend.submit(next_tasks, self._weights()))
+            lap("play")
         training, rating = self._record(results)
-        t1 = time.perf_counter()
+        lap("record")
         losses, lag, dropped = self._learn(results)
-        t_learn = time.perf_counter() - t1
+        lap("learn")
         snapshots = self._snapshots_due()
         if snapshots:
             self.backend.set_population(self._members_for_runners())
+        lap("snapshot")
         env_steps = sum(r.env_steps for r in results)
         self.total_env_steps += env_steps
         self.total_matches += training + rating
         self.iteration += 1
         self._write_checkpoint()
-        seconds = time.perf_counter() - t0
-        main = self._main_rating()
-        summary = IterationSummary(self.iteration, training, rating, env_steps, seconds, t_play, t_learn,
-                                   env_steps / max(seconds, 1e-9), lag, dropped, tuple(snapshots), losses, main)
+        lap("checkpoint")
+        seconds = time.perf_counter() - start
+        summary = IterationSummary(self.iteration, training, rating, env_steps, seconds, phases,
+                                   env_steps / max(seconds, 1e-9), lag, dropped, tuple(snapshots), losses,
+                                   self._main_rating())
         self._log(summary)
         for callback in self.on_iteration:
             callback(summary)
@@ -662,8 +702,7 @@ class League:
             "charts/env_steps": float(self.total_env_steps),
             "charts/matches": float(self.total_matches),
             "charts/iteration_seconds": s.seconds,
-            "charts/play_seconds": s.play_seconds,
-            "charts/learn_seconds": s.learn_seconds,
+            **{f"charts/{phase}_seconds": value for phase, value in s.phase_seconds.items()},
             "league/policy_lag": s.policy_lag,
             "league/dropped_transitions": float(s.dropped_transitions),
             "league/population": float(len(self.population)),

@@ -101,7 +101,12 @@ def load_member_policy(member: Member, spec: GameSpec) -> Policy:
     if member.kind == "snapshot":
         from agents.snapshot import policy_from_snapshot
 
-        return policy_from_snapshot(member.snapshot_path, expect_game=spec.id)
+        from agents.torch_policy import TorchPolicy
+
+        policy = policy_from_snapshot(member.snapshot_path, expect_game=spec.id)
+        if isinstance(policy, TorchPolicy):
+            policy.compute_values = False  # a frozen member's values are never used
+        return policy
     raise UserError(f"player {member.player_id!r} is a live learner, not a frozen member")
 
 

@@ -46,9 +46,9 @@ from typing import Any
 
 import ray
 
-from agents.nets import NetConfig
 from games.core import GameSpec
 from league.backends import LearnerWeights, PolicyProvider, RunnerCrashLoop, make_runner
+from league.learners import PolicyArchitecture
 from league.population import Member
 from league.runner import PlayResult, PlayTask
 from ludus.errors import UserError
@@ -119,11 +119,12 @@ class RunnerContext:
 class RunnerActor:
     """A Ray actor wrapping one `Runner` and `PolicyProvider` (one torch thread)."""
 
-    def __init__(self, game_id: str, spec_json: dict, net_json: dict, num_envs: int, cache_size: int, seed: int):
+    def __init__(self, game_id: str, spec_json: dict, architecture: PolicyArchitecture, num_envs: int,
+                 cache_size: int, seed: int):
         import torch
 
         torch.set_num_threads(1)  # as every backend: thread count changes matmul reduction order
-        self.provider = PolicyProvider(GameSpec.from_json(spec_json), NetConfig.from_json(net_json), cache_size)
+        self.provider = PolicyProvider(GameSpec.from_json(spec_json), architecture, cache_size)
         self.runner = make_runner(game_id, num_envs, seed)
         self.population_version = -1
         self.members: list[Member] = []
@@ -171,10 +172,10 @@ class RaySubmission:
 class RayBackend:
     """N runner actors on a Ray cluster (local when `address` is None); task i goes to runner i % N."""
 
-    def __init__(self, game_id: str, spec: GameSpec, net_config: NetConfig, num_envs: int, cache_size: int,
-                 num_workers: int, seed: int = 0, address: str | None = None, max_restarts: int = 5,
-                 runner_cpus: float = RUNNER_CPUS):
-        self.args = (game_id, spec.to_json(), net_config.to_json(), num_envs, cache_size, seed)
+    def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
+                 cache_size: int, num_workers: int, seed: int = 0, address: str | None = None,
+                 max_restarts: int = 5, runner_cpus: float = RUNNER_CPUS):
+        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed)
         self.num_workers = num_workers
         self.max_restarts = max_restarts
         self.runner_cpus = runner_cpus

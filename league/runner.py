@@ -107,49 +107,53 @@ class Runner:
         start = time.perf_counter()
         spec, vec, num_slots, num_players = self.spec, self.vec, self.num_envs, self.spec.num_players
         rng = np.random.default_rng(task.sample_seed)
-        queue = list(task.assignments)
-        next_index = 0
+        queue = task.assignments
+        num_matches = len(queue)
 
-        # Player codes per (slot, seat): index into `player_ids`; -1 for idle slots.
+        # Players are coded 0..K-1; per match, the code of each seat; per code, the policy version
+        # stored with its moves (learners' version, 0 for frozen players).
         player_ids: list[str] = sorted({p for a in queue for p in a.players})
         code_of = {pid: i for i, pid in enumerate(player_ids)}
+        match_codes = np.array([[code_of[p] for p in a.players] for a in queue], dtype=np.int64).reshape(
+            num_matches, num_players)
+        match_seeds = np.array([a.seed for a in queue], dtype=np.uint64)
         policies = [policy_of(pid) for pid in player_ids]
         greedy_codes = {code_of[p] for p in task.greedy if p in code_of}
         learner_codes = {code_of[p]: (p, v) for p, v in zip(task.learners, task.learner_versions) if p in code_of}
+        code_version = np.zeros(len(player_ids) + 1, dtype=np.int64)  # last entry: idle seats (code -1)
+        for code, (_, version) in learner_codes.items():
+            code_version[code] = version
         builders = {
             code: SeatTrajectoryBuilder(num_slots, num_players, spec.observation_shape, spec.num_actions,
-                                        spec.observation_dtype)
+                                        spec.observation_dtype,
+                                        # np.zeros is lazy (calloc): untouched rows cost no memory.
+                                        capacity=min(max(num_matches, num_slots) * spec.max_length, 1 << 22))
             for code in learner_codes
         }
-        seat_codes = np.full((num_slots, num_players), -1, dtype=np.int64)
-        slot_match: list[MatchAssignment | None] = [None] * num_slots
-        started: list[MatchAssignment | None] = []
-        live_slot_count = 0
 
-        def assign(assignment: MatchAssignment | None, slot: int) -> None:
-            nonlocal live_slot_count
-            live_slot_count += (assignment is not None) - (slot_match[slot] is not None)
-            slot_match[slot] = assignment
-            seat_codes[slot] = [code_of[p] for p in assignment.players] if assignment else -1
+        # Slot bookkeeping: the match index each slot plays (-1 = idle), its seats' player codes.
+        slot_match = np.full(num_slots, -1, dtype=np.int64)
+        seat_codes = np.full((num_slots, num_players), -1, dtype=np.int64)
+        started: list[int] = []
+        next_match = min(num_slots, num_matches)
 
         def seed_source(n: int) -> np.ndarray:
             # Auto-reset asks for seeds of the games that just ended, slots in increasing order:
-            # each gets the next assignment (slots past the end of the queue idle on seed 0).
-            nonlocal next_index
+            # each gets the next match (slots past the end of the queue idle on seed 0).
+            nonlocal next_match
+            take = np.arange(next_match, min(next_match + n, num_matches))
+            next_match += len(take)
+            started.extend(take.tolist() + [-1] * (n - len(take)))
             seeds = np.zeros(n, dtype=np.uint64)
-            for i in range(n):
-                assignment = queue[next_index] if next_index < len(queue) else None
-                next_index += assignment is not None
-                started.append(assignment)
-                seeds[i] = assignment.seed if assignment else 0
+            seeds[:len(take)] = match_seeds[take]
             return seeds
 
         vec.seed_source = seed_source
-        first = queue[:num_slots]
-        next_index = len(first)
-        for slot in range(num_slots):
-            assign(first[slot] if slot < len(first) else None, slot)
-        ts = vec.reset(np.array([a.seed for a in first] + [0] * (num_slots - len(first)), dtype=np.uint64))
+        slot_match[:next_match] = np.arange(next_match)
+        seat_codes[:next_match] = match_codes[:next_match]
+        seeds = np.zeros(num_slots, dtype=np.uint64)
+        seeds[:next_match] = match_seeds[:next_match]
+        ts = vec.reset(seeds)
 
         max_len = spec.max_length
         move_log = np.full((num_slots, max_len + 1, num_players), -1, dtype=np.int64)
@@ -157,15 +161,13 @@ class Runner:
         actions = np.zeros((num_slots, num_players), dtype=np.int64)
         log_probs = np.zeros((num_slots, num_players), dtype=np.float32)
         values = np.zeros((num_slots, num_players), dtype=np.float32)
-        versions = np.zeros((num_slots, num_players), dtype=np.int64)
-        for code, (_, version) in learner_codes.items():
-            versions[:] = np.where(seat_codes == code, version, versions)
         played: list[PlayedMatch] = []
         env_steps = 0
         learner_steps = {pid: 0 for pid, _ in learner_codes.values()}
         inference = 0.0
+        live_slots_count = int((slot_match >= 0).sum())
 
-        while live_slot_count > 0:
+        while live_slots_count > 0:
             acting = ts.acting
             live = acting & (seat_codes >= 0)
             # Idle slots play their first legal action: cheap, and they never reach the ledger.
@@ -173,11 +175,16 @@ class Runner:
             if idle.any():
                 actions[idle] = np.argmax(ts.mask[idle], axis=1)
             t0 = time.perf_counter()
-            codes_now = seat_codes[live]
             slots_now, seats_now = np.nonzero(live)
-            for code in np.unique(codes_now):
-                pick = codes_now == code
-                rows_slot, rows_seat = slots_now[pick], seats_now[pick]
+            codes_now = seat_codes[slots_now, seats_now]
+            # Group the rows by player with one stable sort: one batched act() per policy.
+            order = np.argsort(codes_now, kind="stable")
+            codes_sorted = codes_now[order]
+            group_codes, group_starts = np.unique(codes_sorted, return_index=True)
+            group_ends = np.append(group_starts[1:], len(order))
+            for code, lo, hi in zip(group_codes.tolist(), group_starts.tolist(), group_ends.tolist()):
+                rows = order[lo:hi]
+                rows_slot, rows_seat = slots_now[rows], seats_now[rows]
                 policy = policies[code]
                 histories = ([vec.history(int(b)) for b in rows_slot] if policy.needs_history else None)
                 out = policy.act(ActBatch(ts.obs[rows_slot, rows_seat], ts.mask[rows_slot, rows_seat],
@@ -186,42 +193,44 @@ class Runner:
                 log_probs[rows_slot, rows_seat] = out.log_probs
                 values[rows_slot, rows_seat] = out.values
                 if code in learner_codes:
-                    learner_steps[learner_codes[code][0]] += len(rows_slot)
+                    learner_steps[learner_codes[code][0]] += hi - lo
             inference += time.perf_counter() - t0
-            for code, builder in builders.items():
-                builder.record_actions(ts, actions, log_probs, values, seat_codes == code, versions)
+            if builders:
+                versions = code_version[seat_codes]
+                for code, builder in builders.items():
+                    builder.record_actions(ts, actions, log_probs, values, seat_codes == code, versions)
             # Log the moves of live games (simultaneous games log every acting seat of the step).
-            live_slots = np.nonzero(live.any(axis=1))[0]
+            live_slots = np.flatnonzero(slot_match >= 0)
             step_index = np.minimum(move_count[live_slots], max_len)
             move_log[live_slots, step_index] = np.where(acting[live_slots], actions[live_slots], -1)
             move_count[live_slots] += 1
-            env_steps += int(live.sum())
+            env_steps += len(slots_now)
 
             started.clear()
             ts = vec.step(actions)
             for builder in builders.values():
                 builder.record_outcome(ts)
-            if ts.done.any():
-                ended = np.nonzero(ts.done)[0]
-                # seed_source ran inside step for exactly these slots, in this order.
-                for slot, new_assignment in zip(ended, started):
-                    finished = slot_match[slot]
-                    if finished is not None:
-                        steps = move_log[slot, :move_count[slot]]
-                        moves = steps[steps >= 0]
-                        played.append(PlayedMatch(
-                            assignment=finished,
-                            returns=tuple(float(r) for r in ts.final_returns[slot]),
-                            length=int(ts.final_lengths[slot]),
-                            moves=tuple(int(m) for m in moves),
-                            player_versions=tuple(int(v) for v in versions[slot]),
-                            truncated=bool(ts.truncated[slot]),
-                        ))
-                    assign(new_assignment, slot)
-                    move_count[slot] = 0
-                    versions[slot] = 0
-                    for code, (_, version) in learner_codes.items():
-                        versions[slot] = np.where(seat_codes[slot] == code, version, versions[slot])
+            if not ts.done.any():
+                continue
+            # seed_source ran inside step for exactly these slots, in this order.
+            ended = np.flatnonzero(ts.done)
+            finished = slot_match[ended]
+            was_live = finished >= 0
+            for slot, index in zip(ended[was_live].tolist(), finished[was_live].tolist()):
+                steps = move_log[slot, :move_count[slot]]
+                played.append(PlayedMatch(
+                    assignment=queue[index],
+                    returns=tuple(ts.final_returns[slot].tolist()),
+                    length=int(ts.final_lengths[slot]),
+                    moves=tuple(steps[steps >= 0].tolist()),
+                    player_versions=tuple(code_version[seat_codes[slot]].tolist()),
+                    truncated=bool(ts.truncated[slot]),
+                ))
+            new = np.array(started, dtype=np.int64)
+            slot_match[ended] = new
+            seat_codes[ended] = np.where((new >= 0)[:, None], match_codes[np.maximum(new, 0)], -1)
+            move_count[ended] = 0
+            live_slots_count += int((new >= 0).sum()) - int(was_live.sum())
 
         rollouts = {}
         for code, builder in builders.items():

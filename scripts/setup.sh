@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 "$PY" -m pip install --disable-pip-version-check -q \
     torch==2.13.0 "pettingzoo[classic]==1.27.0" gymnasium==1.4.0 open-spiel==2.0.2 trueskill==0.4.5 \
     numpy==2.4.6 wandb==0.31.0 deepspeed==0.19.8 ray==2.60.0 transformers==5.23.0 mpe2==1.1.1 \
-    safetensors pyyaml tensorboard onnx onnxscript pytest pytest-timeout \
+    safetensors pyyaml tensorboard matplotlib onnx onnxscript pytest pytest-timeout \
     -e ".[all]"
 # pyenv puts console scripts behind shims that exist only after a rehash.
 if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi

@@ -154,11 +154,13 @@ def _backend_scenario(work: Path):
     from agents.snapshot import save_snapshot
     from games.registry import spec as game_spec
     from league.backends import LearnerWeights, SerialBackend
+    from league.learners import PolicyArchitecture
     from league.population import Member
     from league.ray_backend import RayBackend
     from league.runner import MatchAssignment, PlayTask
 
     spec, net_config = game_spec("tic_tac_toe"), NetConfig(hidden=(32,))
+    architecture = PolicyArchitecture("actor_critic", net_config.to_json())
     torch.manual_seed(1)
     ref = save_snapshot(ActorCritic(spec, net_config), spec, net_config, work / "snapshots" / "old@0")
     learner = ActorCritic(spec, net_config)
@@ -172,12 +174,12 @@ def _backend_scenario(work: Path):
                             for j in range(24))
         tasks.append(PlayTask(t, assignments, sample_seed=77 + t, learners=("main",), learner_versions=(3,)))
 
-    serial = SerialBackend("tic_tac_toe", spec, net_config, num_envs=8, cache_size=4, seed=0)
+    serial = SerialBackend("tic_tac_toe", spec, architecture, num_envs=8, cache_size=4, seed=0)
     serial.set_population(members)
     expected = serial.collect(serial.submit(tasks, [weights]))
 
     started_local_ray = not ray.is_initialized()
-    backend = RayBackend("tic_tac_toe", spec, net_config, num_envs=8, cache_size=4, num_workers=2, seed=0)
+    backend = RayBackend("tic_tac_toe", spec, architecture, num_envs=8, cache_size=4, num_workers=2, seed=0)
     backend.set_population(members)
     first = backend.collect(backend.submit(tasks, [weights]))
     # The manager's snapshot directory goes away; the runner that replaces the killed one can

@@ -1,0 +1,138 @@
+"""`ludus arena submit|list|run|leaderboard|replay|doctor`: thin shells over arena.api."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    arena = sub.add_parser("arena", help="sandboxed tournaments between submitted agents, with a rated leaderboard")
+    commands = arena.add_subparsers(dest="arena_command", metavar="SUBCOMMAND")
+    commands.required = True
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--arena", dest="arena_dir", default=None, metavar="DIR",
+                        help="arena directory (default: $LUDUS_ARENA, else ./arena_state)")
+    isolation = argparse.ArgumentParser(add_help=False)
+    isolation.add_argument("--allow-unisolated", action="store_true",
+                           help="run agents even where the sandbox has no namespaces (trusted code only)")
+
+    p = commands.add_parser("submit", parents=[common, isolation],
+                            help="validate an agent and enter it (folder, executable, snapshot, or bot:NAME)")
+    p.add_argument("path", help="agent folder with agent.toml, executable file, league snapshot directory, or "
+                                "a built-in bot as bot:random, bot:mcts-50, bot:perfect")
+    p.add_argument("--name", default=None, help="enter it under this name (default: the name in its manifest)")
+    p.add_argument("--game", default=None, help="the arena's game, needed when the first entrant plays any game")
+    p.set_defaults(run=_submit)
+
+    p = commands.add_parser("list", parents=[common], help="the entrants")
+    p.set_defaults(run=_list)
+
+    p = commands.add_parser("run", parents=[common, isolation], help="play a tournament among all entrants")
+    p.add_argument("--game", default=None, help="the arena's game (checked; default: the arena's)")
+    p.add_argument("--format", choices=["round-robin", "ladder"], default="round-robin")
+    p.add_argument("--games-per-pair", type=int, default=2,
+                   help="games per pairing, even: each seed is played in both seat orders (default 2)")
+    p.add_argument("--seed", type=int, default=None, help="tournament seed (default: the tournament's number)")
+    p.add_argument("--time-per-move", type=float, default=None, help="seconds per move (default 1.0)")
+    p.add_argument("--overage", type=float, default=None, help="overage bank in seconds per match (default 5.0)")
+    p.add_argument("--max-games", type=int, default=None, help="ladder: game budget (default 400)")
+    p.add_argument("--sigma", type=float, default=None, help="ladder: stop when every sigma is below this (default 2)")
+    p.set_defaults(run=_run)
+
+    p = commands.add_parser("leaderboard", parents=[common], help="ratings table and head-to-head matrix")
+    p.add_argument("--html", default=None, metavar="FILE",
+                   help="also write a static page (replays go to FILE's stem + _replays/ beside it)")
+    p.set_defaults(run=_leaderboard)
+
+    p = commands.add_parser("replay", parents=[common], help="a match move by move, with boards")
+    p.add_argument("match", type=int, help="match number (from the leaderboard page or the tournament output)")
+    p.set_defaults(run=_replay)
+
+    p = commands.add_parser("doctor", help="which sandbox features work on this machine (exit 1 if not isolated)")
+    p.set_defaults(run=_doctor)
+
+
+def _config(args):
+    from arena.api import ArenaConfig
+    from arena.sandbox import MatchLimits
+
+    defaults = ArenaConfig()
+    limits = defaults.match_limits
+    time_per_move = getattr(args, "time_per_move", None)
+    overage = getattr(args, "overage", None)
+    if time_per_move is not None or overage is not None:
+        limits = MatchLimits(time_per_move_s=limits.time_per_move_s if time_per_move is None else time_per_move,
+                             overage_s=limits.overage_s if overage is None else overage)
+    return ArenaConfig(match_limits=limits, require_isolation=not getattr(args, "allow_unisolated", False))
+
+
+def _short(entrant) -> str:
+    """A bot's digest is its name; a submission's is a sha256, shown by its first 12 digits."""
+    return entrant.digest if entrant.kind == "bot" else f"digest {entrant.digest[:12]}"
+
+
+def _open(args, game=None):
+    from arena.api import Arena
+
+    return Arena.open(args.arena_dir, game, _config(args))
+
+
+def _submit(args) -> int:
+    arena = _open(args, args.game)
+    before = {e.player_id for e in arena.list()}
+    entrant = arena.submit(args.path, name=args.name)
+    verb = "already entered" if entrant.player_id in before else "entered"
+    print(f"{verb} {entrant.player_id} ({entrant.kind}, {entrant.submission_kind.value}, {_short(entrant)}) "
+          f"in the {arena.game} arena {arena.directory}")
+    return 0
+
+
+def _list(args) -> int:
+    import time
+
+    arena = _open(args)
+    entrants = arena.list()
+    if not entrants:
+        print(f"no entrants in {arena.directory}")
+        return 0
+    print(f"{len(entrants)} entrants in the {arena.game} arena {arena.directory}")
+    width = max(len(e.player_id) for e in entrants)
+    for e in entrants:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created_at))
+        print(f"  {e.player_id:<{width}}  {e.kind:<10} {e.submission_kind.value:<10} {e.version:<12} "
+              f"{_short(e):<19}  {when}  {e.source}")
+    return 0
+
+
+def _run(args) -> int:
+    from arena.tournament import format_report
+
+    arena = _open(args, args.game)
+    report = arena.run_tournament(args.game, args.format, args.games_per_pair, args.seed,
+                                  max_games=args.max_games, sigma_threshold=args.sigma, progress=print)
+    print(format_report(report))
+    return 0
+
+
+def _leaderboard(args) -> int:
+    from arena.leaderboard import format_leaderboard, write_page
+
+    board = _open(args).leaderboard()
+    print(format_leaderboard(board))
+    if args.html:
+        files = write_page(board, args.html)
+        print(f"wrote {files.html} and {files.replays} replays in {files.replay_dir}")
+    return 0
+
+
+def _replay(args) -> int:
+    print(_open(args).replay(args.match))
+    return 0
+
+
+def _doctor(args) -> int:
+    from arena.doctor import doctor, format_doctor
+
+    report = doctor()
+    print(format_doctor(report))
+    return 0 if report.isolated else 1

@@ -1,0 +1,384 @@
+"""The arena's leaderboard: TrueSkill ratings from the ledger, as text and as a static HTML page.
+
+Ratings are a pure function of the ledger (`league.ratings.rebuild_ratings` over the 'arena'
+matches); entrants are ranked by the conservative estimate mu - 3 sigma (a skill the entrant
+exceeds with ~99.9% probability), so a newcomer with few games ranks low until its rating
+settles. The 95% interval is mu +- 1.96 sigma. Forfeits count as losses: an agent that crashes
+or times out is rated by what it did.
+
+The page (`write_page`) is one self-contained HTML file: inline CSS, inline SVG charts from
+`evaluation.charts` (ratings over time with interval bands, a bar chart of mu with its
+interval, the head-to-head heatmap), no scripts, no external ``src`` or ``href``. Its match list
+links each match to a replay transcript written beside it, ``<page stem>_replays/match-<id>.txt``.
+"""
+
+from __future__ import annotations
+
+import collections
+import html
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from arena.store import Entrant, read_entrants, read_info, tournament_key
+from league.ledger import MatchResult, Store
+from league.ratings import RatingTable, TrueSkillParams, load_params, rebuild_ratings
+
+INTERVAL_Z = 1.96
+"""Standard-normal quantile of the two-sided 95% interval of a skill estimate."""
+MAX_RATING_LINES = 12
+"""Lines in the ratings chart (the best by conservative rating); the table lists everyone."""
+
+
+@dataclass(frozen=True)
+class LeaderboardRow:
+    """One entrant's standing."""
+
+    rank: int
+    player_id: str
+    kind: str
+    """'submission' or 'bot'."""
+    submission_kind: str
+    """'python', 'executable', 'snapshot' or 'builtin'."""
+    mu: float
+    sigma: float
+    wins: int
+    draws: int
+    losses: int
+    faults: Mapping[str, int]
+    """Forfeited games by status ('error', 'timeout', 'invalid')."""
+
+    @property
+    def games(self) -> int:
+        return self.wins + self.draws + self.losses
+
+    @property
+    def conservative(self) -> float:
+        return self.mu - 3.0 * self.sigma
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """95% interval of the skill: mu +- 1.96 sigma."""
+        return self.mu - INTERVAL_Z * self.sigma, self.mu + INTERVAL_Z * self.sigma
+
+
+@dataclass(frozen=True)
+class HeadToHead:
+    """Results between every two entrants, from the row entrant's side, in rank order."""
+
+    players: tuple[str, ...]
+    wins: tuple[tuple[int, ...], ...]
+    draws: tuple[tuple[int, ...], ...]
+    losses: tuple[tuple[int, ...], ...]
+
+    def games(self, i: int, j: int) -> int:
+        return self.wins[i][j] + self.draws[i][j] + self.losses[i][j]
+
+    def score(self, i: int, j: int) -> float | None:
+        """Mean outcome of row i against column j (win 1, draw 1/2, loss 0); None if they never met."""
+        n = self.games(i, j)
+        return None if n == 0 else (self.wins[i][j] + 0.5 * self.draws[i][j]) / n
+
+
+@dataclass(frozen=True)
+class RatingPoint:
+    """A rating right after the match at ledger position `seq`."""
+
+    seq: int
+    mu: float
+    sigma: float
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    """Everything `format_leaderboard` and `render_html` show."""
+
+    arena_dir: str
+    game: str
+    params: TrueSkillParams
+    rows: tuple[LeaderboardRow, ...]
+    """Ranked by mu - 3 sigma, best first."""
+    head_to_head: HeadToHead
+    history: Mapping[str, tuple[RatingPoint, ...]]
+    """Each entrant's ratings history (from the ledger's ratings_history)."""
+    total_matches: int
+    recent_matches: tuple[MatchResult, ...]
+    """The newest matches, newest first (the page lists them with their replays)."""
+    tournaments: tuple[Mapping[str, Any], ...]
+    """The tournaments' meta entries, oldest first."""
+
+    def row(self, player_id: str) -> LeaderboardRow:
+        for r in self.rows:
+            if r.player_id == player_id:
+                return r
+        raise KeyError(player_id)
+
+
+def build_leaderboard(store: Store, recent: int = 200) -> Leaderboard:
+    """Read the leaderboard from an arena's store (read-only access suffices)."""
+    info = read_info(store)
+    params = load_params(store) or TrueSkillParams()
+    entrants = read_entrants(store)
+    table: RatingTable = rebuild_ratings(store, params, kinds=("arena",))
+    by_id: dict[str, Entrant] = {e.player_id: e for e in entrants}
+    ids = list(by_id)
+    index = {pid: i for i, pid in enumerate(ids)}
+    n = len(ids)
+    wins = [[0] * n for _ in range(n)]
+    draws = [[0] * n for _ in range(n)]
+    losses = [[0] * n for _ in range(n)]
+    faults: dict[str, collections.Counter] = {pid: collections.Counter() for pid in ids}
+    newest: collections.deque[MatchResult] = collections.deque(maxlen=recent)
+    total = 0
+    for recorded in store.iter_matches(kinds=("arena",)):
+        match = recorded.result
+        total += 1
+        newest.appendleft(match)
+        for seat in match.seats:
+            if seat.status != "ok" and seat.player_id in faults:
+                faults[seat.player_id][seat.status] += 1
+        if len(match.seats) != 2:
+            continue
+        a, b = match.seats
+        if a.player_id not in index or b.player_id not in index:
+            continue
+        i, j = index[a.player_id], index[b.player_id]
+        for (me, them, seat) in ((i, j, a), (j, i, b)):
+            if seat.outcome == 1.0:
+                wins[me][them] += 1
+            elif seat.outcome == 0.0:
+                losses[me][them] += 1
+            else:
+                draws[me][them] += 1
+    ranked = sorted(ids, key=lambda pid: (-table.rating(pid).conservative, pid))
+    rows = []
+    for rank, pid in enumerate(ranked, 1):
+        r = table.rating(pid)
+        i = index[pid]
+        rows.append(LeaderboardRow(rank, pid, by_id[pid].kind, by_id[pid].submission_kind.value, r.mu, r.sigma,
+                                   sum(wins[i]), sum(draws[i]), sum(losses[i]), dict(faults[pid])))
+    order = [index[pid] for pid in ranked]
+
+    def permute(matrix: list[list[int]]) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(matrix[i][j] for j in order) for i in order)
+
+    history: dict[str, list[RatingPoint]] = {pid: [] for pid in ids}
+    for point in store.ratings_history():
+        if point.player_id in history:
+            history[point.player_id].append(RatingPoint(point.seq, point.mu, point.sigma))
+    tournaments = []
+    number = 1
+    while (entry := store.get_meta(tournament_key(number))) is not None:
+        tournaments.append(entry)
+        number += 1
+    return Leaderboard(str(store.directory), info.game if info else "?", params, tuple(rows),
+                       HeadToHead(tuple(ranked), permute(wins), permute(draws), permute(losses)),
+                       {pid: tuple(points) for pid, points in history.items()}, total, tuple(newest),
+                       tuple(tournaments))
+
+
+# ------------------------------------------------------------------------------------------- text
+
+
+def _faults_text(faults: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {status}" for status, n in sorted(faults.items())) or "-"
+
+
+def format_leaderboard(board: Leaderboard) -> str:
+    """The ranking table, then the head-to-head matrix (scores in percent)."""
+    lines = [f"arena {board.arena_dir}: {board.game}, {len(board.rows)} entrants, {board.total_matches} matches "
+             f"in {len(board.tournaments)} tournament(s); ranked by TrueSkill mu - 3 sigma"]
+    width = max([len(r.player_id) for r in board.rows] + [7])
+    lines.append(f"{'rank':>4}  {'entrant':<{width}} {'mu':>7} {'sigma':>6} {'mu-3s':>7}  {'95% interval':<16} "
+                 f"{'W':>4} {'D':>4} {'L':>4} {'games':>5}  forfeits")
+    for r in board.rows:
+        low, high = r.interval
+        lines.append(f"{r.rank:>4}  {r.player_id:<{width}} {r.mu:>7.2f} {r.sigma:>6.2f} {r.conservative:>7.2f}  "
+                     f"{f'[{low:.1f}, {high:.1f}]':<16} {r.wins:>4} {r.draws:>4} {r.losses:>4} {r.games:>5}  "
+                     f"{_faults_text(r.faults)}")
+    h2h = board.head_to_head
+    if len(h2h.players) >= 2:
+        lines.append("")
+        lines.append("head-to-head: score of the row against the column in % (win 1, draw 1/2); '-' never met")
+        lines.append(" " * (width + 6) + "".join(f"{k:>5}" for k in range(1, len(h2h.players) + 1)))
+        for i, pid in enumerate(h2h.players):
+            cells = []
+            for j in range(len(h2h.players)):
+                score = h2h.score(i, j)
+                cells.append("    ." if i == j else "    -" if score is None else f"{100 * score:>5.0f}")
+            lines.append(f"{i + 1:>4}  {pid:<{width}}" + "".join(cells))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- page
+
+_CSS = """
+body { font-family: DejaVu Sans, Helvetica, Arial, sans-serif; color: #222; margin: 24px auto; max-width: 1100px;
+       padding: 0 16px; line-height: 1.4; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 32px; border-bottom: 1px solid #ddd; }
+.meta { color: #555; font-size: 13px; }
+figure { margin: 12px 0; } figcaption { color: #555; font-size: 12px; margin-top: 4px; }
+.row { display: flex; flex-wrap: wrap; gap: 24px; }
+svg.ludus-chart { max-width: 100%; height: auto; }
+table { border-collapse: collapse; font-size: 12.5px; margin: 8px 0; }
+th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: right; }
+th { background: #f6f6f6; } td.name, th.name { text-align: left; }
+tr.forfeit td { background: #fff4f0; } .status-ok { color: #2a7; } .fault { color: #c30; }
+.empty { color: #777; font-style: italic; }
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def replay_file_name(match_id: int) -> str:
+    return f"match-{match_id}.txt"
+
+
+def _charts(board: Leaderboard) -> list[str]:
+    from evaluation import charts
+
+    parts = []
+    tracked = [r for r in board.rows if board.history.get(r.player_id)][:MAX_RATING_LINES]
+    if tracked:
+        series = []
+        for r in tracked:
+            points = board.history[r.player_id]
+            series.append(charts.Series(
+                r.player_id, tuple(p.seq for p in points), tuple(p.mu for p in points),
+                lower=tuple(p.mu - INTERVAL_Z * p.sigma for p in points),
+                upper=tuple(p.mu + INTERVAL_Z * p.sigma for p in points),
+                dashed=r.kind == "bot", markers=len(points) < 30))
+        hidden = len([r for r in board.rows if board.history.get(r.player_id)]) - len(tracked)
+        chart = charts.line_chart(series, title="TrueSkill mu over the arena's matches (bands: 95% intervals)"
+                                  + (f" — {hidden} more not shown" if hidden else ""),
+                                  x_label="ledger position (match seq)", y_label="mu")
+        parts.append(f'<figure id="fig-ratings">{chart.svg()}<figcaption>Each line is an entrant\'s TrueSkill '
+                     f"mean after each of its matches, the band mu &plusmn; 1.96 &sigma;; bots are dashed."
+                     f"</figcaption></figure>")
+        bars = charts.bar_chart([r.player_id for r in board.rows], [r.mu for r in board.rows],
+                                title="Skill estimate mu with its 95% interval, in rank order", y_label="mu",
+                                intervals=[r.interval for r in board.rows], value_format="{:.1f}")
+        parts.append(f'<figure id="fig-skill">{bars.svg()}<figcaption>Bars: mu; whiskers: mu &plusmn; 1.96 '
+                     f"&sigma;. Rank is by mu &minus; 3 &sigma;.</figcaption></figure>")
+    else:
+        parts.append('<p class="empty" id="fig-ratings-empty">No rated matches yet: run a tournament.</p>')
+    h2h = board.head_to_head
+    if len(h2h.players) >= 2 and board.total_matches:
+        n = len(h2h.players)
+        values = [[None if i == j else h2h.score(i, j) for j in range(n)] for i in range(n)]
+        tips = [[f"{h2h.players[i]} vs {h2h.players[j]}: " + (
+            "never met" if h2h.games(i, j) == 0 else
+            f"{h2h.wins[i][j]} W {h2h.draws[i][j]} D {h2h.losses[i][j]} L, score {h2h.score(i, j):.2f}")
+            for j in range(n)] for i in range(n)]
+        heat = charts.heatmap(list(h2h.players), list(h2h.players), values, tooltips=tips,
+                              title="Head-to-head: score of row vs column", x_label="column (opponent)")
+        parts.append(f'<figure id="fig-head-to-head">{heat.svg()}<figcaption>Mean outcome of the row entrant '
+                     f"against the column entrant (win 1, draw &frac12;, loss 0; forfeits are losses); entrants in "
+                     f"rank order. Hover a cell for the counts.</figcaption></figure>")
+    return parts
+
+
+def _leaderboard_table(board: Leaderboard) -> str:
+    if not board.rows:
+        return '<p class="empty">No entrants yet: submit agents with <code>ludus arena submit</code>.</p>'
+    body = []
+    for r in board.rows:
+        low, high = r.interval
+        faults = _faults_text(r.faults)
+        body.append(f'<tr class="entrant" id="player-{r.rank}" data-player="{_e(r.player_id)}"><td>{r.rank}</td>'
+                    f'<td class="name">{_e(r.player_id)}</td><td class="name">{_e(r.kind)} ({_e(r.submission_kind)})'
+                    f"</td><td>{r.mu:.2f}</td><td>{r.sigma:.2f}</td><td>{r.conservative:.2f}</td>"
+                    f"<td>[{low:.1f}, {high:.1f}]</td><td>{r.wins}</td><td>{r.draws}</td><td>{r.losses}</td>"
+                    f'<td>{r.games}</td><td class="name{" fault" if r.faults else ""}">{_e(faults)}</td></tr>')
+    return ('<table id="leaderboard"><tr><th>#</th><th class="name">entrant</th><th class="name">kind</th>'
+            "<th>mu</th><th>&sigma;</th><th>mu &minus; 3&sigma;</th><th>95% interval</th><th>W</th><th>D</th>"
+            f'<th>L</th><th>games</th><th class="name">forfeits</th></tr>{"".join(body)}</table>')
+
+
+def _tournaments_table(board: Leaderboard) -> str:
+    if not board.tournaments:
+        return '<p class="empty">No tournaments yet.</p>'
+    body = "".join(
+        f'<tr><td>{t.get("number")}</td><td class="name">{_e(t.get("format"))}</td><td>{t.get("seed")}</td>'
+        f'<td>{t.get("games_per_pair")}</td><td>{t.get("matches", 0)}</td>'
+        f'<td>{float(t.get("duration_s") or 0.0):.1f}</td><td class="name">{_e(t.get("stopped_because", ""))}</td></tr>'
+        for t in board.tournaments)
+    return ('<table id="tournaments"><tr><th>#</th><th class="name">format</th><th>seed</th><th>games/pair</th>'
+            f'<th>matches</th><th>seconds</th><th class="name">ended</th></tr>{body}</table>')
+
+
+def _matches_table(board: Leaderboard, replay_dir: str) -> str:
+    if not board.recent_matches:
+        return '<p class="empty">No matches yet.</p>'
+    rank = {r.player_id: r.rank for r in board.rows}
+    body = []
+    for match in board.recent_matches:
+        forfeit = any(s.status != "ok" for s in match.seats)
+        seats = []
+        for s in match.seats:
+            who = _e(s.player_id)
+            if s.player_id in rank:
+                who = f'<a href="#player-{rank[s.player_id]}">{who}</a>'
+            status = ('<span class="status-ok">ok</span>' if s.status == "ok"
+                      else f'<span class="fault">{_e(s.status)}: {_e(s.error)}</span>')
+            seats.append(f"{who} {s.episode_return:+g} {status}")
+        link = f"{urllib.parse.quote(replay_dir)}/{replay_file_name(match.match_id)}"
+        body.append(f'<tr class="match{" forfeit" if forfeit else ""}" id="match-{match.match_id}">'
+                    f'<td><a href="{_e(link)}">{match.match_id}</a></td>'
+                    f'<td>{match.metadata.get("tournament", "")}</td><td>{match.length}</td>'
+                    f'<td class="name">{"<br>".join(seats)}</td></tr>')
+    more = board.total_matches - len(board.recent_matches)
+    note = (f'<p class="meta">{more} older matches not listed (`ludus arena replay MATCH` shows any).</p>'
+            if more else "")
+    return ('<table id="matches"><tr><th>match</th><th>tournament</th><th>moves</th>'
+            f'<th class="name">seats: entrant, return, status</th></tr>{"".join(body)}</table>{note}')
+
+
+def render_html(board: Leaderboard, replay_dir: str) -> str:
+    """The self-contained page; `replay_dir` is the directory (relative to the page) of the replays."""
+    forfeits = sum(sum(r.faults.values()) for r in board.rows)
+    sections = [
+        f"<h1>Ludus arena: {_e(board.game)}</h1>",
+        f'<p class="meta" id="summary">{len(board.rows)} entrants &middot; {board.total_matches} matches in '
+        f"{len(board.tournaments)} tournament(s) &middot; {forfeits} forfeited seats &middot; TrueSkill "
+        f"(&beta; {board.params.beta:.2f}, draw probability {board.params.draw_probability:g}), ranked by "
+        f"mu &minus; 3&sigma;</p>",
+        '<h2 id="standings">Leaderboard</h2>', _leaderboard_table(board),
+        '<h2 id="ratings">Ratings</h2>', '<div class="row">', *_charts(board), "</div>",
+        '<h2 id="tournaments-title">Tournaments</h2>', _tournaments_table(board),
+        '<h2 id="matches-title">Matches</h2>',
+        '<p class="meta">Newest first; the match number links to its replay (every board, re-simulated from the '
+        "seed and the recorded moves).</p>",
+        _matches_table(board, replay_dir),
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>Ludus arena: {_e(board.game)}</title><style>{_CSS}</style></head><body>"
+            + "\n".join(sections) + "</body></html>\n")
+
+
+@dataclass(frozen=True)
+class PageFiles:
+    """What `write_page` wrote."""
+
+    html: str
+    replay_dir: str
+    replays: int
+    """Number of replay transcripts written."""
+
+
+def write_page(board: Leaderboard, path: str | os.PathLike) -> PageFiles:
+    """Write the page and, into ``<stem>_replays/`` beside it, a transcript of each listed match."""
+    from arena.replay import replay_match
+
+    page = Path(path)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    replay_dir = page.parent / f"{page.stem}_replays"
+    replay_dir.mkdir(exist_ok=True)
+    for match in board.recent_matches:
+        (replay_dir / replay_file_name(match.match_id)).write_text(replay_match(match).transcript + "\n")
+    page.write_text(render_html(board, replay_dir.name))
+    return PageFiles(str(page), str(replay_dir), len(board.recent_matches))

@@ -1,0 +1,366 @@
+"""Tournaments between sandboxed submissions and built-in bots, recorded in the league's ledger.
+
+Two formats:
+
+* **round-robin**: every pair of entrants plays `games_per_pair` games. The games use common
+  random numbers: the tournament seed gives ``games_per_pair / 2`` match seeds shared by every
+  pair, and each seed is played twice, once in each seat order, so no pair is luckier with its
+  seeds or its seats than another (the variance reduction of paired comparisons). Pairs are
+  ordered by the circle method (Berger tables): in each round every entrant plays once.
+* **ladder**: rounds of rating games chosen by `league.matchmaking.schedule_rating_matches` (the
+  most uncertain TrueSkill ratings first, opponents drawn by match quality, as the league rates
+  its pool), each pairing played in both seat orders on one seed, until every entrant's sigma is
+  under a threshold (`sigma_converged`) or the game budget is spent.
+
+Each entrant's process is started once per tournament (`SandboxedAgent` lives across matches;
+the sandbox restarts it after a fault and gives up on it after `max_consecutive_faults` in a
+row). Every match is appended to the ledger as kind 'arena' with its moves, think times, each
+seat's status (ok | error | timeout | invalid), fault reason and stderr tail, and rated with
+TrueSkill by `league.ratings.rate_and_record` in the same transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+import numpy as np
+
+from arena.sandbox import MatchLimits, MatchRecord, SandboxConfig, SandboxedAgent, SandboxLimits, play_match
+from arena.store import ArenaError, Entrant
+from league.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
+from league.matchmaking import schedule_rating_matches, sigma_converged
+from league.ratings import RatingTable, rate_and_record
+
+if TYPE_CHECKING:
+    from agents.policy import Policy
+    from games.core import GameSpec
+
+FORMATS = ("round-robin", "ladder")
+MATCH_KIND = "arena"
+_MAX_SEED = 2**63 - 1
+_SEED_STREAM, _LADDER_STREAM = 0, 1  # independent SeedSequence streams of one tournament seed
+
+
+@dataclass(frozen=True)
+class TournamentSettings:
+    """What one tournament plays."""
+
+    game: str
+    """Registry id of the game."""
+    format: str
+    """'round-robin' or 'ladder'."""
+    games_per_pair: int = 2
+    """Games per pairing, an even number: half the seeds, each played in both seat orders."""
+    seed: int = 0
+    """Seed of the whole tournament (match seeds and the ladder's draws derive from it)."""
+    limits: MatchLimits = MatchLimits()
+    """Time control of every match."""
+    sigma_threshold: float = 2.0
+    """Ladder: stop when every entrant's TrueSkill sigma is at most this."""
+    max_games: int = 400
+    """Ladder: stop after this many games in any case."""
+    pairs_per_round: int | None = None
+    """Ladder: pairings scheduled between rating updates; None: half the number of entrants."""
+    stderr_bytes: int = 4096
+    """The last bytes of a seat's stderr kept in the ledger (seat metadata 'stderr')."""
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ArenaError(f"unknown tournament format {self.format!r}; use one of {', '.join(FORMATS)}")
+        if self.games_per_pair < 2 or self.games_per_pair % 2:
+            raise ArenaError(f"games_per_pair must be an even number >= 2 (each seed is played in both seat "
+                             f"orders), got {self.games_per_pair}")
+        if not 0 <= self.seed <= _MAX_SEED:
+            raise ArenaError(f"the tournament seed must be in [0, 2**63), got {self.seed}")
+        if not self.sigma_threshold > 0 or self.max_games < 1:
+            raise ArenaError(f"the ladder needs sigma_threshold > 0 and max_games >= 1, got "
+                             f"{self.sigma_threshold} and {self.max_games}")
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """One scheduled match."""
+
+    match_id: int
+    seed: int
+    players: tuple[str, ...]
+    """Player id per seat."""
+    round: int
+    """Round of the schedule (matches of a round are recorded and rated together)."""
+
+
+@dataclass(frozen=True)
+class MatchSummary:
+    """A played match, as the tournament report lists it."""
+
+    match_id: int
+    players: tuple[str, ...]
+    returns: tuple[float, ...]
+    statuses: tuple[str, ...]
+    """'ok', 'error', 'timeout' or 'invalid' per seat."""
+    reasons: tuple[str, ...]
+    """Fault reason per seat ('' for ok seats)."""
+    moves: int
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class EntrantReport:
+    """How one entrant fared in a tournament."""
+
+    player_id: str
+    games: int
+    wins: int
+    draws: int
+    losses: int
+    faults: Mapping[str, int]
+    """Forfeited games by status ('error', 'timeout', 'invalid')."""
+    process_starts: int
+    """How often its process was started (1 for a healthy agent; 0 for an in-process bot)."""
+    dead: bool
+    """Given up on after too many faulty matches in a row."""
+    leftover_pids: tuple[int, ...] = ()
+    """Processes of it that survived the end of the tournament (always empty unless the sandbox failed)."""
+
+
+@dataclass(frozen=True)
+class TournamentReport:
+    """The outcome of `play_tournament`."""
+
+    number: int
+    """Tournament number in this arena (1, 2, ...)."""
+    settings: TournamentSettings
+    matches: tuple[MatchSummary, ...]
+    entrants: tuple[EntrantReport, ...]
+    started_at: float
+    duration_s: float
+    stopped_because: str
+    """'schedule complete', 'sigma converged' or 'game budget spent'."""
+    final_sigma: Mapping[str, float] = field(default_factory=dict)
+    """Each entrant's TrueSkill sigma after the tournament."""
+
+    def entrant(self, player_id: str) -> EntrantReport:
+        for e in self.entrants:
+            if e.player_id == player_id:
+                return e
+        raise KeyError(player_id)
+
+
+# ------------------------------------------------------------------------------------ scheduling
+
+
+def match_seeds(seed: int, stream: int, n: int) -> list[int]:
+    """`n` match seeds in [0, 2**63) from a tournament seed (independent per stream)."""
+    state = np.random.SeedSequence([seed, stream]).generate_state(n, np.uint64)
+    return [int(s >> np.uint64(1)) for s in state]
+
+
+def circle_rounds(players: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """Round-robin rounds by the circle method: n-1 rounds (n rounds when n is odd, one bye each)
+    in which every entrant plays at most once; every pair meets exactly once."""
+    ring: list[str | None] = list(players) + ([None] if len(players) % 2 else [])
+    n = len(ring)
+    rounds = []
+    for _ in range(n - 1):
+        pairs = [(ring[i], ring[n - 1 - i]) for i in range(n // 2)]
+        rounds.append([(a, b) for a, b in pairs if a is not None and b is not None])
+        ring = [ring[0], ring[-1]] + ring[1:-1]  # keep the first fixed, rotate the rest
+    return rounds
+
+
+def round_robin_schedule(players: Sequence[str], games_per_pair: int, seed: int,
+                         first_match_id: int) -> list[list[Pairing]]:
+    """Rounds of pairings: for each of the ``games_per_pair / 2`` shared seeds, every circle round,
+    each pair playing that seed in both seat orders back to back."""
+    seeds = match_seeds(seed, _SEED_STREAM, games_per_pair // 2)
+    schedule: list[list[Pairing]] = []
+    match_id = first_match_id
+    for match_seed in seeds:
+        for pairs in circle_rounds(players):
+            batch = []
+            for a, b in pairs:
+                for seats in ((a, b), (b, a)):
+                    batch.append(Pairing(match_id, match_seed, seats, len(schedule)))
+                    match_id += 1
+            schedule.append(batch)
+    return [batch for batch in schedule if batch]
+
+
+def ladder_round(rng: np.random.Generator, table: RatingTable, players: Sequence[str], pairs: int,
+                 games_per_pair: int, first_match_id: int, round_index: int) -> list[Pairing]:
+    """One ladder round: `pairs` pairings by rating uncertainty and match quality, each played
+    ``games_per_pair / 2`` seeds times in both seat orders."""
+    batch = []
+    match_id = first_match_id
+    for a, b in schedule_rating_matches(rng, table, players, pairs):
+        for match_seed in rng.integers(0, _MAX_SEED, size=games_per_pair // 2, endpoint=True).tolist():
+            for seats in ((a, b), (b, a)):
+                batch.append(Pairing(match_id, int(match_seed), seats, round_index))
+                match_id += 1
+    return batch
+
+
+# -------------------------------------------------------------------------------------- recording
+
+
+def match_result(record: MatchRecord, pairing: Pairing, spec: "GameSpec", versions: Mapping[str, str],
+                 started_at: float, tournament: int, settings: TournamentSettings) -> MatchResult:
+    """The ledger row of a played match. A faulting seat scores outcome 0 (it forfeited); the
+    others score by their returns (`forfeit_returns` already made the opponent the winner)."""
+    teams = spec.team_of_seat
+    outcomes = outcomes_from_returns(record.returns, teams)
+    seats = []
+    for s, player_id in enumerate(pairing.players):
+        fault = record.faults[s]
+        extras: dict[str, object] = {"think_s": round(record.think_s[s], 4)}
+        tail = record.stderr_tails[s]
+        if tail:
+            extras["stderr"] = tail[-settings.stderr_bytes:]
+        if fault is not None and fault.exit_code is not None:
+            extras["exit_code"] = fault.exit_code
+        seats.append(SeatResult(
+            seat=s, team=teams[s], player_id=player_id, episode_return=float(record.returns[s]),
+            outcome=0.0 if fault is not None else outcomes[s], player_version=versions[player_id],
+            status=record.statuses[s].value, error=fault.reason if fault is not None else "", metadata=extras))
+    metadata = {"moves": [m.action for m in record.moves],
+                "think_ms": [round(m.think_s * 1000, 2) for m in record.moves], "truncated": record.truncated,
+                "forfeit": record.forfeit, "tournament": tournament, "format": settings.format, "round": pairing.round,
+                "time_per_move_s": settings.limits.time_per_move_s, "overage_s": settings.limits.overage_s}
+    return MatchResult(match_id=pairing.match_id, kind=MATCH_KIND, game_id=settings.game, seed=pairing.seed,
+                       seats=tuple(seats), length=len(record.moves), started_at=started_at,
+                       duration_s=record.duration_s, metadata=metadata)
+
+
+def summarize(result: MatchResult) -> MatchSummary:
+    return MatchSummary(result.match_id, result.player_ids, tuple(s.episode_return for s in result.seats),
+                        tuple(s.status for s in result.seats), tuple(s.error for s in result.seats),
+                        result.length, result.duration_s)
+
+
+# ---------------------------------------------------------------------------------------- playing
+
+
+def _entrant_reports(entrants: Sequence[Entrant], players: Mapping[str, "SandboxedAgent | Policy"],
+                     results: Sequence[MatchResult],
+                     leftovers: Mapping[str, tuple[int, ...]]) -> tuple[EntrantReport, ...]:
+    reports = []
+    for entrant in entrants:
+        pid = entrant.player_id
+        games = wins = draws = losses = 0
+        faults: dict[str, int] = {}
+        for result in results:
+            for seat in result.seats:
+                if seat.player_id != pid:
+                    continue
+                games += 1
+                wins += seat.outcome == 1.0
+                draws += seat.outcome == 0.5
+                losses += seat.outcome == 0.0
+                if seat.status != "ok":
+                    faults[seat.status] = faults.get(seat.status, 0) + 1
+        player = players.get(pid)
+        sandboxed = isinstance(player, SandboxedAgent)
+        reports.append(EntrantReport(pid, games, wins, draws, losses, faults,
+                                     player.starts if sandboxed else 0, sandboxed and player.dead,
+                                     leftovers.get(pid, ())))
+    return tuple(reports)
+
+
+def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], table: RatingTable,
+                    settings: TournamentSettings, number: int, sandbox_limits: SandboxLimits,
+                    sandbox_config: SandboxConfig,
+                    progress: Callable[[str], None] | None = None) -> TournamentReport:
+    """Play a tournament among `entrants`, appending every match to `store` (opened for writing)
+    and rating it into `table` (the arena's current ratings) as it goes.
+
+    Matches are recorded and rated one schedule round at a time, each round in one transaction,
+    so an interrupted tournament leaves whole rounds in the ledger and the ratings consistent
+    with them. Every sandboxed process is shut down and verified gone before this returns.
+    """
+    from arena.submission import make_player
+    from games import registry
+
+    spec = registry.spec(settings.game)
+    if spec.num_players != 2:
+        raise ArenaError(f"the arena runs two-player games; {settings.game!r} has {spec.num_players} seats")
+    if len(entrants) < 2:
+        raise ArenaError(f"a tournament needs at least two entrants, the arena has {len(entrants)}: "
+                         f"submit more with `ludus arena submit`")
+    ids = [e.player_id for e in entrants]
+    versions = {e.player_id: e.digest[:12] if e.kind == "submission" else e.digest for e in entrants}
+    started_at = time.time()
+    clock = time.monotonic()
+    results: list[MatchResult] = []
+    players: dict[str, SandboxedAgent | Policy] = {}
+    leftovers: dict[str, tuple[int, ...]] = {}
+    stopped = "schedule complete"
+    try:
+        for entrant in entrants:
+            players[entrant.player_id] = make_player(entrant.submission(arena_dir), settings.game,
+                                                     sandbox_limits, sandbox_config)
+
+        def play_round(batch: list[Pairing]) -> None:
+            played = []
+            for pairing in batch:
+                begun = time.time()
+                record = play_match(settings.game, [players[p] for p in pairing.players], pairing.seed,
+                                    settings.limits, match_id=str(pairing.match_id))
+                played.append(match_result(record, pairing, spec, versions, begun, number, settings))
+            rate_and_record(store, table, played, kinds=(MATCH_KIND,))
+            results.extend(played)
+            if progress is not None:
+                forfeits = sum(r.metadata["forfeit"] for r in played)
+                progress(f"round {batch[0].round + 1}: {len(played)} matches, {forfeits} forfeits "
+                         f"({time.monotonic() - clock:.1f} s)")
+
+        first_id = store.max_match_id() + 1
+        if settings.format == "round-robin":
+            for batch in round_robin_schedule(ids, settings.games_per_pair, settings.seed, first_id):
+                play_round(batch)
+        else:
+            rng = np.random.default_rng(np.random.SeedSequence([settings.seed, _LADDER_STREAM]))
+            pairs_per_round = settings.pairs_per_round or max(1, len(ids) // 2)
+            round_index = 0
+            while True:
+                if sigma_converged(table, ids, settings.sigma_threshold):
+                    stopped = "sigma converged"
+                    break
+                room = (settings.max_games - len(results)) // settings.games_per_pair
+                if room < 1:
+                    stopped = "game budget spent"
+                    break
+                batch = ladder_round(rng, table, ids, min(pairs_per_round, room), settings.games_per_pair,
+                                     first_id + len(results), round_index)
+                play_round(batch)
+                round_index += 1
+    finally:
+        for pid, player in players.items():
+            if isinstance(player, SandboxedAgent):
+                player.close()
+                if player.leftover_pids:
+                    leftovers[pid] = player.leftover_pids
+    sigma = table.arrays(ids)[1]
+    return TournamentReport(number, settings, tuple(summarize(r) for r in results),
+                            _entrant_reports(entrants, players, results, leftovers), started_at,
+                            time.monotonic() - clock, stopped, dict(zip(ids, sigma.tolist())))
+
+
+def format_report(report: TournamentReport) -> str:
+    """The tournament as text for people: settings, then one line per entrant."""
+    s = report.settings
+    forfeits = sum(any(st != "ok" for st in m.statuses) for m in report.matches)
+    lines = [f"tournament {report.number}: {s.format} on {s.game}, seed {s.seed}, {len(report.matches)} matches "
+             f"({forfeits} forfeited) in {report.duration_s:.1f} s; stopped: {report.stopped_because}",
+             f"  {'entrant':<24} {'games':>5} {'W':>4} {'D':>4} {'L':>4} {'starts':>6}  faults"]
+    for e in report.entrants:
+        faults = ", ".join(f"{n} {status}" for status, n in sorted(e.faults.items())) or "-"
+        if e.dead:
+            faults += " (dead)"
+        if e.leftover_pids:
+            faults += f" LEFTOVER PROCESSES {list(e.leftover_pids)}"
+        lines.append(f"  {e.player_id[:24]:<24} {e.games:>5} {e.wins:>4} {e.draws:>4} {e.losses:>4} "
+                     f"{e.process_starts:>6}  {faults}")
+    return "\n".join(lines)

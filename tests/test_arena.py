@@ -1,0 +1,470 @@
+"""The arena: submissions, fair schedules, tournaments in the ledger, leaderboard, replays, CLI.
+
+The acceptance test (`test_tournament_survives_the_hostile_zoo`) runs a round-robin on
+tic-tac-toe between the two honest example agents (Python and POSIX shell) and the whole zoo of
+tests/hostile_agents/, and checks that the tournament completes, every hostile agent's fault is
+in the ledger with the right status, the honest agents' results are intact, the arena's database
+changed only through the arena, and no agent process is left. Under LUDUS_CI=1 a machine
+without namespace isolation fails the tests that need it instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import socket
+import stat
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from arena.api import Arena, ArenaConfig
+from arena.leaderboard import format_leaderboard
+from arena.replay import replay_match
+from arena.sandbox import (
+    Isolation,
+    MatchLimits,
+    SandboxConfig,
+    SandboxLimits,
+    resolve_isolation,
+    stray_agent_processes,
+)
+from arena.store import ArenaError, submission_digest_of_copy
+from arena.submission import Submission, SubmissionError, SubmissionKind
+from arena.tournament import TournamentSettings, circle_rounds, round_robin_schedule, summarize
+from league.ledger import Store
+from league.ratings import load_params, rebuild_ratings
+from ludus.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+ZOO = REPO / "tests" / "hostile_agents"
+EXAMPLES = REPO / "examples" / "agents"
+GAME = "tic_tac_toe"
+# Honest agents answer in about a millisecond; 1 s per move (+0.5 s bank) leaves a loaded machine
+# (load ~10 on 2 cores) plenty of room while keeping each timeout of the zoo short.
+LIMITS = MatchLimits(time_per_move_s=1.0, overage_s=0.5)
+BOX = SandboxLimits(startup_timeout_s=30, rss_mb=256, data_mb=1024, max_processes=32, cpu_time_s=60)
+
+
+def require_isolation() -> Isolation:
+    mode = resolve_isolation(SandboxConfig())
+    if mode == Isolation.NONE:
+        message = "no namespace isolation here: run as root or enable user namespaces"
+        if os.environ.get("LUDUS_CI") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return mode
+
+
+def config(**changes) -> ArenaConfig:
+    return ArenaConfig(**{"match_limits": LIMITS, "sandbox_limits": BOX, **changes})
+
+
+def tree_state(root: Path) -> dict[str, tuple[int, bytes | None]]:
+    """Every path under `root` with its mode and (files) bytes: what "nothing changed" compares."""
+    state = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = os.lstat(path)
+            state[str(path.relative_to(root))] = (st.st_mode, path.read_bytes() if stat.S_ISREG(st.st_mode) else None)
+    return state
+
+
+def unchecked(folder: Path) -> Submission:
+    """A zoo submission built without `validate_submission`, as if it had slipped past it."""
+    manifest = tomllib.loads((folder / "agent.toml").read_text())
+    kind = SubmissionKind.EXECUTABLE if "executable" in manifest else SubmissionKind.PYTHON_FOLDER
+    return Submission(kind, manifest["name"], manifest["version"], None, folder.resolve(),
+                      submission_digest_of_copy(kind, folder.resolve(), 1 << 30),
+                      entry_point=manifest.get("entry_point"), executable=manifest.get("executable"))
+
+
+# ------------------------------------------------------------------------------------ scheduling
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_circle_rounds_pair_everyone_once(n):
+    players = [f"p{i}" for i in range(n)]
+    rounds = circle_rounds(players)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    for pairs in rounds:  # nobody plays twice in a round
+        seen = [p for pair in pairs for p in pair]
+        assert len(seen) == len(set(seen))
+    met = sorted(tuple(sorted(pair)) for pairs in rounds for pair in pairs)
+    assert met == sorted(itertools.combinations(players, 2))
+
+
+def test_round_robin_uses_common_seeds_and_both_seat_orders():
+    players = ["a", "b", "c", "d"]
+    schedule = round_robin_schedule(players, games_per_pair=4, seed=3, first_match_id=100)
+    pairings = [p for batch in schedule for p in batch]
+    assert [p.match_id for p in pairings] == list(range(100, 100 + 6 * 4))
+    seeds = sorted({p.seed for p in pairings})
+    assert len(seeds) == 2  # games_per_pair / 2 seeds, shared by every pair
+    for a, b in itertools.combinations(players, 2):
+        games = [p for p in pairings if set(p.players) == {a, b}]
+        assert len(games) == 4
+        for s in seeds:  # each seed once in each seat order
+            assert sorted(p.players for p in games if p.seed == s) == sorted([(a, b), (b, a)])
+    assert round_robin_schedule(players, 4, 3, 100) == schedule  # deterministic
+    assert {p.seed for p in pairings}.isdisjoint({p.seed for b in round_robin_schedule(players, 4, 4, 0) for p in b})
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"games_per_pair": 3}, "even number"),
+    ({"games_per_pair": 0}, "even number"),
+    ({"format": "swiss"}, "unknown tournament format"),
+    ({"seed": -1}, "seed"),
+])
+def test_tournament_settings_refuse_bad_values(changes, message):
+    with pytest.raises(ArenaError, match=message):
+        TournamentSettings(**{"game": GAME, "format": "round-robin", **changes})
+
+
+# ------------------------------------------------------------------------------------ submitting
+
+
+@pytest.fixture(scope="module")
+def small_arena(tmp_path_factory):
+    """An arena with one honest submission and one bot, used by the refusal tests (never changed)."""
+    require_isolation()
+    directory = tmp_path_factory.mktemp("small") / "arena"
+    arena = Arena.open(directory, GAME, config())
+    arena.submit(EXAMPLES / "random_python")
+    arena.submit("bot:perfect")
+    return arena
+
+
+def _snapshot(tmp_path: Path, corrupt: bool) -> Path:
+    import torch
+
+    from agents.nets import ActorCritic, NetConfig
+    from agents.snapshot import save_snapshot
+    from games import registry
+
+    spec = registry.spec(GAME)
+    torch.manual_seed(0)
+    net_config = NetConfig(hidden=(8,))
+    ref = save_snapshot(ActorCritic(spec, net_config), spec, net_config, tmp_path / "snap")
+    if corrupt:
+        weights = ref.path / "weights.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 0xFF
+        weights.write_bytes(bytes(data))
+    return ref.path
+
+
+def _folder(tmp_path: Path, manifest: str, files: dict[str, str]) -> Path:
+    root = tmp_path / "sub"
+    root.mkdir()
+    (root / "agent.toml").write_text(manifest)
+    for name, text in files.items():
+        (root / name).write_text(text)
+    return root
+
+
+def _no_manifest(tmp_path: Path) -> Path:
+    root = tmp_path / "sub"
+    root.mkdir()
+    (root / "agent.py").write_text("def act(observation, legal_actions):\n    return legal_actions[0]\n")
+    return root
+
+
+FIRST_LEGAL = "def act(observation, legal_actions):\n    return legal_actions[0]\n"
+REFUSALS = {
+    "missing manifest": (_no_manifest, SubmissionError, "has no agent.toml"),
+    "wrong game": (lambda tmp: _folder(tmp, 'name = "c4"\nversion = "1"\ngame = "connect_four"\n'
+                                            'entry_point = "agent:act"\n', {"agent.py": FIRST_LEGAL}),
+                   SubmissionError, "plays 'connect_four', not 'tic_tac_toe'"),
+    "unknown entry point": (lambda tmp: _folder(tmp, 'name = "x"\nversion = "1"\ngame = "*"\n'
+                                                     'entry_point = "nowhere:Agent"\n', {"agent.py": ""}),
+                            SubmissionError, "unknown entry point"),
+    "unreadable checkpoint": (lambda tmp: _snapshot(tmp, corrupt=True), SubmissionError, "unreadable snapshot"),
+    "crash at import": (lambda tmp: ZOO / "crash_at_import", SubmissionError, "hostile crash at import"),
+    "unknown bot": (lambda tmp: "bot:alphazero", SubmissionError, "no submission at 'alphazero'"),
+    "name taken": (lambda tmp: EXAMPLES / "random_sh", ArenaError, "already in the arena"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_refused_submission_changes_nothing(case, small_arena, tmp_path):
+    make, error, message = REFUSALS[case]
+    path = make(tmp_path)
+    before = tree_state(small_arena.directory)
+    name = "random-python" if case == "name taken" else None
+    with pytest.raises(error, match=message) as info:
+        small_arena.submit(path, name=name)
+    assert "\n" not in str(info.value)
+    assert tree_state(small_arena.directory) == before
+    assert [e.player_id for e in small_arena.list()] == ["random-python", "perfect"]
+
+
+def test_cli_refusal_is_one_line_and_exit_2(small_arena, capsys):
+    before = tree_state(small_arena.directory)
+    code = main(["arena", "submit", str(ZOO / "crash_at_import"), "--arena", str(small_arena.directory)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "hostile crash at import" in err
+    assert tree_state(small_arena.directory) == before
+
+
+def test_a_new_arena_needs_a_game(tmp_path):
+    require_isolation()
+    arena = Arena.open(tmp_path / "fresh", None, config())
+    with pytest.raises(ArenaError, match="pass --game"):
+        arena.submit(EXAMPLES / "random_sh")  # it plays any game
+    assert not (tmp_path / "fresh").exists()
+    with pytest.raises(ArenaError, match="two-player"):
+        Arena.open(tmp_path / "fresh", "spiel:kuhn_poker(players=3)", config())
+    # a manifest that names its game founds the arena on it
+    root = _folder(tmp_path, 'name = "first"\nversion = "1"\ngame = "tic_tac_toe"\nentry_point = "agent:act"\n',
+                   {"agent.py": "def act(observation, legal_actions):\n    return legal_actions[0]\n"})
+    entrant = arena.submit(root)
+    assert arena.game == GAME and entrant.declared_game == GAME
+    with pytest.raises(ArenaError, match="plays 'tic_tac_toe', not 'connect_four'"):
+        Arena.open(tmp_path / "fresh", "connect_four")
+
+
+def test_submissions_are_immutable_content_addressed_copies(tmp_path):
+    require_isolation()
+    source = tmp_path / "mine"
+    source.mkdir()
+    for name in ("agent.py", "agent.toml"):
+        (source / name).write_bytes((EXAMPLES / "random_python" / name).read_bytes())
+    arena = Arena.open(tmp_path / "arena", GAME, config())
+    entrant = arena.submit(source)
+    assert arena.submit(source) == entrant  # the same content again: nothing new
+    copy = arena.directory / entrant.copy_path
+    assert copy.name == entrant.digest and copy.parent == arena.directory / "submissions"
+    assert stat.S_IMODE(os.stat(arena.directory).st_mode) == 0o700
+    assert all(not os.stat(p).st_mode & 0o222 for p in [copy, *copy.iterdir()])
+    with open(source / "agent.py", "a") as f:  # the original changes; the arena's copy does not
+        f.write("# version 2\n")
+    assert submission_digest_of_copy(SubmissionKind.PYTHON_FOLDER, copy, 1 << 30) == entrant.digest
+    with pytest.raises(ArenaError, match="already in the arena"):
+        arena.submit(source)  # new content under a taken name
+    second = arena.submit(source, name="mine-v2")
+    assert second.digest != entrant.digest
+    arena.submit("bot:random")
+    # tampering with a stored copy is caught before any tournament runs it
+    target = copy / "agent.py"
+    os.chmod(target, 0o644)
+    target.write_text(target.read_text() + "\n# tampered\n")
+    with pytest.raises(ArenaError, match="was modified"):
+        arena.run_tournament(seed=0)
+    with Store.open(arena.directory, mode="read") as store:
+        assert store.count_matches() == 0
+
+
+def test_snapshot_copies_are_checked_by_their_snapshot_id(tmp_path):
+    from agents.snapshot import verify_snapshot
+
+    snapshot = _snapshot(tmp_path, corrupt=False)
+    found = submission_digest_of_copy(SubmissionKind.SNAPSHOT, snapshot, 1 << 30)
+    assert found == verify_snapshot(snapshot).snapshot_id
+    weights = snapshot / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")
+    with pytest.raises(ArenaError, match="is damaged"):
+        submission_digest_of_copy(SubmissionKind.SNAPSHOT, snapshot, 1 << 30)
+
+
+# ------------------------------------------------------------------------------ small tournaments
+
+
+def test_cli_end_to_end(tmp_path, capsys, monkeypatch):
+    require_isolation()
+    monkeypatch.setenv("LUDUS_ARENA", str(tmp_path / "state"))
+    assert main(["arena", "submit", str(EXAMPLES / "random_python"), "--game", GAME]) == 0
+    assert main(["arena", "submit", str(EXAMPLES / "random_sh"), "--name", "shell"]) == 0
+    assert main(["arena", "submit", "bot:perfect"]) == 0
+    out = capsys.readouterr().out
+    assert "entered random-python" in out and "entered shell" in out and "entered perfect" in out
+    assert main(["arena", "list"]) == 0
+    assert re.search(r"3 entrants.*random-python.*shell.*perfect", capsys.readouterr().out, re.S)
+    assert main(["arena", "run", "--game", GAME, "--games-per-pair", "2", "--seed", "5",
+                 "--time-per-move", "1", "--overage", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "tournament 1: round-robin on tic_tac_toe, seed 5, 6 matches (0 forfeited)" in out
+    page = tmp_path / "site" / "board.html"
+    assert main(["arena", "leaderboard", "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert "rank  entrant" in out and "head-to-head" in out and "95% interval" in out
+    assert out.index("perfect") < out.index("random-python")  # perfect play never loses: it ranks first
+    assert len(list((tmp_path / "site" / "board_replays").glob("match-*.txt"))) == 6
+    assert main(["arena", "replay", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("match 0 (arena, tournament 1, round-robin): tic_tac_toe, seed ")
+    assert "replay check: the moves reproduce the recorded returns" in out
+    assert main(["arena", "replay", "99"]) == 2
+    assert "match 99 is not in the arena" in capsys.readouterr().err
+    assert main(["arena", "run", "--game", "connect_four"]) == 2
+    assert "plays 'tic_tac_toe', not 'connect_four'" in capsys.readouterr().err
+
+
+def test_ladder_schedules_by_uncertainty_and_stops(tmp_path):
+    require_isolation()
+    arena = Arena.open(tmp_path / "arena", GAME, config())
+    for bot in ("bot:random", "bot:perfect", "bot:mcts-20"):
+        arena.submit(bot)
+    arena.submit(EXAMPLES / "random_sh")
+    report = arena.run_tournament(format="ladder", seed=1, max_games=24, sigma_threshold=0.5)
+    assert report.stopped_because == "game budget spent" and len(report.matches) == 24
+    matches = report.matches
+    for first, second in zip(matches[::2], matches[1::2]):  # each pairing: one seed, both seat orders
+        assert second.players == first.players[::-1]
+        assert arena.match(first.match_id).seed == arena.match(second.match_id).seed
+    # ratings were updated between rounds: the ledger's history has every game, and rebuilding
+    # the ratings from the ledger gives the table the tournament ended with
+    with Store.open(arena.directory, mode="read") as store:
+        rebuilt = rebuild_ratings(store, load_params(store), kinds=("arena",))
+        assert len({h.seq for h in store.ratings_history()}) == 24
+    for pid, sigma in report.final_sigma.items():
+        assert rebuilt.rating(pid).sigma == pytest.approx(sigma, abs=1e-12)
+    assert max(report.final_sigma.values()) < 25 / 3
+    # a threshold everyone already meets ends the ladder before it plays
+    again = arena.run_tournament(format="ladder", seed=2, sigma_threshold=100.0)
+    assert again.stopped_because == "sigma converged" and again.matches == () and again.number == 2
+    board = arena.leaderboard()
+    assert board.rows[0].player_id in ("perfect", "mcts-20") and board.total_matches == 24
+    assert [t["number"] for t in board.tournaments] == [1, 2] and board.tournaments[0]["finished"]
+
+
+# ------------------------------------------------------------------------------------ acceptance
+
+# The first fault each hostile agent must commit (later matches may add "is dead" forfeits).
+FAULTS = {
+    "crash_at_import": ("error", r"at startup"),
+    "crash_mid_game": ("error", r"exited with code 1"),
+    "infinite_loop": ("timeout", r"did not answer in time"),
+    "sleep_past_limit": ("timeout", r"did not answer in time"),
+    # stopped by the RSS poll, or first by RLIMIT_DATA (MemoryError) when the machine is busy
+    "memory_bomb": ("error", r"MiB limit|exited with code 1"),
+    "illegal_move": ("invalid", r"illegal action"),
+    "garbage_output": ("invalid", r"not valid JSON"),
+    "megabytes_output": ("invalid", r"longer than 65536 bytes"),
+    "closes_stdout": ("error", r"closed its stdout"),
+    "answers_twice": ("invalid", r"more than one line"),
+}
+# Hostile agents that play legal moves while they probe the sandbox: their games are normal.
+PROBES = ("write_arena_db", "read_other_submission", "open_socket", "fork_bomb", "daemon", "stderr_flood")
+HONEST = ("random-python", "random-sh")
+
+
+def test_tournament_survives_the_hostile_zoo(tmp_path):
+    require_isolation()
+    directory = tmp_path / "arena"
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    db = directory / "ledger.sqlite"
+    probe_env = (("LUDUS_ARENA_DB", str(db)), ("LUDUS_PROBE_PORT", str(listener.getsockname()[1])),
+                 ("LUDUS_PROBE_READ", f"{db}:{directory / 'submissions'}"))
+    arena = Arena.open(directory, GAME, config(extra_env=probe_env))
+    started = time.monotonic()
+    arena.submit(EXAMPLES / "random_python")
+    arena.submit(EXAMPLES / "random_sh")
+    # crash_at_import is refused at submit time (its import runs in a sandbox) ...
+    before = tree_state(directory)
+    with pytest.raises(SubmissionError, match="hostile crash at import"):
+        arena.submit(ZOO / "crash_at_import")
+    assert tree_state(directory) == before
+    for name in sorted(set(FAULTS) - {"crash_at_import"}) + list(PROBES):
+        arena.submit(ZOO / name)
+    # ... and entered anyway, unvalidated, as if it had slipped past: the tournament must cope
+    arena.enter(unchecked(ZOO / "crash_at_import"))
+    submitted = time.monotonic()
+    entrants = arena.list()
+    assert len(entrants) == 2 + len(FAULTS) + len(PROBES)
+    with Store.open(directory, mode="read") as store:
+        players_before = store.players()
+        meta_before = store.get_meta("arena")
+    report = arena.run_tournament(GAME, "round-robin", games_per_pair=2, seed=11)
+    finished = time.monotonic()
+    print(f"\nzoo tournament: {len(entrants)} entrants, {len(report.matches)} matches, submit "
+          f"{submitted - started:.1f} s, tournament {report.duration_s:.1f} s, total {finished - started:.1f} s")
+
+    # it completed: every pair played both seat orders of one shared seed
+    n = len(entrants)
+    assert len(report.matches) == n * (n - 1) and report.stopped_because == "schedule complete"
+    with Store.open(directory, mode="read") as store:
+        store.check()
+        ledger = [r.result for r in store.iter_matches()]
+        assert store.players() == players_before and store.get_meta("arena") == meta_before
+        assert {m.seed for m in ledger} == {ledger[0].seed}
+        rebuilt = rebuild_ratings(store, load_params(store), kinds=("arena",))
+        latest = store.latest_ratings()
+    assert [summarize(m) for m in ledger] == list(report.matches)  # the ledger holds what was played
+    assert all(m.kind == "arena" and len(m.metadata["moves"]) == m.length for m in ledger)
+
+    def seats_of(player):
+        return [(m, s) for m in ledger for s in m.seats if s.player_id == player]
+
+    # each hostile agent's fault is in the ledger with its status; after 3 in a row it is dead
+    for name, (status, reason) in FAULTS.items():
+        seats = seats_of(name)
+        faults = [s for _, s in seats if s.status != "ok"]
+        assert faults[0].status == status and re.search(reason, faults[0].error), (name, faults[0])
+        assert any("is dead after 3 faulty matches" in s.error for s in faults), name
+        # none of them can finish a game: a match it did not forfeit, its opponent forfeited
+        for match, seat in seats:
+            if seat.status == "ok":
+                assert match.seats[1 - seat.seat].status != "ok", (name, match)
+    assert "hostile crash at import" in seats_of("crash_at_import")[0][1].metadata["stderr"]
+    # the probing agents played normal games, and every probe failed
+    for name in PROBES:
+        assert all(s.status == "ok" for _, s in seats_of(name)), name
+        assert report.entrant(name).process_starts == 1 and not report.entrant(name).dead
+    stderr = {name: seats_of(name)[0][1].metadata.get("stderr", "") for name in PROBES}
+    writes = re.findall(r"^WRITE (\S+): (\w+)", stderr["write_arena_db"], flags=re.M)
+    assert {path for path, _ in writes} >= {str(db)} and {o for _, o in writes} == {"denied"}, stderr
+    reads = re.findall(r"^READ (\S+): (\w+)", stderr["read_other_submission"], flags=re.M)
+    assert dict(reads) == {str(db): "denied", str(directory / "submissions"): "denied"}, stderr
+    sockets = re.findall(r"^SOCKET (.+?): (\w+)", stderr["open_socket"], flags=re.M)
+    assert len(sockets) == 3 and {o for _, o in sockets} == {"denied"}, stderr
+    forks = int(re.search(r"FORK_BOMB stopped after (\d+) forks", stderr["fork_bomb"]).group(1))
+    assert 0 < forks < BOX.max_processes
+    assert "DAEMON started" in stderr["daemon"]
+    assert len(stderr["stderr_flood"].encode()) <= 4096
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # nobody reached the host's loopback
+    listener.close()
+
+    # the honest agents: one process each for the whole tournament, never at fault, results intact
+    for name in HONEST:
+        assert report.entrant(name).process_starts == 1 and report.entrant(name).faults == {}
+        assert all(s.status == "ok" for _, s in seats_of(name))
+    for match in ledger:
+        replay = replay_match(match)
+        assert replay.consistent, replay.transcript
+        if set(match.player_ids) == set(HONEST):
+            assert match.metadata["forfeit"] is False and replay.replayed_returns is not None
+            assert replay.replayed_returns in ((1.0, -1.0), (-1.0, 1.0), (0.0, 0.0))
+    for name in HONEST:  # a forfeit by the opponent is a win for the honest agent
+        for match, seat in seats_of(name):
+            other = match.seats[1 - seat.seat]
+            if other.status != "ok":
+                assert seat.episode_return == 1.0 and seat.outcome == 1.0
+
+    # ratings: derived from the ledger alone, recorded with every match; honest agents rank
+    # above every agent that forfeited all its games
+    for pid, record in latest.items():
+        assert (rebuilt.rating(pid).mu, rebuilt.rating(pid).sigma) == (record.mu, record.sigma)
+    board = arena.leaderboard()
+    rank = {row.player_id: row.rank for row in board.rows}
+    for name in FAULTS:
+        if board.row(name).wins == board.row(name).draws == 0:
+            assert rank[name] > max(rank[h] for h in HONEST), format_leaderboard(board)
+
+    # the arena directory holds exactly what the arena wrote; the copies are intact
+    files = set(tree_state(directory))
+    expected_top = {"ledger.sqlite", "writer.lock", "submissions"}
+    assert {f.split("/")[0] for f in files} == expected_top, files
+    assert {f.split("/")[1] for f in files if f.startswith("submissions/")} == {e.digest for e in entrants}
+
+    # nothing of any agent is left running
+    assert all(e.leftover_pids == () for e in report.entrants)
+    assert stray_agent_processes() == {}

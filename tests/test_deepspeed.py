@@ -1,0 +1,222 @@
+"""The DeepSpeed learner backend: config checks, ZeRO 0/1/2 steps, torch-equal trajectories, checkpoints.
+
+The tests run one rank whose rendezvous is a free port on loopback (see `one_rank_on_loopback`).
+"""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+import torch
+
+from agents.deepspeed_backend import (
+    DeepSpeedBackend,
+    LearnerBackendConfig,
+    LearnerBackendError,
+    deepspeed_config,
+    make_token_update_backend,
+    make_update_backend,
+    micro_batch_size,
+)
+from agents.nets import ActorCritic, NetConfig
+from agents.ppo import PPOConfig, PPOLearner, TorchOptimizerBackend
+from agents.rollout import RolloutBatch
+from games.registry import spec as game_spec
+from ludus.errors import UserError
+
+SPEC = game_spec("tic_tac_toe")
+NET = NetConfig(hidden=(32,))
+PPO = PPOConfig(minibatch_size=16, update_epochs=2)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_rank_on_loopback():
+    """One rank, rendezvous on a free loopback port. DeepSpeed caches its process groups for the
+    life of the process (a destroyed and re-created group is not picked up), so the group made by
+    the first engine serves every test of the module."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny nets: a second thread only spins
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0",
+                               WORLD_SIZE="1", GLOO_SOCKET_IFNAME="lo").items():
+            patch.setenv(key, value)
+        yield
+    torch.set_num_threads(threads)
+
+
+def deepspeed(stage: int = 0, **settings) -> LearnerBackendConfig:
+    return LearnerBackendConfig(backend="deepspeed", zero_stage=stage, **settings)
+
+
+def rollout(seed: int, n: int = 64) -> RolloutBatch:
+    """A synthetic PPO batch on tic-tac-toe observations (every parameter gets a gradient)."""
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((n, *SPEC.observation_shape)).astype(np.float32)
+    mask = rng.random((n, SPEC.num_actions)) < 0.6
+    mask[:, 0] = True
+    actions = np.array([rng.choice(np.flatnonzero(m)) for m in mask])
+    return RolloutBatch(obs=obs, mask=mask, actions=actions, logprobs=np.full(n, -1.5, np.float32),
+                        values=rng.standard_normal(n).astype(np.float32), rewards=np.zeros(n, np.float32),
+                        dones=np.zeros(n, bool), advantages=rng.standard_normal(n).astype(np.float32),
+                        returns=rng.standard_normal(n).astype(np.float32), policy_version=np.zeros(n, np.int64),
+                        slots=np.zeros(n, np.int64), seats=np.zeros(n, np.int64))
+
+
+def learner(backend_config: LearnerBackendConfig, ppo: PPOConfig = PPO) -> PPOLearner:
+    torch.manual_seed(0)
+    net = ActorCritic(SPEC, NET)
+    return PPOLearner(net, ppo, seed=1, backend=make_update_backend(net, ppo, backend_config))
+
+
+def trajectory(ppo_learner: PPOLearner, seeds) -> np.ndarray:
+    rows = []
+    for seed in seeds:
+        s = ppo_learner.update(rollout(seed))
+        rows.append([s.policy_loss, s.value_loss, s.entropy, s.approx_kl, s.grad_norm])
+    return np.array(rows)
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def test_fp16_on_cpu_is_refused_with_one_line_before_deepspeed():
+    assert not torch.cuda.is_available()
+    with pytest.raises(UserError) as error:
+        deepspeed(1, fp16=True)
+    message = str(error.value)
+    assert "fp16" in message and "GPU" in message and "bf16" in message and "\n" not in message
+
+
+def test_impossible_settings_are_refused():
+    with pytest.raises(LearnerBackendError, match="train_micro_batch_size=8 differs"):
+        micro_batch_size(deepspeed(train_micro_batch_size=8), 16)
+    with pytest.raises(LearnerBackendError, match="ppo.minibatch_size"):
+        make_update_backend(ActorCritic(SPEC, NET), PPOConfig(), deepspeed())  # num_minibatches only
+    with pytest.raises(LearnerBackendError, match="zero_stage=3"):
+        deepspeed(3)
+    with pytest.raises(LearnerBackendError, match="bf16 needs zero_stage"):
+        deepspeed(0, bf16=True)
+    with pytest.raises(LearnerBackendError, match="offload_optimizer needs"):
+        deepspeed(0, offload_optimizer=True)
+    with pytest.raises(LearnerBackendError, match="backend=deepspeed"):
+        LearnerBackendConfig(zero_stage=2)
+    assert micro_batch_size(deepspeed(), 16) == 16
+
+
+@pytest.mark.parametrize("settings", [deepspeed(0), deepspeed(2, offload_optimizer=True), deepspeed(1, bf16=True)])
+def test_deepspeed_accepts_our_config(settings):
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    checked = DeepSpeedConfig(deepspeed_config(settings, 16, 0.5))
+    assert checked.zero_optimization_stage == settings.zero_stage
+    assert checked.bfloat16_config.enabled == settings.bf16
+    assert (checked.zero_config.offload_optimizer is not None) == settings.offload_optimizer
+    assert checked.gradient_clipping == (0.5 if settings.zero_stage else 0.0)
+    assert checked.train_micro_batch_size_per_gpu == 16 and checked.gradient_accumulation_steps == 1
+
+
+# ------------------------------------------------------------------------------ training
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_zero_stage_steps_like_torch_adam(stage):
+    torch_run = trajectory(learner(LearnerBackendConfig()), range(3))
+    ds_learner = learner(deepspeed(stage))
+    assert isinstance(ds_learner.backend, DeepSpeedBackend)
+    assert type(ds_learner.backend.optimizer).__name__ == ("Adam" if stage == 0 else "DeepSpeedZeroOptimizer")
+    ds_run = trajectory(ds_learner, range(3))
+    # Same client Adam, same clipping: the same steps up to float32 summation order.
+    np.testing.assert_allclose(ds_run, torch_run, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(torch_run[0], torch_run[-1])  # the weights moved
+
+
+@pytest.mark.parametrize("settings", [deepspeed(1, bf16=True), deepspeed(2, offload_optimizer=True)])
+def test_bf16_and_offload_train(settings):
+    ds_learner = learner(settings)
+    before = {k: v.float().clone() for k, v in ds_learner.net.state_dict().items()}
+    ds_learner.set_learning_rate(1e-3)
+    stats = ds_learner.update(rollout(0))
+    assert ds_learner.backend.learning_rate() == pytest.approx(1e-3)
+    assert np.isfinite([stats.policy_loss, stats.value_loss, stats.grad_norm]).all() and stats.grad_norm > 0
+    after = ds_learner.net.state_dict()
+    assert all(after[k].dtype == (torch.bfloat16 if settings.bf16 else torch.float32) for k in after)
+    assert any(not torch.equal(before[k], after[k].float()) for k in before)
+    master = ds_learner.backend.state_dict()["master.0"]
+    assert master.dtype == torch.float32
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+
+def _continue_identically(original: PPOLearner, restored: PPOLearner) -> None:
+    np.testing.assert_array_equal(trajectory(restored, [7, 8]), trajectory(original, [7, 8]))
+
+
+@pytest.mark.parametrize("settings", [deepspeed(2), deepspeed(1, bf16=True)])
+def test_state_dict_round_trip_through_safetensors(settings):
+    from safetensors.torch import load, save
+
+    original = learner(settings)
+    trajectory(original, [0, 1])
+    blob = save({k: v.contiguous() for k, v in original.state_dict().items()})
+    restored = learner(settings)
+    restored.load_state_dict(load(blob))
+    assert restored.updates == 2
+    _continue_identically(original, restored)
+
+
+def test_torch_backend_checkpoint_resumes_under_zero():
+    original = learner(LearnerBackendConfig())
+    trajectory(original, [0, 1])
+    assert isinstance(original.backend, TorchOptimizerBackend)
+    state = original.state_dict()  # no fp32 masters: ZeRO takes them from the loaded weights
+    restored = learner(deepspeed(1))
+    restored.load_state_dict(state)
+    np.testing.assert_allclose(trajectory(restored, [7, 8]), trajectory(original, [7, 8]), rtol=1e-5, atol=1e-6)
+
+
+def test_native_deepspeed_checkpoint_round_trip(tmp_path):
+    original = learner(deepspeed(1))
+    trajectory(original, [0, 1])
+    original.backend.save_checkpoint(tmp_path, tag="iter-2")
+    restored = learner(deepspeed(1))
+    restored.backend.load_checkpoint(tmp_path, tag="iter-2")
+    # DeepSpeed's checkpoint holds the engine (weights + optimizer); the PPO learner's own
+    # counters travel in our state_dict.
+    restored.generator.set_state(original.generator.get_state())
+    restored.updates = original.updates
+    _continue_identically(original, restored)
+    with pytest.raises(LearnerBackendError, match="no DeepSpeed checkpoint"):
+        restored.backend.load_checkpoint(tmp_path, tag="missing")
+
+
+# ------------------------------------------------------------------------------ token PPO
+
+
+def test_token_ppo_learner_runs_on_deepspeed():
+    from agents.lm import TinyLMConfig, build_tiny_lm, frozen_copy
+    from agents.token_ppo import TokenBatch, TokenPPOConfig, TokenPPOLearner, token_log_probs
+
+    config = TokenPPOConfig(lr=3e-3, kl_beta=0.01, minibatch_size=8)
+    ids = np.array([[1, 5, 3, 4, 2, 0]] * 16)
+    own = np.array([[False, False, True, True, True, False]] * 16)
+
+    def rl_update(backend_config: LearnerBackendConfig):
+        model = build_tiny_lm(TinyLMConfig(vocab_size=8, n_positions=16, n_embd=32, n_layer=1, n_head=2), seed=0)
+        backend = make_token_update_backend(model, config, backend_config)
+        token_learner = TokenPPOLearner(model, ref_model=frozen_copy(model), config=config, seed=0, backend=backend)
+        batch = TokenBatch(ids, own, *token_log_probs(model, ids), token_learner.reference_log_probs(ids),
+                           np.linspace(0, 1, 16).astype(np.float32))
+        stats = token_learner.update(batch)
+        imitation = token_learner.imitation_update(TokenBatch.for_imitation(ids, own))
+        return [stats.policy_loss, stats.value_loss, stats.grad_norm], imitation
+
+    torch_stats, _ = rl_update(LearnerBackendConfig())
+    ds_stats, imitation = rl_update(deepspeed(1))
+    np.testing.assert_allclose(ds_stats, torch_stats, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(imitation.nll) and imitation.grad_norm > 0
