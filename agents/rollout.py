@@ -25,7 +25,8 @@ from games.core import TimeStep
 
 
 def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, bootstrap_values: np.ndarray,
-                gamma: float, gae_lambda: float) -> tuple[np.ndarray, np.ndarray]:
+                gamma: float, gae_lambda: float,
+                sequence_ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Generalised advantage estimation over one seat's flat sequence of transitions.
 
     Schulman et al. 2016 ("High-dimensional continuous control using GAE"), eq. 16:
@@ -40,6 +41,9 @@ def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, boot
                          truncation, which is not an end by the rules) and at t = T-1 (the value
                          of the state the rollout stopped in). Elsewhere V(s_{t+1}) = values[t+1].
 
+    sequence_ends[t]:    optional; the data of one sequence stops after t although the episode
+                         goes on (several seats' sequences concatenated): bootstrap there too.
+
     Returns (advantages, returns) as float32, returns = advantages + values (the lambda-return
     the critic regresses on).
     """
@@ -50,13 +54,18 @@ def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, boot
     num_steps = len(rewards)
     if not (len(values) == len(dones) == len(bootstrap_values) == num_steps):
         raise ValueError("compute_gae: rewards, values, dones and bootstrap_values must have the same length")
+    stops = dones.copy()
+    if num_steps:
+        stops[-1] = True
+    if sequence_ends is not None:
+        stops |= np.asarray(sequence_ends, dtype=bool)
     # Plain Python floats: the loop is ~10x faster on lists than on numpy scalars.
     reward_list, value_list = rewards.tolist(), values.tolist()
-    done_list, bootstrap_list = dones.tolist(), bootstrap_values.tolist()
+    done_list, bootstrap_list = stops.tolist(), bootstrap_values.tolist()
     advantages = [0.0] * num_steps
     next_advantage = 0.0
     for t in reversed(range(num_steps)):
-        if done_list[t] or t == num_steps - 1:
+        if done_list[t]:
             # The episode (or the data) stops after t: no advantage flows back from t+1.
             next_value, next_advantage = bootstrap_list[t], 0.0
         else:
@@ -255,16 +264,15 @@ class SeatTrajectoryBuilder:
         order = closed_rows[np.lexsort((closed_rows, self.seats[closed_rows], self.slots[closed_rows]))]
         batch_columns = {name: getattr(self, name)[order] for name in self._COLUMNS}
 
-        advantages = np.zeros(len(order), dtype=np.float32)
-        returns = np.zeros(len(order), dtype=np.float32)
+        # One backward pass over all (slot, seat) sequences at once: a closed, not-done transition
+        # is followed in its sequence by the turn that closed it, or, at the end of the sequence,
+        # bootstraps from next_values.
         sequence_key = batch_columns["slots"] * self.num_players + batch_columns["seats"]
-        boundaries = np.flatnonzero(np.diff(sequence_key)) + 1
-        for start, end in zip(np.r_[0, boundaries], np.r_[boundaries, len(order)]):
-            # A closed, not-done transition is followed in the same sequence by the turn that
-            # closed it, or, at the end of the sequence, bootstraps from next_values.
-            advantages[start:end], returns[start:end] = compute_gae(
-                batch_columns["rewards"][start:end], batch_columns["values"][start:end],
-                batch_columns["dones"][start:end], batch_columns["next_values"][start:end], gamma, gae_lambda)
+        sequence_ends = np.ones(len(order), dtype=bool)
+        sequence_ends[:-1] = sequence_key[1:] != sequence_key[:-1]
+        advantages, returns = compute_gae(
+            batch_columns["rewards"], batch_columns["values"], batch_columns["dones"],
+            batch_columns["next_values"], gamma, gae_lambda, sequence_ends=sequence_ends)
 
         self._keep_open_only()
         return RolloutBatch(

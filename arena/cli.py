@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("match", type=int, help="match number (from the leaderboard page or the tournament output)")
     p.set_defaults(run=_replay)
 
-    p = commands.add_parser("doctor", help="which sandbox features work on this machine (exit 1 if not isolated)")
+    p = commands.add_parser("doctor", parents=[common],
+                            help="which sandbox features work on this machine (exit 1 if not isolated)")
     p.set_defaults(run=_doctor)
 
 

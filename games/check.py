@@ -191,6 +191,9 @@ def _play(game_id: str, game: Game, seed: int, rng: np.random.Generator) -> _Tra
             if not isinstance(obs, np.ndarray) or obs.shape != shape or obs.dtype != dtype:
                 got = (obs.shape, obs.dtype) if isinstance(obs, np.ndarray) else type(obs).__name__
                 raise fail(step, f"seat {seat} observation is {got}, spec says {shape} {dtype}")
+            if spec.binary_observations and not np.isin(obs, (0, 1)).all():
+                raise fail(step, f"seat {seat} observation has entries other than 0 and 1, "
+                                 f"but the spec says binary_observations")
             if not isinstance(mask, np.ndarray) or mask.shape != (num_actions,) or mask.dtype != np.bool_:
                 got = (mask.shape, mask.dtype) if isinstance(mask, np.ndarray) else type(mask).__name__
                 raise fail(step, f"seat {seat} legal mask is {got}, must be bool ({num_actions},)")

@@ -71,6 +71,9 @@ class GameSpec:
     """Lowest value of any observation entry, if known (PettingZoo/Gymnasium exports bound their spaces by it)."""
     observation_high: float | None = None
     """Highest value of any observation entry, if known."""
+    binary_observations: bool = False
+    """Every observation entry is exactly 0 or 1 (boards as planes): trajectories store them as
+    uint8, a quarter of float32's memory traffic."""
 
     def __post_init__(self) -> None:
         if self.num_players < 1:

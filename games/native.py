@@ -83,6 +83,7 @@ class MNKRules:
             spiel_name=self.spiel_name,
             observation_low=0.0,
             observation_high=1.0,
+            binary_observations=True,
         )
 
 

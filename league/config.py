@@ -271,7 +271,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "anchors": ["negotiator-fair", "negotiator-tough", "negotiator-soft", "random-split"],
         "roles": [{"name": "main", "kind": "main", "self_play": 0.2, "pfsp": 0.6, "uniform": 0.2,
                    "pfsp_weighting": "var"}],
-        "dialogue": {"imitation_steps": 600, "imitation_batch_size": 64, "imitation_lr": 1e-3,
+        "dialogue": {"imitation_steps": 400, "imitation_batch_size": 32, "imitation_lr": 3e-3,
                      "token_ppo": {"lr": 3e-4, "kl_beta": 0.2, "imitation_every": 4}},
     },
 }

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,6 +58,8 @@ RUNNER_CPUS = 0.5
 """CPUs each runner actor reserves: two runners and the learner fit a 2-core machine."""
 STARTUP_TIMEOUT_S = 120.0
 """How long to wait for the runner actors to be placed and constructed."""
+CONNECT_TIMEOUT_S = 10.0
+"""How long to wait for the Ray head's port to answer before giving up."""
 
 
 class RayBackendError(UserError):
@@ -108,6 +111,7 @@ class RunnerContext:
     """Everything a runner actor needs besides the task (refs are fetched only when missing)."""
 
     population_version: int
+    """Increases with every `set_population`; an actor holding an older one fetches `population`."""
     population: Any
     """ObjectRef of list[Member] (frozen members as the manager sees them)."""
     weights: tuple[tuple[str, int, Any], ...]
@@ -160,7 +164,9 @@ class RaySubmission:
     """A submitted batch of tasks: what `submit` returns and `collect` takes."""
 
     tasks: list[PlayTask]
+    """The tasks, in the order their results are returned."""
     contexts: list[RunnerContext]
+    """What each task was sent with (a replayed task gets the very same weights and population)."""
     refs: list[Any]
     """ObjectRef of each task's PlayResult (replaced when a task is sent again)."""
     workers: list[int]
@@ -298,11 +304,21 @@ def _init_ray(address: str | None, num_workers: int, runner_cpus: float) -> None
         # Logical CPUs: at least the machine's cores, and enough for every runner's share, so a
         # local run never waits for CPUs that will not come (the OS shares the real cores).
         num_cpus = max(os.cpu_count() or 1, math.ceil(num_workers * runner_cpus))
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # a private, local Ray reports nothing
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
         return
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit():
+        # Ray keeps retrying an unreachable head for minutes; one TCP connect tells at once.
+        try:
+            socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as exc:
+            raise RayBackendError(f"no Ray head answers at {address} ({exc.strerror or exc}); start one with "
+                                  f"`ray start --head --port={port}` on that machine") from None
     try:
         ray.init(address=address, log_to_driver=False)
     except ConnectionError as exc:
         raise RayBackendError(f"cannot connect to the Ray cluster at {address!r} ({str(exc).splitlines()[0]}); "
-                              f"start it with `ray start --head --port=6379` on the head machine") from None
+                              f"if its head uses token authentication, export RAY_AUTH_MODE=token here and give "
+                              f"this machine the head's ~/.ray/auth_token (docs/scale_out.md)") from None
 

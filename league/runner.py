@@ -123,9 +123,12 @@ class Runner:
         code_version = np.zeros(len(player_ids) + 1, dtype=np.int64)  # last entry: idle seats (code -1)
         for code, (_, version) in learner_codes.items():
             code_version[code] = version
+        # Binary observations (boards) are stored as uint8: exact, and a quarter of the memory
+        # traffic of float32 when trajectories are copied, sorted and sent between processes.
+        storage_dtype = "uint8" if spec.binary_observations else spec.observation_dtype
         builders = {
             code: SeatTrajectoryBuilder(num_slots, num_players, spec.observation_shape, spec.num_actions,
-                                        spec.observation_dtype,
+                                        storage_dtype,
                                         # np.zeros is lazy (calloc): untouched rows cost no memory.
                                         capacity=min(max(num_matches, num_slots) * spec.max_length, 1 << 22))
             for code in learner_codes

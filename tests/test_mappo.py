@@ -24,6 +24,15 @@ TINY_SPEC = GameSpec(id="test:team", num_players=3, num_actions=4, observation_s
 TINY_CONFIG = MAPPOConfig(hidden=(16,), update_epochs=3)
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny nets: with busy cores a second torch thread makes each update ~20x slower."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def literal_obs(batch: int = 2) -> np.ndarray:
     """[B, 3, 2] observations with distinct entries."""
     return np.arange(batch * 3 * 2, dtype=np.float32).reshape(batch, 3, 2) / 10.0
@@ -275,7 +284,6 @@ def test_scripted_policy_beats_random_on_simple_spread():
 
 @pytest.mark.slow
 def test_mappo_improves_over_random_on_simple_spread():
-    torch.set_num_threads(1)
     result = train_cooperative(SPREAD, MAPPOConfig(num_envs=16), total_steps=60_000, seed=0)
     assert result.steps == 60_000 and len(result.episode_returns) == 60_000 // 25
     trained = evaluate_policy(SPREAD, result.learners[0].policy(3), episodes=100, seed=5)
