@@ -59,19 +59,21 @@ class TorchPolicy:
                 logits, values = self.net.policy_logits(obs, mask), torch.zeros(obs.shape[0])
             # log_softmax of the masked logits: exp(-1e9 - max) is exactly 0 in float32, so this
             # is the log-softmax over the legal actions only.
-            log_pi = torch.log_softmax(logits, dim=-1).numpy()
-        rows = np.arange(log_pi.shape[0])
-        if greedy:
-            actions = log_pi.argmax(axis=1)
-        else:
-            cdf = np.cumsum(np.exp(log_pi), axis=1)
-            target = (1.0 - rng.random(len(cdf), dtype=np.float32)) * cdf[:, -1]
-            actions = (cdf < target[:, None]).sum(axis=1)
-        if not batch.mask[rows, actions].all():
+            log_pi = torch.log_softmax(logits, dim=-1)
+            if greedy:
+                chosen = log_pi.argmax(dim=1)
+            else:
+                # Inverse CDF with one uniform per row from the caller's Generator.
+                cdf = log_pi.exp().cumsum(dim=1)
+                uniforms = torch.from_numpy(1.0 - rng.random(len(cdf), dtype=np.float32))
+                chosen = (cdf < (uniforms * cdf[:, -1]).unsqueeze(1)).sum(dim=1)
+            chosen_log_pi = log_pi.gather(1, chosen.unsqueeze(1)).squeeze(1)
+        actions = chosen.numpy()
+        if not batch.mask[np.arange(len(actions)), actions].all():
             # Only NaN logits can get here; a broken net is a bug, not a move.
             raise FloatingPointError("the net produced non-finite logits; an illegal action won the argmax")
         return ActOutput(
             actions=actions.astype(np.int64, copy=False),
-            log_probs=log_pi[rows, actions].astype(np.float32, copy=False),
+            log_probs=chosen_log_pi.numpy(),
             values=values.numpy().astype(np.float32, copy=False),
         )

@@ -55,8 +55,8 @@ def build_task(num_matches: int, num_snapshots: int, rng: np.random.Generator, s
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--boards", type=int, default=2048, help="games stepped at once by the runner")
-    parser.add_argument("--matches", type=int, default=8192, help="matches per measured task")
+    parser.add_argument("--boards", type=int, default=4096, help="games stepped at once by the runner")
+    parser.add_argument("--matches", type=int, default=16384, help="matches per measured task")
     parser.add_argument("--snapshots", type=int, default=16, help="frozen snapshots in the PFSP pool")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0, help="PettingZoo seconds per repeat")

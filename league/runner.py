@@ -180,23 +180,29 @@ class Runner:
             t0 = time.perf_counter()
             slots_now, seats_now = np.nonzero(live)
             codes_now = seat_codes[slots_now, seats_now]
-            # Group the rows by player with one stable sort: one batched act() per policy.
+            # Group the rows by player with one stable sort, gather observations and masks once
+            # in that order, and give each policy a contiguous slice: one batched act() per policy.
             order = np.argsort(codes_now, kind="stable")
             codes_sorted = codes_now[order]
+            slots_sorted, seats_sorted = slots_now[order], seats_now[order]
+            obs_sorted = ts.obs[slots_sorted, seats_sorted]
+            mask_sorted = ts.mask[slots_sorted, seats_sorted]
+            acts = np.empty(len(order), dtype=np.int64)
+            lps = np.empty(len(order), dtype=np.float32)
+            vals = np.empty(len(order), dtype=np.float32)
             group_codes, group_starts = np.unique(codes_sorted, return_index=True)
             group_ends = np.append(group_starts[1:], len(order))
             for code, lo, hi in zip(group_codes.tolist(), group_starts.tolist(), group_ends.tolist()):
-                rows = order[lo:hi]
-                rows_slot, rows_seat = slots_now[rows], seats_now[rows]
                 policy = policies[code]
-                histories = ([vec.history(int(b)) for b in rows_slot] if policy.needs_history else None)
-                out = policy.act(ActBatch(ts.obs[rows_slot, rows_seat], ts.mask[rows_slot, rows_seat],
-                                          rows_seat, histories), rng, greedy=code in greedy_codes)
-                actions[rows_slot, rows_seat] = out.actions
-                log_probs[rows_slot, rows_seat] = out.log_probs
-                values[rows_slot, rows_seat] = out.values
+                histories = ([vec.history(int(b)) for b in slots_sorted[lo:hi]] if policy.needs_history else None)
+                out = policy.act(ActBatch(obs_sorted[lo:hi], mask_sorted[lo:hi], seats_sorted[lo:hi], histories),
+                                 rng, greedy=code in greedy_codes)
+                acts[lo:hi], lps[lo:hi], vals[lo:hi] = out.actions, out.log_probs, out.values
                 if code in learner_codes:
                     learner_steps[learner_codes[code][0]] += hi - lo
+            actions[slots_sorted, seats_sorted] = acts
+            log_probs[slots_sorted, seats_sorted] = lps
+            values[slots_sorted, seats_sorted] = vals
             inference += time.perf_counter() - t0
             if builders:
                 versions = code_version[seat_codes]
