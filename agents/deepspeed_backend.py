@@ -68,32 +68,32 @@ class LearnerBackendConfig:
 
     def __post_init__(self) -> None:
         if self.backend not in ("torch", "deepspeed"):
-            raise LearnerBackendError(f"learner.backend must be 'torch' or 'deepspeed', got {self.backend!r}")
+            raise LearnerBackendError(f"learner_backend.backend must be 'torch' or 'deepspeed', got {self.backend!r}")
         if self.backend == "torch":
             changed = [name for name, default in (("zero_stage", 0), ("bf16", False), ("fp16", False),
                                                   ("offload_optimizer", False), ("train_micro_batch_size", None))
                        if getattr(self, name) != default]
             if changed:
-                raise LearnerBackendError(f"learner.{changed[0]} is a DeepSpeed setting: set learner.backend=deepspeed "
+                raise LearnerBackendError(f"learner_backend.{changed[0]} is a DeepSpeed setting: set learner_backend.backend=deepspeed "
                                           f"or drop it")
             return
         if self.zero_stage == 3:
-            raise LearnerBackendError("learner.zero_stage=3 partitions the parameters, but the league reads the "
+            raise LearnerBackendError("learner_backend.zero_stage=3 partitions the parameters, but the league reads the "
                                       "learner's whole weights every iteration: use zero_stage 0, 1 or 2")
         if self.zero_stage not in (0, 1, 2):
-            raise LearnerBackendError(f"learner.zero_stage must be 0, 1 or 2, got {self.zero_stage}")
+            raise LearnerBackendError(f"learner_backend.zero_stage must be 0, 1 or 2, got {self.zero_stage}")
         if self.fp16 and self.bf16:
-            raise LearnerBackendError("learner.fp16 and learner.bf16 are both set: pick one")
+            raise LearnerBackendError("learner_backend.fp16 and learner_backend.bf16 are both set: pick one")
         if self.fp16 and not torch.cuda.is_available():
-            raise LearnerBackendError("learner.fp16 needs a GPU (DeepSpeed refuses fp16 on CPU): "
-                                      "use learner.bf16=true or leave both off for fp32")
+            raise LearnerBackendError("learner_backend.fp16 needs a GPU (DeepSpeed refuses fp16 on CPU): "
+                                      "use learner_backend.bf16=true or leave both off for fp32")
         if self.bf16 and self.zero_stage == 0:
-            raise LearnerBackendError("learner.bf16 needs zero_stage 1 or 2 (ZeRO keeps the fp32 master weights "
+            raise LearnerBackendError("learner_backend.bf16 needs zero_stage 1 or 2 (ZeRO keeps the fp32 master weights "
                                       "that checkpoints and resume need)")
         if self.offload_optimizer and self.zero_stage == 0:
-            raise LearnerBackendError("learner.offload_optimizer needs zero_stage 1 or 2 (ZeRO-Offload)")
+            raise LearnerBackendError("learner_backend.offload_optimizer needs zero_stage 1 or 2 (ZeRO-Offload)")
         if self.train_micro_batch_size is not None and self.train_micro_batch_size < 1:
-            raise LearnerBackendError(f"learner.train_micro_batch_size must be >= 1, got {self.train_micro_batch_size}")
+            raise LearnerBackendError(f"learner_backend.train_micro_batch_size must be >= 1, got {self.train_micro_batch_size}")
 
 
 def micro_batch_size(config: LearnerBackendConfig, minibatch_size: int | None) -> int:
@@ -102,7 +102,7 @@ def micro_batch_size(config: LearnerBackendConfig, minibatch_size: int | None) -
         raise LearnerBackendError("the DeepSpeed learner needs fixed-size minibatches: set ppo.minibatch_size "
                                   "(num_minibatches gives minibatches whose size changes with the batch)")
     if config.train_micro_batch_size is not None and config.train_micro_batch_size != minibatch_size:
-        raise LearnerBackendError(f"learner.train_micro_batch_size={config.train_micro_batch_size} differs from the "
+        raise LearnerBackendError(f"learner_backend.train_micro_batch_size={config.train_micro_batch_size} differs from the "
                                   f"learner's minibatch size {minibatch_size}: make them equal (one minibatch is "
                                   f"one DeepSpeed step)")
     return minibatch_size
@@ -154,7 +154,7 @@ class DeepSpeedBackend:
     def __init__(self, model: nn.Module, config: LearnerBackendConfig, micro_batch: int, learning_rate: float,
                  adam_eps: float, max_grad_norm: float):
         if config.backend != "deepspeed":
-            raise LearnerBackendError("DeepSpeedBackend needs learner.backend=deepspeed")
+            raise LearnerBackendError("DeepSpeedBackend needs learner_backend.backend=deepspeed")
         import deepspeed
 
         single_process_environment()
@@ -203,7 +203,10 @@ class DeepSpeedBackend:
                 for name, value in param_state.items():
                     flat[f"state.{index}.{name}"] = value.detach().clone()
             return flat
-        from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
+        from deepspeed.utils import (
+            safe_get_full_fp32_param,
+            safe_get_full_optimizer_state,
+        )
 
         step = self._zero_step()
         for index, param in enumerate(self.parameters):
@@ -229,7 +232,10 @@ class DeepSpeedBackend:
             template["param_groups"][0]["lr"] = float(state["lr"])
             self.optimizer.load_state_dict({"state": param_state, "param_groups": template["param_groups"]})
             return
-        from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
+        from deepspeed.utils import (
+            safe_set_full_fp32_param,
+            safe_set_full_optimizer_state,
+        )
 
         masters = [state.get(f"master.{index}", param.detach()).float().clone()
                    for index, param in enumerate(self.parameters)]
@@ -248,9 +254,11 @@ class DeepSpeedBackend:
                 value = state.get(f"state.{index}.{name}")
                 if value is not None:
                     safe_set_full_optimizer_state(param, value.float(), name)
-        step = state.get("state.0.step", torch.tensor(0.0))  # no step: an optimizer that never stepped
+        # ZeRO steps all parameters together; a torch-backend state may lack parameters that never
+        # had a gradient, so take the largest count (none at all: an optimizer that never stepped).
+        steps = [float(v) for k, v in state.items() if k.startswith("state.") and k.endswith(".step")]
         for param_state in self._base_optimizer().state.values():
-            param_state["step"] = step.clone().float()
+            param_state["step"] = torch.tensor(max(steps, default=0.0), dtype=torch.float32)
         self.set_learning_rate(float(state["lr"]))
 
     def _base_optimizer(self) -> torch.optim.Optimizer:

@@ -127,7 +127,7 @@ def league_batch(rng: np.random.Generator) -> None:
                 next_id[0] += len(batch)
                 rate_and_record(store, ratings, batch)
             ms_record = median_ms(record)
-    print(f"1,000-player pool, one batch of 1,024 training + 256 rating games:")
+    print("1,000-player pool, one batch of 1,024 training + 256 rating games:")
     print(f"  sample 1,024 opponents          {ms_sample:7.2f} ms")
     print(f"  payoff update, 1,024 results    {ms_payoff:7.2f} ms")
     print(f"  schedule 256 rating games       {ms_schedule:7.2f} ms")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -111,6 +112,7 @@ def main() -> None:
     finally:
         for backend in backends.values():
             backend.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     medians = {name: statistics.median(r) for name, r in rates.items()}
     for name, r in rates.items():
         print(f"{name:<8} {medians[name]:>10,.0f} env steps/s, runners busy {statistics.median(busy[name]):.0%} "

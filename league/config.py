@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents.lm import TinyLMConfig
+from agents.deepspeed_backend import LearnerBackendConfig, micro_batch_size
 from agents.nets import NetConfig
 from agents.ppo import PPOConfig
 from agents.token_ppo import TokenPPOConfig
@@ -73,27 +74,6 @@ class LogConfig:
     """Also write TensorBoard event files under <run>/tensorboard."""
     progress: bool = True
     """Show a progress line (steps/s, games, policy lag, main rating) on stderr."""
-
-
-@dataclass(frozen=True)
-class LearnerBackendConfig:
-    """How the learner's optimizer step runs."""
-
-    backend: Literal["torch", "deepspeed"] = "torch"
-    """'torch' (plain Adam) or 'deepspeed' (DeepSpeed engine; ZeRO, bf16, optimizer offload)."""
-    zero_stage: int = 0
-    """DeepSpeed ZeRO stage 0-3."""
-    bf16: bool = False
-    """Train in bfloat16 (DeepSpeed); fp16 is refused on CPU."""
-    offload_optimizer: bool = False
-    """Keep the optimizer state on the CPU (ZeRO-Offload; stage >= 1)."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.zero_stage <= 3:
-            raise ConfigError(f"config key 'learner_backend.zero_stage' must be 0-3, got {self.zero_stage}")
-        if self.backend == "torch" and (self.zero_stage or self.bf16 or self.offload_optimizer):
-            raise ConfigError("config keys learner_backend.zero_stage/bf16/offload_optimizer need "
-                              "learner_backend.backend=deepspeed")
 
 
 @dataclass(frozen=True)
@@ -212,6 +192,8 @@ class LeagueConfig:
         names = [r.name for r in self.roles]
         if len(set(names)) != len(names):
             raise ConfigError(f"config key 'roles': role names must be unique, got {names}")
+        if self.learner_backend.backend == "deepspeed":
+            micro_batch_size(self.learner_backend, self.ppo.minibatch_size)  # fixed-size minibatches agree
         if self.backend != "ray" and self.ray_address is not None:
             raise ConfigError("config key 'ray_address' needs backend 'ray'")
 

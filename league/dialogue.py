@@ -192,6 +192,8 @@ class ImitationData:
     """[M, L] bool the tokens the seat emitted (what a next-token model imitates)."""
     legal: np.ndarray
     """[M, L, V] bool the legal tokens at each target."""
+    scores: np.ndarray
+    """[M] float32 the seat's final score in that dialogue (targets of the critic's warm start)."""
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -220,11 +222,43 @@ def imitation_data(spec: GameSpec, bots: Sequence[str], num_dialogues: int, seed
             pair_seed = int(seeds[index].generate_state(1, np.uint32)[0])
             samples += generate_dialogues(count, pair_seed, [make_bot(a, spec), make_bot(b, spec)], rules)
     transcripts = [t for s in samples for t in s.seats]
+    scores = np.array([s.record.scores[seat] for s in samples for seat in (0, 1)], dtype=np.float32)
     return ImitationData(np.stack([t.tokens for t in transcripts]), np.stack([t.targets for t in transcripts]),
-                         np.stack([t.legal for t in transcripts]))
+                         np.stack([t.legal for t in transcripts]), scores)
+
+
+def fit_value_head(model: LMWithValueHead, data: ImitationData, rows: np.ndarray, ridge: float = 1e-2) -> float:
+    """Set the value head to the ridge least-squares fit of the demonstrations' final scores on the
+    trunk's hidden states at every own decision; returns the fit's explained variance.
+
+    Why: the value head starts random (V ~ 0) while scores are 0-10. PPO's clipped value loss then
+    moves values 0.2 per update, and an unclipped one sends large value gradients into the trunk the
+    policy shares, scrambling the imitated language in the first updates. The head is linear, so on
+    fixed trunk features the best fit is a closed-form solve (no trunk change, about a second)."""
+    tokens = data.tokens[rows]
+    own = data.targets[rows]
+    width = int(np.flatnonzero(own.any(axis=0)).max()) + 1
+    with torch.inference_mode():
+        hidden, _ = model.trunk(torch.from_numpy(np.ascontiguousarray(tokens[:, :width])))
+    hidden = hidden.double().numpy()
+    # values[:, t-1] is the value of the state in which token t is chosen (agents/lm.py).
+    decision = own[:, 1:width]
+    features = hidden[:, :width - 1][decision]
+    targets = np.repeat(data.scores[rows].astype(np.float64), decision.sum(axis=1))
+    design = np.concatenate([features, np.ones((len(features), 1))], axis=1)
+    gram = design.T @ design + ridge * len(features) * np.diag(np.r_[np.ones(features.shape[1]), 0.0])
+    solution = np.linalg.solve(gram, design.T @ targets)
+    with torch.no_grad():
+        model.value_head.weight.copy_(torch.from_numpy(solution[:-1]).float()[None, :])
+        model.value_head.bias.fill_(float(solution[-1]))
+    residual = targets - design @ solution
+    return float(1.0 - residual.var() / targets.var()) if targets.var() > 0 else 0.0
 
 
 # ------------------------------------------------------------------------------ the learner
+
+VALUE_FIT_ROWS = 1024
+"""Demonstration transcripts the value head's warm start is fitted on."""
 
 
 def _generator_to_tensor(rng: np.random.Generator) -> torch.Tensor:
@@ -252,6 +286,8 @@ class WarmStartReport:
     """Stats of the first step (before any learning)."""
     last: ImitationStats | None
     """Stats of the last step."""
+    value_explained_variance: float
+    """How well the value head's least-squares warm start fits the demonstrations' scores (nan: none)."""
 
 
 class TokenPPOLeagueLearner:
@@ -303,12 +339,18 @@ class TokenPPOLeagueLearner:
             d = self.dialogue
             start = time.perf_counter()
             first = last = None
+            value_fit = float("nan")
             if d.imitation_steps:
                 cloner = TokenPPOLearner(self._model, config=dataclasses.replace(d.token_ppo, lr=d.imitation_lr))
                 for step in range(d.imitation_steps):
                     last = cloner.imitation_update(self._imitation_batch())
                     first = first or last
-            self.warm_start = WarmStartReport(d.imitation_steps, time.perf_counter() - start, first, last)
+                data = self._imitation()
+                rows = np.sort(self._imitation_rng.choice(len(data), size=min(VALUE_FIT_ROWS, len(data)),
+                                                          replace=False))
+                value_fit = fit_value_head(self._model, data, rows)
+            self.warm_start = WarmStartReport(d.imitation_steps, time.perf_counter() - start, first, last,
+                                              value_fit)
             # The imitation model is the frozen reference of the KL penalty; RL starts a fresh optimizer.
             self._learner = TokenPPOLearner(self._model, ref_model=self._model, config=d.token_ppo,
                                             seed=self._ppo_seed)

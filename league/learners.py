@@ -74,7 +74,9 @@ class LeagueLearner(Protocol):
 
 
 def module_weights(module: nn.Module) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+    """The module's weights as numpy arrays for runners; bf16 (numpy has none) travels as fp32."""
+    return {k: (v.detach().float() if v.dtype == torch.bfloat16 else v.detach()).cpu().numpy().copy()
+            for k, v in module.state_dict().items()}
 
 
 class PPOLeagueLearner:

@@ -245,6 +245,6 @@ def output_exploitability(run_dir: str | os.PathLike) -> float:
     from evaluation.rundata import read_run
     from games.registry import spec as game_spec
 
-    run = read_run(run_dir)
+    run = read_run(Path(run_dir).resolve())  # member paths come back absolute, not cwd-relative
     spec = game_spec(run.game_id)
     return exploitability(spec.id, league_output_policy(spec, run.frozen(), run.run_dir, save_cache=False))

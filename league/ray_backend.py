@@ -78,7 +78,13 @@ class SnapshotFiles:
 
 def read_snapshot_files(path: str | os.PathLike, expected_id: str) -> SnapshotFiles:
     """The files of the snapshot at `path`, checked to hash to `expected_id`."""
-    from agents.snapshot import MANIFEST_NAME, SnapshotError, read_manifest, sha256_hex, snapshot_id_of
+    from agents.snapshot import (
+        MANIFEST_NAME,
+        SnapshotError,
+        read_manifest,
+        sha256_hex,
+        snapshot_id_of,
+    )
 
     manifest, manifest_bytes = read_manifest(path)
     files = [(MANIFEST_NAME, manifest_bytes)]
@@ -135,8 +141,14 @@ class RunnerActor:
         # Shipped snapshots live in this actor's own scratch directory, named by content hash.
         self.scratch = Path(tempfile.mkdtemp(prefix="ludus-runner-"))
 
-    def ready(self) -> int:
-        return os.getpid()
+    def ready(self) -> tuple[int, str, str]:
+        """(process id, Ray node id, scratch directory) of this actor."""
+        return os.getpid(), ray.get_runtime_context().get_node_id(), str(self.scratch)
+
+    def remove_scratch_of_dead_runner(self, node_id: str, scratch: str) -> None:
+        """Remove the scratch directory a killed runner left on this machine."""
+        if node_id == ray.get_runtime_context().get_node_id() and Path(scratch).name.startswith("ludus-runner-"):
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def play(self, task: PlayTask, context: RunnerContext) -> PlayResult:
         if context.population_version != self.population_version:
@@ -199,10 +211,16 @@ class RayBackend:
         self.actor_class = ray.remote(RunnerActor).options(num_cpus=runner_cpus, max_restarts=0)
         self.generations = [0] * num_workers
         self.actors = [self.actor_class.remote(*self.args) for _ in range(num_workers)]
-        self.pids = self._wait_ready(self.actors)
+        self.runners = self._wait_ready(self.actors)
+        """(pid, node id, scratch directory) of each runner actor."""
         self.population_ref = ray.put([])
 
-    def _wait_ready(self, actors: list[Any]) -> list[int]:
+    @property
+    def pids(self) -> list[int]:
+        """Process id of each runner actor (on its own machine)."""
+        return [pid for pid, _, _ in self.runners]
+
+    def _wait_ready(self, actors: list[Any]) -> list[tuple[int, str, str]]:
         try:
             return ray.get([a.ready.remote() for a in actors], timeout=STARTUP_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
@@ -277,7 +295,10 @@ class RayBackend:
             raise RunnerCrashLoop(f"Ray runners died {self.restarts} times; last failure:\n{error}")
         self.generations[worker] += 1
         self.actors[worker] = self.actor_class.remote(*self.args)
-        self.pids[worker] = self._wait_ready([self.actors[worker]])[0]
+        _, dead_node, dead_scratch = self.runners[worker]
+        self.runners[worker] = self._wait_ready([self.actors[worker]])[0]
+        # The dead actor could not clean up; its successor does, if it runs on the same machine.
+        self.actors[worker].remove_scratch_of_dead_runner.remote(dead_node, dead_scratch)
 
     def _resend(self, handle: RaySubmission, worker: int, pending: set[int]) -> None:
         """Send the uncollected tasks of `worker` to its current actor, in their order."""

@@ -42,8 +42,8 @@ def one_rank_on_loopback():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny nets: a second thread only spins
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0",
-                               WORLD_SIZE="1", GLOO_SOCKET_IFNAME="lo").items():
+        for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "LOCAL_RANK": "0",
+                           "WORLD_SIZE": "1", "GLOO_SOCKET_IFNAME": "lo"}.items():
             patch.setenv(key, value)
         yield
     torch.set_num_threads(threads)
@@ -200,7 +200,12 @@ def test_native_deepspeed_checkpoint_round_trip(tmp_path):
 
 def test_token_ppo_learner_runs_on_deepspeed():
     from agents.lm import TinyLMConfig, build_tiny_lm, frozen_copy
-    from agents.token_ppo import TokenBatch, TokenPPOConfig, TokenPPOLearner, token_log_probs
+    from agents.token_ppo import (
+        TokenBatch,
+        TokenPPOConfig,
+        TokenPPOLearner,
+        token_log_probs,
+    )
 
     config = TokenPPOConfig(lr=3e-3, kl_beta=0.01, minibatch_size=8)
     ids = np.array([[1, 5, 3, 4, 2, 0]] * 16)

@@ -71,7 +71,7 @@ def runs(tmp_path_factory) -> dict:
     try:
         serial_run(work / "serial-quickstart", "quickstart", QUICKSTART)
         serial_run(work / "serial-kill", "quickstart", KILL_LEAGUE)
-        stdout, stderr = child.communicate(timeout=NAMESPACE_TIMEOUT_S)
+        _, stderr = child.communicate(timeout=NAMESPACE_TIMEOUT_S)
     finally:
         if child.poll() is None:
             child.kill()
