@@ -90,8 +90,14 @@ class GameSpec:
         return self.teams if self.teams else tuple(range(self.num_players))
 
     def to_json(self) -> dict:
-        """A JSON-safe dict (snapshot manifests store it)."""
-        return dataclasses.asdict(self)
+        """A strictly JSON-safe dict (snapshot manifests store it): infinite bounds become the
+        strings "inf" / "-inf", which strict JSON parsers (browsers, other languages) accept."""
+        data = dataclasses.asdict(self)
+        for key in _FLOAT_BOUNDS:
+            value = data[key]
+            if value is not None and not np.isfinite(value):
+                data[key] = "inf" if value > 0 else "-inf"
+        return data
 
     @staticmethod
     def from_json(data: dict) -> "GameSpec":
@@ -100,10 +106,16 @@ class GameSpec:
         if unknown:
             raise GameError(f"GameSpec has no field(s) {sorted(unknown)}")
         data = dict(data)
+        for key in _FLOAT_BOUNDS:
+            if data.get(key) in ("inf", "-inf"):
+                data[key] = float(data[key])
         for key in ("observation_shape", "teams", "state_shape"):
             if data.get(key) is not None:
                 data[key] = tuple(data[key])
         return GameSpec(**data)
+
+
+_FLOAT_BOUNDS = ("min_utility", "max_utility", "observation_low", "observation_high")
 
 
 @runtime_checkable

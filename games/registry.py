@@ -48,6 +48,7 @@ def register(name: str, make: Callable[..., Game], make_vector: Callable[..., Ve
 def _ensure_builtin() -> None:
     # Imported here, not at module top, so the registry stays importable from those modules.
     import games.native  # noqa: F401  (registers connect_four, tic_tac_toe)
+    import games.tag  # noqa: F401  (registers simple_tag)
     try:
         import games.negotiation  # noqa: F401  (registers the dialogue games)
     except ModuleNotFoundError as exc:  # only the module itself may be absent, not its imports

@@ -108,7 +108,11 @@ def status(run_dir: str | Path) -> StatusReport:
         games: dict[str, int] = {}
         score: dict[str, float] = {}
         for rec in store.iter_matches():
+            seen = set()
             for seat in rec.result.seats:
+                if seat.player_id in seen:
+                    continue  # a team's seats share one policy: one game, one outcome
+                seen.add(seat.player_id)
                 games[seat.player_id] = games.get(seat.player_id, 0) + 1
                 score[seat.player_id] = score.get(seat.player_id, 0.0) + seat.outcome
     population = Population.from_json(state["population"])
