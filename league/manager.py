@@ -425,7 +425,10 @@ class League:
         for _ in range(num_rating):
             chosen: list[str] = []
             for pool in pools:
-                fresh = [p for p in pool if p not in chosen] or pool
+                fresh = [p for p in pool if p not in chosen]
+                if not fresh:
+                    # A player cannot hold two sides of one rating match: wait for more members.
+                    return out
                 chosen.append(fresh[int(rng.integers(len(fresh)))])
             out.append(self._allocate(self._seat_players(sides, chosen), "rating"))
         return out

@@ -1,0 +1,127 @@
+"""Teams and free-for-alls in the league: team ratings, sides, n-player TrueSkill from the ledger."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from league.api import League, load_config, rebuild_ratings_check, status
+from league.ledger import MatchResult, SeatResult, Store
+from league.ratings import Rating, RatingTable, TrueSkillParams, rate_1vs1
+
+QUIET = ["log.progress=false", "log.wandb=disabled", "log.tensorboard=false"]
+
+
+def _match(players, teams, returns, match_id=0):
+    from league.ledger import outcomes_from_returns
+
+    outcomes = outcomes_from_returns(returns, teams)
+    seats = tuple(SeatResult(seat=i, team=t, player_id=p, episode_return=r, outcome=o)
+                  for i, (p, t, r, o) in enumerate(zip(players, teams, returns, outcomes)))
+    return MatchResult(match_id=match_id, kind="rating", game_id="simple_tag", seed=0, seats=seats, length=25,
+                       started_at=0.0, duration_s=0.0)
+
+
+def test_a_parameter_shared_team_is_rated_as_one_player():
+    params = TrueSkillParams(draw_probability=0.05)
+    table = RatingTable(params)
+    # Predators (one policy on three seats) tag the prey: a 1-vs-1 win for the predators' policy.
+    new = table.update(_match(("pred", "pred", "pred", "prey"), (0, 0, 0, 1), (10.0, 10.0, 10.0, -10.0)))
+    expected_winner, expected_loser = rate_1vs1(Rating(params.mu, params.sigma), Rating(params.mu, params.sigma),
+                                                False, params)
+    assert new["pred"] == expected_winner and new["prey"] == expected_loser
+
+
+def test_teams_of_different_players_use_trueskill_team_update():
+    import trueskill
+
+    params = TrueSkillParams()
+    table = RatingTable(params)
+    table.update(_match(("a", "b", "c", "d"), (0, 0, 1, 1), (1.0, 1.0, -1.0, -1.0)))
+    env = params.env
+    (ra, rb), (rc, rd) = env.rate([(env.create_rating(), env.create_rating()),
+                                   (env.create_rating(), env.create_rating())], ranks=[0, 1])
+    assert table.rating("a").mu == pytest.approx(ra.mu, abs=1e-12)
+    assert table.rating("d").sigma == pytest.approx(rd.sigma, abs=1e-12)
+    assert isinstance(trueskill.Rating(), trueskill.Rating)
+
+
+def test_simple_tag_league_has_one_population_per_side_and_team_ratings(tmp_path):
+    config = load_config("simple_tag", QUIET + ["iterations=2", "matches_per_iteration=24", "num_envs=12",
+                                                "snapshot_every_steps=300"])
+    league = League.create(config, tmp_path / "run")
+    try:
+        league.run()
+        # Every training match puts each learner on its own side only, against the other side's pool.
+        with Store.open(tmp_path / "run", mode="read") as store:
+            for rec in store.iter_matches(kinds=("training",)):
+                players = rec.result.player_ids
+                assert len(set(players[:3])) == 1, players  # the predators' seats share one player
+                if "predators" in players:
+                    assert players[:3] == ("predators",) * 3 and not players[3].startswith("predators")
+                if "prey" in players:
+                    assert players[3] == "prey" and not players[0].startswith("prey")
+    finally:
+        league.close()
+    report = status(tmp_path / "run")
+    rated = {m.player_id for m in report.members if m.mu is not None}
+    assert any(p.startswith("predators@") for p in rated) and any(p.startswith("prey@") for p in rated)
+    assert rebuild_ratings_check(tmp_path / "run").identical
+
+
+def test_three_player_free_for_all_ratings_rebuild_from_the_ledger(tmp_path):
+    config = load_config("quickstart", QUIET + ["game=spiel:kuhn_poker(players=3)", "anchors=[random]",
+                                                "iterations=3", "matches_per_iteration=48", "num_envs=16",
+                                                "snapshot_every_steps=60"])
+    league = League.create(config, tmp_path / "run")
+    try:
+        league.run()
+    finally:
+        league.close()
+    with Store.open(tmp_path / "run", mode="read") as store:
+        rating_matches = list(store.iter_matches(kinds=("rating",)))
+    assert rating_matches and all(len(set(m.result.player_ids)) == 3 for m in rating_matches)
+    check = rebuild_ratings_check(tmp_path / "run")
+    assert check.identical and len(check.rebuilt) >= 3
+
+
+@pytest.mark.slow
+def test_three_player_kuhn_learner_beats_random_players(tmp_path):
+    from agents.policy import RandomPolicy
+    from agents.snapshot import policy_from_snapshot
+    from evaluation.evaluate import evaluate_policies
+
+    config = load_config("quickstart", QUIET + [
+        "game=spiel:kuhn_poker(players=3)", "anchors=[random]", "iterations=30", "matches_per_iteration=512",
+        "num_envs=256", "snapshot_every_steps=5000", "ppo.learning_rate=0.003", "net.hidden=[64,64]"])
+    league = League.create(config, tmp_path / "run")
+    try:
+        league.run()
+        last = league.learners["main"].last_snapshot
+    finally:
+        league.close()
+    policy = policy_from_snapshot(tmp_path / "run" / "snapshots" / last, expect_game="spiel:kuhn_poker(players=3)")
+    returns = _mean_return_against_random(policy, RandomPolicy(), games=3000)
+    assert returns > 0.05, returns  # random players average 0 in a zero-sum game
+    assert callable(evaluate_policies)
+
+
+def _mean_return_against_random(policy, random_policy, games: int) -> float:
+    """Mean return of `policy` in every seat of 3-player Kuhn against two random players."""
+    from games.core import is_over
+    from games.registry import make
+    from agents.policy import ActBatch
+
+    rng = np.random.default_rng(0)
+    game = make("spiel:kuhn_poker(players=3)")
+    total = 0.0
+    for g in range(games):
+        seat_of_policy = g % 3
+        game.reset(g)
+        while not is_over(game):
+            (seat,) = game.to_move()
+            actor = policy if seat == seat_of_policy else random_policy
+            batch = ActBatch(game.observation(seat)[None], game.legal_mask(seat)[None], np.array([seat]))
+            game.step({seat: int(actor.act(batch, rng).actions[0])})
+        total += float(game.returns()[seat_of_policy])
+    return total / games
