@@ -215,18 +215,7 @@ def format_leaderboard(board: Leaderboard) -> str:
 # ------------------------------------------------------------------------------------------- page
 
 _CSS = """
-body { font-family: DejaVu Sans, Helvetica, Arial, sans-serif; color: #222; margin: 24px auto; max-width: 1100px;
-       padding: 0 16px; line-height: 1.4; }
-h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 32px; border-bottom: 1px solid #ddd; }
-.meta { color: #555; font-size: 13px; }
-figure { margin: 12px 0; } figcaption { color: #555; font-size: 12px; margin-top: 4px; }
-.row { display: flex; flex-wrap: wrap; gap: 24px; }
-svg.ludus-chart { max-width: 100%; height: auto; }
-table { border-collapse: collapse; font-size: 12.5px; margin: 8px 0; }
-th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: right; }
-th { background: #f6f6f6; } td.name, th.name { text-align: left; }
 tr.forfeit td { background: #fff4f0; } .status-ok { color: #2a7; } .fault { color: #c30; }
-.empty { color: #777; font-style: italic; }
 """
 
 
@@ -339,6 +328,8 @@ def _matches_table(board: Leaderboard, replay_dir: str) -> str:
 
 
 def render_html(board: Leaderboard, replay_dir: str) -> str:
+    from evaluation import charts
+
     """The self-contained page; `replay_dir` is the directory (relative to the page) of the replays."""
     forfeits = sum(sum(r.faults.values()) for r in board.rows)
     sections = [
@@ -356,7 +347,7 @@ def render_html(board: Leaderboard, replay_dir: str) -> str:
         _matches_table(board, replay_dir),
     ]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>Ludus arena: {_e(board.game)}</title><style>{_CSS}</style></head><body>"
+            f"<title>Ludus arena: {_e(board.game)}</title><style>{charts.PAGE_CSS}{_CSS}</style></head><body>"
             + "\n".join(sections) + "</body></html>\n")
 
 

@@ -9,11 +9,8 @@ recorded prefix is replayed here and the transcript ends with who forfeited and 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
-from games.core import Game
 from league.ledger import MatchResult
-from league.replay import ReplayError, replay_moves
+from league.replay import ReplayError, replay_moves, replay_prefix
 
 
 @dataclass(frozen=True)
@@ -31,28 +28,6 @@ class ArenaReplay:
     def consistent(self) -> bool:
         """The re-simulation agrees with the ledger (a forfeit: the moves replayed legally)."""
         return self.replayed_returns is None or self.replayed_returns == self.recorded_returns
-
-
-def _forfeit_prefix(game: Game, seed: int, moves: Sequence[int]) -> list[str]:
-    """Boards after each recorded step of a match cut short by a forfeit."""
-    game.reset(int(seed))
-    lines = [game.render()]
-    position = 0
-    while position < len(moves):
-        movers = game.to_move()
-        actions = {}
-        for seat in movers:
-            if position >= len(moves):
-                raise ReplayError(f"the recorded moves end inside a simultaneous step after {position} actions")
-            action = int(moves[position])
-            position += 1
-            if not game.legal_mask(seat)[action]:
-                raise ReplayError(f"recorded action {action} of seat {seat} at move {position} is illegal")
-            actions[seat] = action
-        game.step(actions)
-        lines.append(f"-- {', '.join(f'seat {s} plays {a}' for s, a in actions.items())}")
-        lines.append(game.render())
-    return lines
 
 
 def replay_match(match: MatchResult) -> ArenaReplay:
@@ -80,7 +55,7 @@ def replay_match(match: MatchResult) -> ArenaReplay:
         verdict = ("replay check: the moves reproduce the recorded returns" if replayed == recorded
                    else f"replay check FAILED: recorded returns {list(recorded)}, replayed {list(replayed)}")
         return ArenaReplay(match.match_id, f"{transcript}\n{verdict}", recorded, replayed)
-    lines = header + _forfeit_prefix(game, match.seed, moves)
+    lines = header + replay_prefix(game, match.seed, moves)[0]
     for seat in faulted:
         lines.append(f"seat {seat.seat} ({seat.player_id}) forfeits: {seat.status}: {seat.error}")
         tail = seat.metadata.get("stderr", "")

@@ -20,14 +20,29 @@ class ReplayError(UserError):
 
 def replay_moves(game: Game, seed: int, moves: Sequence[int], header: str = "") -> tuple[np.ndarray, str]:
     """Play `moves` in `game` from `seed`; returns (final returns, a text transcript with boards)."""
+    lines, position = replay_prefix(game, seed, moves, stop_when_over=True)
+    if not is_over(game):
+        raise ReplayError(f"the recorded moves end after {position} actions but the game is not over")
+    if position != len(moves):
+        raise ReplayError(f"the game ended after {position} of {len(moves)} recorded actions")
+    returns = game.returns()
+    lines.append(f"returns: {[float(r) for r in returns]}")
+    return returns, "\n".join(([header] if header else []) + lines)
+
+
+def replay_prefix(game: Game, seed: int, moves: Sequence[int], stop_when_over: bool = False) -> tuple[list[str], int]:
+    """Apply recorded moves from `seed` (all of them, or until the game is over): the boards after
+    each step as text lines, and how many moves were applied. Every move is checked for legality.
+    A match cut short (a forfeit in the arena) replays its prefix with this."""
     game.reset(int(seed))
-    lines = [header] if header else []
-    lines.append(game.render())
+    lines = [game.render()]
     position = 0
-    while not is_over(game):
+    while position < len(moves) and not (stop_when_over and is_over(game)):
         movers = game.to_move()
+        if not movers:
+            raise ReplayError(f"the game ended after {position} of {len(moves)} recorded actions")
         if position + len(movers) > len(moves):
-            raise ReplayError(f"the recorded moves end after {position} actions but the game is not over")
+            raise ReplayError(f"the recorded moves end inside a step after {position} actions")
         actions = {}
         for seat in movers:
             action = int(moves[position])
@@ -38,8 +53,4 @@ def replay_moves(game: Game, seed: int, moves: Sequence[int], header: str = "") 
         game.step(actions)
         lines.append(f"-- {', '.join(f'seat {s} plays {a}' for s, a in actions.items())}")
         lines.append(game.render())
-    if position != len(moves):
-        raise ReplayError(f"the game ended after {position} of {len(moves)} recorded actions")
-    returns = game.returns()
-    lines.append(f"returns: {[float(r) for r in returns]}")
-    return returns, "\n".join(lines)
+    return lines, position
