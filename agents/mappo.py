@@ -3,15 +3,15 @@ PPO in Cooperative Multi-Agent Games"), and IPPO as its ablation from the same c
 
 MAPPO is PPO with two choices that matter in cooperative games:
 
-* one actor per team, shared by all the team's agents (parameter sharing, paper §4), acting on
+* one actor per team, shared by all the team's agents (parameter sharing), acting on
   each agent's local observation (optionally with the agent's id one-hot appended);
 * a *centralised* critic V(s) on the global state during training (centralised training,
   decentralised execution): `Game.global_state()` when the game has one (`spec.state_shape`;
   PettingZoo Parallel envs give `env.state()`), else the concatenation of every agent's
   observation. IPPO is the same algorithm with the critic on the agent's local observation
-  (`critic_input="local"`, paper §5.1's comparison).
+  (`critic_input="local"`, the paper's main comparison).
 
-The paper's implementation details (its §5 and Table 13 for MPE) are the defaults of
+The paper's implementation details and MPE hyperparameters (its appendix) are the defaults of
 `MAPPOConfig`: value normalisation (here the running mean/std "ValueNorm" of the authors' code,
 not PopArt's output rescaling), Huber value loss (delta 10) with value clipping, layer norm on
 the inputs, ReLU MLPs of 64 units with orthogonal init, Adam lr 7e-4 with eps 1e-5, gradient
@@ -55,7 +55,7 @@ CRITIC_INPUTS = ("global", "local")
 
 @dataclass(frozen=True)
 class MAPPOConfig:
-    """MAPPO hyperparameters; the defaults are the paper's for MPE (Yu et al. 2022, Table 13)."""
+    """MAPPO hyperparameters; the defaults are the paper's for MPE (Yu et al. 2022, appendix)."""
 
     critic_input: str = "global"
     """'global': centralised critic on the global state (MAPPO); 'local': critic on the agent's
@@ -456,8 +456,9 @@ class MAPPOLearner:
         # Advantages normalised over the active rows of the whole batch (the authors' code).
         advantages = torch.from_numpy(batch.advantages)
         live = active > 0
-        adv_mean, adv_std = advantages[live].mean(), advantages[live].std() if active_rows > 1 else torch.tensor(1.0)
-        advantages = (advantages - adv_mean) / (adv_std + 1e-5)
+        live_advantages = advantages[live]
+        adv_std = live_advantages.std() if active_rows > 1 else torch.tensor(1.0)
+        advantages = (advantages - live_advantages.mean()) / (adv_std + 1e-5)
 
         # The critic regresses on normalised targets; the statistics see this batch's returns first.
         # The clipping anchor is the behaviour value in the same (current) normalisation.

@@ -199,9 +199,10 @@ def _play_text_dialogue(game, opponent: Policy, human_seat: int, rng: np.random.
     """The person types utterances; the opponent speaks token by token and is shown utterance by
     utterance. The person sees only their own observation (their values, the dialogue so far)."""
     from games.core import GameError
-    from games.dialogue import decode
+    from games.dialogue import EOU, UNK, decode
 
-    speakable = " ".join(w for w, ok in zip(game.vocab.words, game.vocab.speakable_mask) if ok)
+    speakable = " ".join(w for w, ok in zip(game.vocab.words, game.vocab.speakable_mask)
+                         if ok and w not in (EOU, UNK))
     print_fn(f"{game.spec.id}: you are seat {human_seat}. Type a whole utterance (words: {speakable}); "
              f"Ctrl-D quits.")
     try:

@@ -328,9 +328,9 @@ def _matches_table(board: Leaderboard, replay_dir: str) -> str:
 
 
 def render_html(board: Leaderboard, replay_dir: str) -> str:
+    """The self-contained page; `replay_dir` is the directory (relative to the page) of the replays."""
     from evaluation import charts
 
-    """The self-contained page; `replay_dir` is the directory (relative to the page) of the replays."""
     forfeits = sum(sum(r.faults.values()) for r in board.rows)
     sections = [
         f"<h1>Ludus arena: {_e(board.game)}</h1>",

@@ -1,9 +1,9 @@
 """Rating progress on connect four: do the main agent's snapshots get better, by TrueSkill?
 
 1. Trains a connect four league from the `connect_four` preset with `--set` overrides (by
-   default fewer iterations, a snapshot every 100k learner steps and a larger rating share, so a
-   dozen snapshots get enough rating games within ~10-15 minutes here); the preset itself is not
-   changed.
+   default 60 of its 200 iterations, a snapshot every 60k learner steps instead of 200k and a
+   rating share of 0.3 instead of 0.1, so a dozen main snapshots get enough rating games within
+   ~10-15 minutes here); the preset itself is not changed.
 2. Reads the run's own TrueSkill ratings (`league.api.stored_ratings`: the ledger's ratings
    history, built from the league's rating matches only).
 3. Rating-only round robin after training (unless --round-robin-games 0): every pair of the main
@@ -21,7 +21,7 @@ ratings are printed beside them):
 * the separation (mu - 3 sigma of the last main snapshot) - (mu + 3 sigma of the first,
   'main@0', the initial weights) (target > 0): the last one is better beyond doubt.
 
-    python benchmarks/rating_progress.py [--seed 0] [--iterations 40] [--set key=value ...]
+    python benchmarks/rating_progress.py [--seed 0] [--iterations 60] [--set key=value ...]
         [--round-robin-games 40] [--run DIR]    # --run keeps the run directory (else a temp dir)
     python benchmarks/rating_progress.py --rate-only DIR   # skip training, rate an existing run
 """
@@ -40,8 +40,9 @@ import numpy as np
 GOAL_SPEARMAN = 0.8
 GOAL_SEPARATION = 0.0
 DEFAULT_OVERRIDES = (
-    # ~40 iterations of 1,024 training matches: ~1M learner steps over the three roles.
-    "snapshot_every_steps=100000",
+    # The main learner takes ~12k steps per iteration of the preset: a snapshot every ~5
+    # iterations, a dozen over the default 60 iterations.
+    "snapshot_every_steps=60000",
     # A third of the games are rating games (scheduled by rating uncertainty and match quality),
     # so each new snapshot's sigma shrinks before the next one arrives.
     "rating_share=0.3",
@@ -141,7 +142,7 @@ def format_figures(title: str, figures: ProgressFigures) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="more overrides of the connect_four preset (repeatable)")
     parser.add_argument("--backend", choices=["serial", "process"], default="process")
@@ -199,7 +200,9 @@ def main() -> int:
             for anchor in anchors:
                 print(f"  {anchor}: mu {final[anchor].mu:.2f} sigma {final[anchor].sigma:.2f}")
 
-    rho_ok = figures.spearman >= GOAL_SPEARMAN
+    # A Spearman rho is a ratio of small integers: compare it rounded, so 0.8 computed as
+    # 0.7999999999 still counts as 0.8.
+    rho_ok = round(figures.spearman, 9) >= GOAL_SPEARMAN
     sep_ok = figures.separation > GOAL_SEPARATION
     print(f"goal rating_progress_spearman: {figures.spearman:.3f} (target {GOAL_SPEARMAN}) "
           f"{'PASS' if rho_ok else 'FAIL'}")

@@ -34,6 +34,9 @@ class SkillRun:
     seed: int
     train_seconds: float
     """Wall time of League.run(), without the per-iteration traces."""
+    train_cpu_seconds: float
+    """CPU time of this process during League.run() (traces excluded): with the serial backend
+    and one torch thread, about the wall time the training takes on an idle machine."""
     env_steps: int
     iterations: int
     learner_losses: int
@@ -76,21 +79,25 @@ def train_and_evaluate(seed: int, overrides: list[str] = (), trace: bool = False
         league = League.create(config, Path(run_dir) if run_dir else Path(tmp) / "run")
         spec = league.spec
         traced: list[tuple[int, int, int]] = []
-        tracing_seconds = [0.0]
+        tracing_seconds = [0.0, 0.0]  # wall, CPU
         if trace:
             def on_iteration(summary) -> None:
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 policy = TorchPolicy(league.learners["main"].impl.module)
                 traced.append((summary.iteration, league.total_env_steps,
                                losses_against_perfect(policy, spec).losses))
+                print(f"  after iteration {traced[-1][0]:3d} ({traced[-1][1]:>9,} env steps): "
+                      f"{traced[-1][2]} lost lines", flush=True)
                 tracing_seconds[0] += time.perf_counter() - start
+                tracing_seconds[1] += time.process_time() - start_cpu
 
             league.on_iteration.append(on_iteration)
         load_before = os.getloadavg()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         try:
             league.run()
             train_seconds = time.perf_counter() - start - tracing_seconds[0]
+            train_cpu_seconds = time.process_time() - start_cpu - tracing_seconds[1]
             load_after = os.getloadavg()
             learner = league.learners["main"]
             final = losses_against_perfect(TorchPolicy(learner.impl.module), spec)
@@ -103,7 +110,7 @@ def train_and_evaluate(seed: int, overrides: list[str] = (), trace: bool = False
             env_steps, iterations = league.total_env_steps, league.iteration
         finally:
             league.close()
-    return SkillRun(seed, train_seconds, env_steps, iterations, final.losses, final.lines,
+    return SkillRun(seed, train_seconds, train_cpu_seconds, env_steps, iterations, final.losses, final.lines,
                     learner.last_snapshot, newest_report.losses, newest_report.lines,
                     format_perfect_play(final), load_before, load_after, tuple(traced))
 
@@ -119,7 +126,8 @@ def main() -> int:
     run = train_and_evaluate(args.seed, args.overrides, trace=args.trace)
     print(f"tic_tac_toe preset, seed {run.seed}{' ' + ' '.join(args.overrides) if args.overrides else ''}: "
           f"{run.iterations} iterations, {run.env_steps:,} env steps in {run.train_seconds:.1f} s "
-          f"({run.steps_per_second:,.0f} steps/s)")
+          f"({run.steps_per_second:,.0f} steps/s); CPU time {run.train_cpu_seconds:.1f} s "
+          f"({run.env_steps / max(run.train_cpu_seconds, 1e-9):,.0f} steps per CPU second)")
     print(f"load average (1, 5, 15 min) before {run.load_before[0]:.1f} {run.load_before[1]:.1f} "
           f"{run.load_before[2]:.1f}, after {run.load_after[0]:.1f} {run.load_after[1]:.1f} "
           f"{run.load_after[2]:.1f} on {os.cpu_count()} cores")
@@ -127,13 +135,11 @@ def main() -> int:
     print(run.report_text)
     print(f"newest snapshot {run.snapshot_id}: {run.snapshot_losses} lost of {run.snapshot_lines} lines")
     if args.trace:
-        for iteration, steps, losses in run.trace:
-            print(f"  after iteration {iteration:3d} ({steps:>9,} env steps): {losses} lost lines")
         since = run.perfect_since()
         print("perfect (0 lost lines) from iteration "
               f"{since[0]} ({since[1]:,} env steps) on" if since else "never perfect for good")
-    print(f"training: {run.train_seconds:.1f} s wall clock (budget {TIME_BUDGET_S:.0f} s on a quiet machine), "
-          f"{run.env_steps:,} env steps")
+    print(f"training: {run.train_seconds:.1f} s wall clock, {run.train_cpu_seconds:.1f} s CPU "
+          f"(budget {TIME_BUDGET_S:.0f} s on a quiet machine), {run.env_steps:,} env steps")
     passed = run.learner_losses == GOAL_LOSSES
     print(f"goal ttt_perfect_play_losses: {run.learner_losses} (target {GOAL_LOSSES}) {'PASS' if passed else 'FAIL'}")
     return 0

@@ -40,7 +40,7 @@ from agents.lm import LMPolicy, LMWithValueHead, TinyLMConfig, build_tiny_lm, fr
 from agents.policy import ActBatch, Policy
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
-from agents.token_ppo import ImitationStats, TokenBatch, TokenPPOConfig, TokenPPOLearner
+from agents.token_ppo import ImitationStats, TokenBatch, TokenPPOLearner
 from games.core import GameSpec
 from league.configio import ConfigError
 from league.learners import PolicyArchitecture
@@ -556,31 +556,25 @@ class NegotiationEval:
     def joint(self) -> Interval:
         return mean_interval(np.array([sum(r.scores) for r in self._records()]))
 
-    def _utterances(self, player: str) -> list[tuple[int, ...]]:
-        """The utterances `player` said (seat 0 speaks first and the seats alternate)."""
+    def _spoken(self, player: str) -> list[tuple[tuple[int, ...], tuple[int, int, int]]]:
+        """(words, pool counts) of every utterance `player` said (seat 0 speaks first, then they alternate)."""
         out = []
         for records, seat in ((self.records_ab, 0 if player == "a" else 1),
                               (self.records_ba, 1 if player == "a" else 0)):
             for r in records:
-                out += [u for i, u in enumerate(r.utterances) if i % 2 == seat]
+                out += [(words, r.context.counts) for i, words in enumerate(r.utterances) if i % 2 == seat]
         return out
 
     def parseable_rate(self, player: str) -> Interval:
         """Share of `player`'s utterances that parse as a proposal or `deal` (either is parseable)."""
         from games.negotiation import UtteranceKind, parse_utterance
 
-        total = parsed = 0
-        for records, seat in ((self.records_ab, 0 if player == "a" else 1),
-                              (self.records_ba, 1 if player == "a" else 0)):
-            for r in records:
-                for i, words in enumerate(r.utterances):
-                    if i % 2 == seat:
-                        total += 1
-                        parsed += parse_utterance(words, r.context.counts).kind is not UtteranceKind.CHAT
-        return rate_interval(parsed, total)
+        spoken = self._spoken(player)
+        parsed = sum(parse_utterance(words, counts).kind is not UtteranceKind.CHAT for words, counts in spoken)
+        return rate_interval(parsed, len(spoken))
 
     def distinct_utterances(self, player: str) -> int:
-        return len(set(self._utterances(player)))
+        return len({words for words, _ in self._spoken(player)})
 
     def summary(self, name_a: str = "A", name_b: str = "B") -> str:
         lines = [f"{len(self.contexts)} contexts{' in duplicate' if self.duplicate else ''}: "

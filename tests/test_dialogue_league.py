@@ -16,6 +16,7 @@ from agents.policy import ActBatch
 from agents.rollout import RolloutBatch
 from agents.snapshot import SnapshotError, load_lm_snapshot, policy_from_snapshot, read_manifest
 from games import registry
+from games.core import GameError
 from league.api import League, load_config
 from league.config import ConfigError
 from league.dialogue import (dialogue_episodes, evaluate_negotiators, held_out_contexts, mean_interval,
@@ -135,25 +136,35 @@ def snapshot_hashes(run_dir: Path) -> dict[str, str]:
             for m in sorted((run_dir / "snapshots").glob("*/manifest.json"))}
 
 
-def test_negotiation_league_runs_and_freezes_lm_snapshots_that_play(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A 2-iteration negotiation league with a tiny LM: (run directory, iteration summaries, warm start)."""
+    run_dir = tmp_path_factory.mktemp("dialogue") / "run"
     config = tiny_config()
     assert config.learner == "token_ppo" and any(a.startswith("negotiator-") for a in config.anchors)
-    league = League.create(config, tmp_path / "run")
+    league = League.create(config, run_dir)
     try:
         summaries = league.run()
         learner = league.learners["main"].impl
-        assert learner.warm_start.steps == 3 and learner.updates == 2
+        assert learner.updates == 2
+        warm = learner.warm_start
     finally:
         league.close()
+    return run_dir, summaries, warm
+
+
+def test_negotiation_league_runs_and_freezes_lm_snapshots_that_play(tiny_run):
+    run_dir, summaries, warm = tiny_run
+    assert warm.steps == 3 and warm.last.own_tokens > 0 and np.isfinite(warm.value_explained_variance)
     losses = summaries[-1].losses["main"]
     for key in ("policy_loss", "kl_to_reference", "mean_score", "agreement_rate", "own_parseable_rate",
                 "imitation_nll", "games"):
         assert np.isfinite(losses[key]), key
-    snapshots = snapshot_hashes(tmp_path / "run")
+    snapshots = snapshot_hashes(run_dir)
     assert "main@0" in snapshots and len(snapshots) >= 2
     game = registry.make("negotiation")
     for name in snapshots:
-        path = tmp_path / "run" / "snapshots" / name
+        path = run_dir / "snapshots" / name
         assert read_manifest(path)[0].kind == "lm"
         policy = policy_from_snapshot(path, expect_game="negotiation")
         assert isinstance(policy, LMPolicy)
@@ -162,9 +173,9 @@ def test_negotiation_league_runs_and_freezes_lm_snapshots_that_play(tmp_path):
                          np.random.default_rng(0))
         assert game.legal_mask(0)[out.actions[0]]
     with pytest.raises(SnapshotError, match="not 'signalling'"):
-        load_lm_snapshot(tmp_path / "run" / "snapshots" / "main@0", expect_game="signalling")
+        load_lm_snapshot(run_dir / "snapshots" / "main@0", expect_game="signalling")
     # Rating matches between LM snapshots and scripted anchors were played and rated.
-    with Store.open(tmp_path / "run", mode="read") as store:
+    with Store.open(run_dir, mode="read") as store:
         kinds = {r.result.kind for r in store.iter_matches()}
     assert kinds == {"training", "rating"}
 
@@ -191,8 +202,125 @@ def test_token_ppo_league_resume_equals_uninterrupted_run(tmp_path):
     assert all(torch.equal(state["full"][k], state["split"][k]) for k in state["full"])
 
 
-def test_token_ppo_refuses_games_it_cannot_play():
+def test_token_ppo_refuses_games_it_cannot_play(tmp_path):
     with pytest.raises(ConfigError, match="token games"):
-        League.create(load_config("negotiation", TINY + ["game=tic_tac_toe", "anchors=[random]"]), "/nonexistent/x")
+        League.create(load_config("negotiation", TINY + ["game=tic_tac_toe", "anchors=[random]"]), tmp_path / "a")
     with pytest.raises(ConfigError, match="imitation_steps=0"):
-        League.create(load_config("negotiation", TINY + ["game=signalling", "anchors=[random]"]), "/nonexistent/y")
+        League.create(load_config("negotiation", TINY + ["game=signalling", "anchors=[random]"]), tmp_path / "b")
+
+
+# -- evaluation ------------------------------------------------------------------------------------
+
+
+def test_duplicate_evaluation_of_scripted_negotiators():
+    from agents.bots import make_bot
+
+    spec = registry.make("negotiation").spec
+    tough, soft = make_bot("negotiator-tough", spec), make_bot("negotiator-soft", spec)
+    contexts = held_out_contexts(60, seed=3)
+    assert contexts == held_out_contexts(60, seed=3) and contexts != held_out_contexts(60, seed=4)
+    result = evaluate_negotiators(tough, soft, contexts, duplicate=True, seed=0)
+    assert len(result.records_ab) == len(result.records_ba) == 60
+    # The same context in both seatings: A's seat-0 games are B's seat-1 games and vice versa.
+    assert [r.context for r in result.records_ab] == [r.context for r in result.records_ba] == contexts
+    np.testing.assert_array_equal(result.own_scores("a", 0), [r.scores[0] for r in result.records_ab])
+    np.testing.assert_array_equal(result.own_scores("a", 1), [r.scores[1] for r in result.records_ba])
+    assert result.score("a").mean > result.score("b").mean + 1.0     # the tough anchor out-haggles the soft one
+    assert result.parseable_rate("a").mean == 1.0 and result.agreement_rate.low > 0.8
+    assert result.random_split_joint < result.joint.mean <= result.best_joint
+    assert "duplicate" in result.summary()
+    # A policy compared with itself gains nothing; compared with a tougher one it gains.
+    itself = evaluate_negotiators(soft, soft, contexts, seed=0)
+    assert score_gain(itself, itself, seat=0).mean == 0.0
+    versus = evaluate_negotiators(tough, soft, contexts, seed=0)
+    assert score_gain(versus, itself, seat=0).low > 0
+    with pytest.raises(ValueError, match="same contexts"):
+        score_gain(versus, evaluate_negotiators(tough, soft, contexts[:30], seed=0), seat=0)
+    single = evaluate_negotiators(tough, soft, contexts[:10], duplicate=False)
+    with pytest.raises(ValueError, match="duplicate=True"):
+        single.own_scores("a", 1)
+
+
+def test_mean_interval_by_hand():
+    interval = mean_interval(np.array([1.0, 2.0, 3.0, 4.0]))
+    half = 1.96 * np.std([1, 2, 3, 4], ddof=1) / 2
+    assert interval.mean == 2.5 and interval.low == pytest.approx(2.5 - half) and interval.high == pytest.approx(2.5 + half)
+
+
+# -- playing a trained agent in the terminal -------------------------------------------------------
+
+
+class Terminal:
+    def __init__(self, lines):
+        self.lines = iter(lines)
+        self.out: list[str] = []
+
+    def input(self, prompt: str) -> str:
+        self.out.append(prompt)
+        try:
+            return next(self.lines)
+        except StopIteration:
+            raise EOFError from None
+
+    def print(self, *parts) -> None:
+        self.out.append(" ".join(str(p) for p in parts))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.out)
+
+
+def test_play_negotiation_against_a_run_in_whole_utterances(tiny_run):
+    from agents.play import newest_run_snapshot, play_terminal
+
+    run_dir = tiny_run[0]
+    newest = newest_run_snapshot(run_dir)
+    assert Path(newest).name == max((p.name for p in (run_dir / "snapshots").iterdir()), key=lambda n: int(n[5:]))
+    lines = ["i want 9 book and more words than allowed here", "<eou>", "i want 1 book 0 hat 0 ball"] + ["deal"] * 6
+    term = Terminal(lines)
+    result = play_terminal("negotiation", str(run_dir), human_seat=0, seed=4, input_fn=term.input,
+                           print_fn=term.print)
+    assert "words, the game allows at most 8" in term.text and "empty utterance" in term.text
+    assert "you see: book" in term.text and "seat 1 says:" in term.text
+    game = registry.make("negotiation")
+    game.reset(4)
+    for token in result.history:  # the recorded game replays legally
+        game.step({game.to_move()[0]: token})
+    assert tuple(game.returns()) == result.returns and (result.finished == game.is_terminal())
+
+
+def test_play_text_turns_on_the_signalling_game():
+    from agents.play import apply_text_turn, play_terminal
+
+    game = registry.make("signalling")
+    game.reset(0)
+    with pytest.raises(GameError, match="'pick2' is not legal here"):
+        apply_text_turn(game, 0, "w0 pick2")
+    assert game.history() == () and game.to_move() == (0,)  # a refused turn changes nothing
+    assert apply_text_turn(game, 0, "w1") == [game.vocab.id("w1"), game.vocab.id("<eou>")]
+    assert apply_text_turn(game, 1, "pick2") == [game.vocab.id("pick2")]  # a pick ends the turn by itself
+    assert game.is_terminal()
+    term = Terminal(["w0 w1"])
+    result = play_terminal("signalling", "random", human_seat=0, seed=1, input_fn=term.input, print_fn=term.print)
+    assert result.finished and len(result.history) == 4
+
+
+# -- the acceptance run (slow) -----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_negotiation_skill_acceptance(tmp_path):
+    """benchmarks/negotiation_skill.py's criteria, seeded (the wall-time goal is the benchmark's, not asserted)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "negotiation_skill.py"
+    spec = importlib.util.spec_from_file_location("negotiation_skill", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    report = module.run_negotiation_skill(tmp_path / "run", num_contexts=512, seed=0)
+    for name, figure, target, passed in report.goals():
+        print(f"goal {name}: {figure:.3f} (target {target}) {'PASS' if passed else 'FAIL'}")
+    failed = [name for name, _, _, passed in report.goals() if not passed and name != "negotiation_wall_seconds"]
+    assert not failed, f"failed: {failed}"
+    assert report.after_rl.score("b").mean > 0  # the partner's score is measured too
