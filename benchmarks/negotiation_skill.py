@@ -10,8 +10,8 @@ One seeded run of the `negotiation` preset (league/config.py; ../shared/REFERENC
    matches; TrueSkill where the higher own score wins);
 4. evaluation of the final learner against the frozen imitation model on the same contexts and
    seats, so that its score in each seat is compared context by context with the imitation
-   model's own score there (paired 95% intervals), and the TrueSkill check: the final snapshot's
-   mu - 3 sigma against the first snapshot's (the imitation model's) mu.
+   model's own score there (paired 95% intervals), and the TrueSkill check: the final (newest
+   rated) snapshot's mu - 3 sigma against the first snapshot's (the imitation model's) mu.
 
 Acceptance (the goal lines; the last one is the headline):
   imitation: parseable >= 0.95, self-play agreement >= 0.8;
@@ -128,11 +128,16 @@ def run_negotiation_skill(run_dir: str | os.PathLike, num_contexts: int = 512, s
                                         seed=seed + 1)
         log("learner vs imitation: " + after_rl.summary("learner", "imitation"))
         gains = (score_gain(after_rl, imitation, seat=0), score_gain(after_rl, imitation, seat=1))
+        # The newest snapshot the league has rated: one frozen in the very last iteration has played
+        # no rating game yet and still holds the prior.
+        prior_sigma = league.ratings.params.sigma
         snapshots = [m.player_id for m in league.population.snapshots("main")]
-        first, final = league.ratings.rating(snapshots[0]), league.ratings.rating(snapshots[-1])
+        rated = [p for p in snapshots if league.ratings.rating(p).sigma < prior_sigma]
+        final_snapshot = rated[-1] if rated else snapshots[-1]
+        first, final = league.ratings.rating(snapshots[0]), league.ratings.rating(final_snapshot)
     finally:
         league.close()
-    return SkillReport(imitation, after_rl, gains, first.mu, snapshots[-1], final.mu, final.sigma,
+    return SkillReport(imitation, after_rl, gains, first.mu, final_snapshot, final.mu, final.sigma,
                        warm.seconds, league_seconds, time.perf_counter() - start, load_before, os.getloadavg())
 
 

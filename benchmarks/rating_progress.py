@@ -12,7 +12,8 @@
    on a league `Runner` in this process. The games are rated in a seeded random order into a
    `league.ratings.RatingTable` that starts from the run's stored ratings and uses the run's
    TrueSkill constants, i.e. they are more rating matches of the same league. Training
-   exploiters' snapshots are left out (they are not the main agent).
+   exploiters' snapshots are left out (they are not the main agent). The same games rated alone,
+   from the prior, are printed as an independent check.
 
 Figures, from the final ratings (after the round robin when there is one; the run's stored
 ratings are printed beside them):
@@ -83,13 +84,14 @@ def progress_figures(snapshots: list[str], ratings) -> ProgressFigures:
 
 
 def round_robin(run_dir: Path, players: list[str], games_per_pair: int, seed: int, num_envs: int = 256):
-    """Every pair of `players` plays `games_per_pair` games (half from each seat); returns the
-    played matches and the TrueSkill table continued from the run's stored ratings."""
+    """Every pair of `players` plays `games_per_pair` games (half from each seat). Returns the
+    played matches, the ratings continued from the run's stored ones with these games, and the
+    ratings from these games alone (every player from the prior: an independent check)."""
     from evaluation.evaluate import pair_seed, play_assignments
     from evaluation.rundata import open_ledger, read_run, trueskill_params
     from games.registry import spec as game_spec
-    from league.ledger import MatchResult, SeatResult, outcomes_from_returns
     from league.api import stored_ratings
+    from league.ledger import MatchResult, SeatResult, outcomes_from_returns
     from league.population import load_member_policy
     from league.ratings import RatingTable
     from league.runner import MatchAssignment
@@ -114,8 +116,9 @@ def round_robin(run_dir: Path, players: list[str], games_per_pair: int, seed: in
     with open_ledger(run_dir) as store:
         params = trueskill_params(store, run.config)
     stored = stored_ratings(run_dir)
-    table = RatingTable.from_json({"params": params.to_json(),
-                                   "ratings": [[pid, r.mu, r.sigma] for pid, r in stored.items()]})
+    continued = RatingTable.from_json({"params": params.to_json(),
+                                       "ratings": [[pid, r.mu, r.sigma] for pid, r in stored.items()]})
+    fresh = RatingTable(params)
     # TrueSkill updates depend on order; a seeded shuffle keeps any pair from being rated in one block.
     order = np.random.default_rng(seed).permutation(len(matches))
     for index in order.tolist():
@@ -124,10 +127,12 @@ def round_robin(run_dir: Path, players: list[str], games_per_pair: int, seed: in
         seats = tuple(SeatResult(seat=s, team=spec.team_of_seat[s], player_id=pid,
                                  episode_return=float(played.returns[s]), outcome=outcomes[s])
                       for s, pid in enumerate(played.assignment.players))
-        table.update(MatchResult(match_id=played.assignment.match_id, kind="rating", game_id=run.game_id,
-                                 seed=played.assignment.seed, seats=seats, length=played.length,
-                                 started_at=0.0, duration_s=0.0))
-    return matches, table.as_dict()
+        result = MatchResult(match_id=played.assignment.match_id, kind="rating", game_id=run.game_id,
+                             seed=played.assignment.seed, seats=seats, length=played.length,
+                             started_at=0.0, duration_s=0.0)
+        continued.update(result)
+        fresh.update(result)
+    return matches, continued.as_dict(), fresh.as_dict()
 
 
 def format_figures(title: str, figures: ProgressFigures) -> list[str]:
@@ -153,8 +158,8 @@ def main() -> int:
                         help="do not train: rate the main snapshots of this existing run")
     args = parser.parse_args()
 
-    from league.api import League, load_config, stored_ratings
     from evaluation.rundata import read_run
+    from league.api import League, load_config, stored_ratings
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.rate_only:
@@ -191,7 +196,7 @@ def main() -> int:
             anchors = [m.player_id for m in run.members if m.kind == "anchor"]
             players = snapshots + anchors
             start = time.perf_counter()
-            matches, final = round_robin(run_dir, players, args.round_robin_games, args.seed)
+            matches, final, fresh = round_robin(run_dir, players, args.round_robin_games, args.seed)
             print(f"round robin: {len(players)} players ({', '.join(players)}), {args.round_robin_games} games per "
                   f"pair, {len(matches):,} games in {time.perf_counter() - start:.0f} s, rated on top of the "
                   f"stored ratings")
@@ -199,6 +204,8 @@ def main() -> int:
             print("\n".join(format_figures("after the round robin:", figures)))
             for anchor in anchors:
                 print(f"  {anchor}: mu {final[anchor].mu:.2f} sigma {final[anchor].sigma:.2f}")
+            print("\n".join(format_figures("the round robin's games alone, rated from the prior (a check, not the "
+                                            "goal):", progress_figures(snapshots, fresh))))
 
     # A Spearman rho is a ratio of small integers: compare it rounded, so 0.8 computed as
     # 0.7999999999 still counts as 0.8.

@@ -5,8 +5,10 @@ times it, then plays the main agent GREEDILY against the perfect player in every
 (evaluation/perfect_play.py: every optimal reply of the perfect player enumerated, the agent in
 both seats). The figure is the number of lost lines of the learner's final weights; the newest
 snapshot of 'main' is reported beside it. Also printed: wall-clock training seconds, env steps
-(the machine-independent budget), env steps per second and the load average, since a shared
-machine inflates the seconds.
+(the machine-independent budget), the process's CPU seconds and the load average. The preset
+trains on the serial backend (one process, one torch thread), so its CPU seconds are about the
+wall time on an idle machine; on a shared machine the wall clock is inflated by the load.
+The budget: 2 minutes of training on a quiet 2-core machine.
 
     python benchmarks/ttt_skill.py [--seed 0] [--set key=value ...] [--trace]
 

@@ -76,19 +76,22 @@ class PerfectPlayReport:
         return sum(s.losses for s in self.seats)
 
 
-def _position(history: tuple[int, ...], seat: int, game) -> tuple[np.ndarray, np.ndarray]:
-    """Observation and legal mask of `seat` after `history` in the native game (replayed)."""
+def _replay(history: tuple[int, ...], game) -> None:
+    """Put the native `game` in the position after `history` (crosses, seat 0, move first)."""
     game.reset(0)
     for ply, cell in enumerate(history):
         game.step({ply % 2: cell})
+
+
+def _position(history: tuple[int, ...], seat: int, game) -> tuple[np.ndarray, np.ndarray]:
+    """Observation and legal mask of `seat` after `history`."""
+    _replay(history, game)
     return game.observation(seat), game.legal_mask(seat)
 
 
 def _outcome(history: tuple[int, ...], game) -> np.ndarray | None:
     """Final returns per seat if `history` ends the game, else None."""
-    game.reset(0)
-    for ply, cell in enumerate(history):
-        game.step({ply % 2: cell})
+    _replay(history, game)
     return game.returns() if game.is_terminal() else None
 
 

@@ -106,7 +106,7 @@ class PayoffCache:
             for entry in data["entries"]:
                 a, b, u0, u1 = entry
                 self.returns[(str(a), str(b))] = (float(u0), float(u1))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             # A damaged cache only costs time: every entry can be recomputed exactly.
             self.returns.clear()
 
@@ -120,7 +120,7 @@ class PayoffCache:
                                       "entries": entries})
 
 
-_CACHES: "OrderedDict[tuple[str, str], PayoffCache]" = OrderedDict()
+_CACHES: OrderedDict[tuple[str, str], PayoffCache] = OrderedDict()
 
 
 def payoff_cache(game_id: str, run_dir: str | os.PathLike | None) -> PayoffCache:
@@ -139,6 +139,11 @@ def payoff_cache(game_id: str, run_dir: str | os.PathLike | None) -> PayoffCache
     else:
         _CACHES.move_to_end(key)
     return cache
+
+
+def clear_payoff_caches() -> None:
+    """Forget every in-memory cache (the next use of a run reads its psro_cache.json again)."""
+    _CACHES.clear()
 
 
 def _check_game(spec: GameSpec) -> None:
@@ -248,3 +253,18 @@ def output_exploitability(run_dir: str | os.PathLike) -> float:
     run = read_run(Path(run_dir).resolve())  # member paths come back absolute, not cwd-relative
     spec = game_spec(run.game_id)
     return exploitability(spec.id, league_output_policy(spec, run.frozen(), run.run_dir, save_cache=False))
+
+
+def exploitability_metrics(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathLike,
+                           role: str = "main") -> dict[str, float]:
+    """Per-iteration metrics of a PSRO league: ``eval/exploitability`` of the output policy (the
+    meta-Nash mixture of `members`) and ``eval/main_exploitability`` of `role`'s newest snapshot
+    (its last best response). They change only when a snapshot joins the population."""
+    from evaluation.exploitability import exploitability
+
+    metrics = {"eval/exploitability": exploitability(spec.id, league_output_policy(spec, members, run_dir))}
+    newest = next((m for m in reversed(members) if m.kind == "snapshot" and m.role == role), None)
+    if newest is not None:
+        table = member_table(spec, _resolved(newest, run_dir), payoff_cache(spec.id, run_dir))
+        metrics["eval/main_exploitability"] = exploitability(spec.id, table)
+    return metrics

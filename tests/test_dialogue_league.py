@@ -102,6 +102,40 @@ def test_rollout_rows_that_are_not_whole_causal_dialogues_are_refused():
         dialogue_episodes(rollout(wrong_token))
 
 
+def test_runner_rows_of_real_negotiations_rebuild_each_seats_dialogue():
+    """The contract with league/runner.py on the real game: every recorded game comes back whole,
+    its own tokens are exactly the seat's moves, its score the seat's return."""
+    from agents.bots import make_bot
+    from games.registry import make_vector
+    from league.dialogue import negotiation_episode_stats
+    from league.runner import MatchAssignment, PlayTask, Runner
+
+    spec = registry.make("negotiation").spec
+    bots = {"fair": make_bot("negotiator-fair", spec), "tough": make_bot("negotiator-tough", spec)}
+    assignments = tuple(MatchAssignment(i, 1000 + i, ("fair", "tough") if i % 2 else ("tough", "fair"))
+                        for i in range(20))
+    result = Runner(lambda n: make_vector("negotiation", n, seed=0), 6).play(
+        PlayTask(0, assignments, sample_seed=0, learners=("fair",), learner_versions=(0,)), bots.__getitem__)
+    episodes = dialogue_episodes(result.rollouts["fair"])
+    expected = []
+    for match in result.matches:
+        seat = match.assignment.players.index("fair")
+        game = registry.make("negotiation")
+        game.reset(match.assignment.seed)
+        own = []
+        for token in match.moves:
+            if game.to_move() == (seat,):
+                own.append(token)
+            game.step({game.to_move()[0]: token})
+        expected.append((seat, match.returns[seat], tuple(own), game.agreed()))
+    got = [(int(seat), float(score), tuple(ids[own].tolist()))
+           for seat, score, ids, own in zip(episodes.seats, episodes.scores, episodes.input_ids, episodes.own_mask)]
+    assert sorted(got) == sorted(e[:3] for e in expected)
+    stats = negotiation_episode_stats(episodes)
+    assert stats["own_parseable_rate"] == 1.0                        # scripted bots only say proposals and deal
+    assert stats["agreement_rate"] == np.mean([e[3] for e in expected])
+
+
 # -- a token-PPO league end to end ---------------------------------------------------------------
 
 TINY = ["iterations=2", "matches_per_iteration=8", "num_envs=8", "snapshot_every_steps=40", "rating_share=0.2",

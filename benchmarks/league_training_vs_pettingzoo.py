@@ -1,0 +1,161 @@
+"""End-to-end league training on connect four against PettingZoo's random loop, in board moves per second.
+
+The league side is everything `ludus train connect_four` does, through the same calls as the CLI
+(`league.api.load_config` on the `connect_four` preset, `League.create`, `run`, `close`): the
+initial snapshots, starting the runner processes, matchmaking, playing (the learners against
+themselves, their snapshots and the anchor bots, random and MCTS), PPO updates, the ledger with
+TrueSkill updates, payoff, snapshots, checkpoints and metric logging. The preset is used as is;
+only the iteration count is set (`--iterations`), so the figure is what users get. The rate is
+the board moves of every match played (training and rating) divided by the wall time from
+`League.create` to the end of `close`.
+
+The reference is PettingZoo's `connect_four_v3.env()` AEC loop with uniformly random legal moves
+(`benchmarks/game_speed.py`'s `PettingZooRun`), measured for `--seconds` right before and right
+after each training run, so load from other processes hits both alike; the ratio of a repeat
+divides the league's rate by the mean of its two PettingZoo measurements, and the goal is the
+median over repeats. For scale: RLlib's OpenSpiel self-play example trains at ~2% of that loop
+on this kind of machine.
+
+Where the time goes is read back from the run itself: the manager's phase timers (matchmaking,
+waiting for play, record, learn, snapshot, checkpoint; with `pipeline_depth: 2` the runners play
+the next iteration while the manager records and learns, so "play" is only the wait) and the
+runners' busy time (the ledger stores each match's share of its runner task's wall time).
+
+    python benchmarks/league_training_vs_pettingzoo.py [--iterations 40] [--repeats 1] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from game_speed import PettingZooRun  # noqa: E402
+
+GOAL = 1.0
+PRESET = "connect_four"
+PHASES = ("matchmaking", "play", "record", "learn", "snapshot", "checkpoint")
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """One timed `ludus train connect_four` run."""
+
+    iterations: int
+    moves: int
+    """Board moves of every match played (training and rating)."""
+    matches: int
+    seconds: float
+    """Wall time from League.create to the end of close."""
+    setup_seconds: float
+    """Of which outside the iterations: League.create (ledger, initial snapshots), metrics
+    start-up (wandb, TensorBoard) and close. The runner processes start inside iteration 1."""
+    phase_seconds: dict[str, float]
+    """Manager wall time per phase, summed over iterations."""
+    runner_seconds: float
+    """Runner busy time summed over runner tasks (from the ledger)."""
+    learner_rows: int
+    """Transitions the learners trained on (PPO batch rows, all learners)."""
+
+    @property
+    def moves_per_second(self) -> float:
+        return self.moves / self.seconds
+
+
+def train_once(iterations: int, run_dir: Path) -> TrainingRun:
+    """`ludus train connect_four --set iterations=N --run run_dir`, timed, without printing the status table."""
+    from league import api
+    from league.manager import League
+
+    config = api.load_config(PRESET, [f"iterations={iterations}"])
+    phases = dict.fromkeys(PHASES, 0.0)
+    iteration_seconds = [0.0]
+    rows = [0]
+
+    def on_iteration(summary) -> None:
+        for phase, value in summary.phase_seconds.items():
+            phases[phase] = phases.get(phase, 0.0) + value
+        iteration_seconds[0] += summary.seconds
+        rows[0] += int(sum(stats.get("batch_size", 0) for stats in summary.losses.values()))
+
+    start = time.perf_counter()
+    league = League.create(config, run_dir)
+    league.on_iteration.append(on_iteration)
+    try:
+        league.run()
+    finally:
+        league.close()
+    seconds = time.perf_counter() - start
+    moves, matches, runner_seconds = _ledger_totals(run_dir)
+    if moves != league.total_env_steps:
+        raise AssertionError(f"ledger holds {moves} moves, the league counted {league.total_env_steps}")
+    return TrainingRun(iterations=iterations, moves=moves, matches=matches, seconds=seconds,
+                       setup_seconds=seconds - iteration_seconds[0],
+                       phase_seconds=phases, runner_seconds=runner_seconds, learner_rows=rows[0])
+
+
+def _ledger_totals(run_dir: Path) -> tuple[int, int, float]:
+    """(moves, matches, runner seconds) of every match in the run's ledger."""
+    from league.ledger import Store
+
+    moves = matches = 0
+    runner_seconds = 0.0
+    with Store.open(run_dir, mode="read") as store:
+        for stored in store.iter_matches():
+            result = stored.result
+            moves += result.length
+            matches += 1
+            runner_seconds += result.duration_s
+    return moves, matches, runner_seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--iterations", type=int, default=40, help="league iterations per training run")
+    parser.add_argument("--repeats", type=int, default=1, help="training runs, each between two PettingZoo measurements")
+    parser.add_argument("--seconds", type=float, default=5.0, help="PettingZoo seconds per measurement")
+    args = parser.parse_args()
+    os.environ.setdefault("WANDB_SILENT", "true")
+    rng = np.random.default_rng(0)
+    pettingzoo = PettingZooRun(rng)
+    pettingzoo.measure(1.0)  # warm-up
+    ratios, runs, pz_rates = [], [], []
+    before = pettingzoo.measure(args.seconds)
+    for repeat in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="ludus-c4-train-") as tmp:
+            run = train_once(args.iterations, Path(tmp) / "run")
+        after = pettingzoo.measure(args.seconds)
+        reference = (before + after) / 2
+        ratios.append(run.moves_per_second / reference)
+        runs.append(run)
+        pz_rates += [before, after]
+        print(f"repeat {repeat + 1}: league training {run.moves_per_second / 1e3:.1f}k moves/s "
+              f"({run.moves:,} moves, {run.matches:,} matches, {run.iterations} iterations in {run.seconds:.1f} s)  "
+              f"pettingzoo {before / 1e3:.1f}k / {after / 1e3:.1f}k moves/s before/after  "
+              f"ratio {ratios[-1]:.2f}x  load {os.getloadavg()[0]:.1f}", flush=True)
+        before = after
+    run = runs[len(runs) // 2]
+    print(f"profile of repeat {len(runs) // 2 + 1} (manager wall time; runners work in their own processes):")
+    print(f"  outside iterations (create, metrics start-up, close): {run.setup_seconds:.1f} s")
+    for phase in PHASES:
+        seconds = run.phase_seconds.get(phase, 0.0)
+        print(f"  {phase:<12} {seconds:6.1f} s  {seconds / run.seconds:5.1%}")
+    print(f"  runners busy {run.runner_seconds:.1f} s ({run.moves / max(run.runner_seconds, 1e-9) / 1e3:.1f}k moves/s "
+          f"while playing); learners trained on {run.learner_rows:,} transitions "
+          f"({run.learner_rows / max(run.phase_seconds['learn'], 1e-9) / 1e3:.1f}k rows/s of learn phase)")
+    ratio = float(np.median(ratios))
+    print(f"league training: {np.median([r.moves_per_second for r in runs]) / 1e3:.1f}k moves/s; "
+          f"PettingZoo random loop: {np.median(pz_rates) / 1e3:.1f}k moves/s")
+    print(f"goal league_training_vs_pettingzoo: {ratio:.2f}x (target {GOAL:.1f}x) {'PASS' if ratio >= GOAL else 'FAIL'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
