@@ -256,7 +256,7 @@ def exploitability_chart(report: RunReport) -> charts.Chart | None:
         return None
     steps, values = zip(*report.exploitability)
     return charts.line_chart([charts.Series("exploitability", steps, values, markers=len(steps) < 40)],
-                             title="Exploitability of the main agent", x_label="env steps",
+                             title="Exploitability of the league's output policy", x_label="env steps",
                              y_label="exploitability", reference=[(0.0, "Nash")])
 
 

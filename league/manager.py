@@ -643,8 +643,16 @@ class League:
         losses, lag, dropped = self._learn(results)
         lap("learn")
         snapshots = self._snapshots_due()
+        eval_metrics: dict[str, float] = {}
         if snapshots:
             self.backend.set_population(self._members_for_runners())
+            if any(role.meta_nash > 0 for role in self.config.roles):
+                # PSRO: the league's output is the meta-Nash mixture; log its exploitability
+                # (exact, OpenSpiel) whenever the population changes.
+                from league.psro import exploitability_metrics
+
+                eval_metrics = exploitability_metrics(self.spec, self.population.frozen(), self.run_dir,
+                                                      role=self.config.roles[0].name)
         lap("snapshot")
         env_steps = sum(r.env_steps for r in results)
         self.total_env_steps += env_steps
@@ -656,7 +664,7 @@ class League:
         summary = IterationSummary(self.iteration, training, rating, env_steps, seconds, phases,
                                    env_steps / max(seconds, 1e-9), lag, dropped, tuple(snapshots), losses,
                                    self._main_rating())
-        self._log(summary)
+        self._log(summary, eval_metrics)
         for callback in self.on_iteration:
             callback(summary)
         return summary, nxt
@@ -699,8 +707,9 @@ class League:
                                      tensorboard=log_config.tensorboard, run_name=self.run_dir.name,
                                      config=config_to_dict(self.config), resume=self.iteration > 0)
 
-    def _log(self, s: IterationSummary) -> None:
+    def _log(self, s: IterationSummary, extra: dict[str, float] | None = None) -> None:
         metrics = {
+            **(extra or {}),
             "charts/steps_per_second": s.steps_per_second,
             "charts/env_steps": float(self.total_env_steps),
             "charts/matches": float(self.total_matches),
