@@ -107,8 +107,8 @@ class MAPPOConfig:
     critic_agent_id: bool = True
     """Append the seat's one-hot id to the critic's input: the global state is the same for every
     agent, the id tells the critic whose (individual) reward it predicts."""
-    num_envs: int = 32
-    """Games stepped in parallel by the training loop (the paper: 128 rollout threads)."""
+    num_envs: int = 128
+    """Games stepped in parallel per rollout by the training loop (the paper's 128 rollout threads)."""
     num_steps: int = 25
     """Steps per game per rollout (the paper: episode_length 25, one MPE episode)."""
 
@@ -143,14 +143,15 @@ def critic_inputs(obs: np.ndarray, global_state: np.ndarray | None, config: MAPP
                   num_players: int) -> np.ndarray:
     """[B, P, D_critic] critic input per seat.
 
-    obs: [B, P, D] local observations (flattened). global_state: [B, S] the game's global state,
+    obs: [B, P, *obs_shape] local observations (flattened here). global_state: [B, S] the game's global state,
     or None to use the concatenation of all P observations. 'global' gives every seat the same
     global vector; 'local' (IPPO) gives each seat its own observation. The seat's one-hot id is
     appended when `config.critic_agent_id`.
     """
     obs = np.asarray(obs, dtype=np.float32)
-    if obs.ndim != 3 or obs.shape[1] != num_players:
-        raise ValueError(f"critic_inputs needs observations shaped [B, P={num_players}, D], got {obs.shape}")
+    if obs.ndim < 3 or obs.shape[1] != num_players:
+        raise ValueError(f"critic_inputs needs observations shaped [B, P={num_players}, ...], got {obs.shape}")
+    obs = obs.reshape(obs.shape[0], num_players, -1)
     if config.critic_input == "local":
         per_seat = obs
     else:
@@ -417,7 +418,7 @@ class MAPPOLearner:
         self.updates = 0
 
     @staticmethod
-    def for_game(spec: GameSpec, config: MAPPOConfig = MAPPOConfig(), seed: int = 0) -> "MAPPOLearner":
+    def for_game(spec: GameSpec, config: MAPPOConfig = MAPPOConfig(), seed: int = 0) -> MAPPOLearner:
         """A learner with fresh nets sized for `spec`; initial weights follow from `seed`."""
         actor_size, critic_size = input_sizes(spec, config)
         with torch.random.fork_rng(devices=[]):
@@ -591,11 +592,11 @@ class Rollout:
 
 
 def _critic_input_now(games: VectorGame, ts: TimeStep, config: MAPPOConfig) -> np.ndarray:
-    obs = ts.obs.reshape(ts.obs.shape[0], ts.obs.shape[1], -1)
+    """Critic inputs for `ts`, the TimeStep of the games now running in `games`."""
     state = None
     if config.critic_input == "global" and games.spec.state_shape is not None:
         state = vector_global_states(games)
-    return critic_inputs(obs, state, config, games.spec.num_players)
+    return critic_inputs(ts.obs, state, config, games.spec.num_players)
 
 
 def collect_rollout(games: VectorGame, ts: TimeStep, learners: dict[int, MAPPOLearner], num_steps: int,
@@ -636,7 +637,7 @@ def collect_rollout(games: VectorGame, ts: TimeStep, learners: dict[int, MAPPOLe
 
     for t in range(num_steps):
         acting = ts.acting
-        actor_now = actor_inputs(ts.obs.reshape(num_games, num_players, -1), config)
+        actor_now = actor_inputs(ts.obs, config)
         critic_now = _critic_input_now(games, ts, config)
         step_actions = np.zeros((num_games, num_players), dtype=np.int64)
         for team, learner in learners.items():
@@ -683,16 +684,20 @@ def collect_rollout(games: VectorGame, ts: TimeStep, learners: dict[int, MAPPOLe
     advantages[~active] = 0.0
     returns[~active] = 0.0
 
-    batches = {}
-    for team, seats in seats_of_team.items():
-        def rows(array: np.ndarray) -> np.ndarray:
-            return np.ascontiguousarray(array[:, :, seats].reshape(-1, *array.shape[3:]))
+    seat_of_row = np.broadcast_to(np.arange(num_players), shape).astype(np.int64)
 
-        batches[team] = MAPPOBatch(
-            actor_obs=rows(actor_obs), critic_obs=rows(critic_obs), mask=rows(masks), actions=rows(actions),
-            logprobs=rows(logprobs), values=rows(values), rewards=rows(rewards), advantages=rows(advantages), returns=rows(returns),
-            active=rows(active).astype(np.float32),
-            seats=rows(np.broadcast_to(np.arange(num_players), shape)).astype(np.int64))
+    def team_rows(array: np.ndarray, seats: np.ndarray) -> np.ndarray:
+        """[T, B, P, ...] -> [T * B * len(seats), ...]: the team's seats, rows ordered (t, b, seat)."""
+        return np.ascontiguousarray(array[:, :, seats].reshape(-1, *array.shape[3:]))
+
+    batches = {
+        team: MAPPOBatch(
+            actor_obs=team_rows(actor_obs, seats), critic_obs=team_rows(critic_obs, seats),
+            mask=team_rows(masks, seats), actions=team_rows(actions, seats), logprobs=team_rows(logprobs, seats),
+            values=team_rows(values, seats), rewards=team_rows(rewards, seats),
+            advantages=team_rows(advantages, seats), returns=team_rows(returns, seats),
+            active=team_rows(active, seats).astype(np.float32), seats=team_rows(seat_of_row, seats))
+        for team, seats in seats_of_team.items()}
     episodes = EpisodeRecord(
         team_returns={team: (np.concatenate(r) if r else np.zeros(0, np.float32)).astype(np.float32)
                       for team, r in finished_returns.items()},

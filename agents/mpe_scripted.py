@@ -57,7 +57,7 @@ def optimal_assignment(cost: np.ndarray) -> np.ndarray:
 
     cost: [R, N, N] (agent i, landmark j). Returns [R, N] int64: landmark of each agent.
     """
-    rows, n, _ = cost.shape
+    _, n, _ = cost.shape
     if n > MAX_BRUTE_FORCE_AGENTS:
         raise ValueError(f"optimal_assignment enumerates N! permutations; N={n} is over "
                          f"{MAX_BRUTE_FORCE_AGENTS}: use fewer agents")

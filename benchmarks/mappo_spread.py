@@ -23,7 +23,7 @@ import argparse
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,8 +97,9 @@ def main() -> int:
 
     start = time.perf_counter()
     print(f"game {GAME}; {args.seeds} seeds x (MAPPO, IPPO) x {args.steps:,} env steps; "
-          f"{args.workers} workers; config {benchmark_config()}")
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (cores: {os.cpu_count()})")
+          f"{args.workers} workers; config {benchmark_config()}", flush=True)
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (cores: {os.cpu_count()})",
+          flush=True)
     jobs = [(algorithm, seed) for seed in range(args.seeds) for algorithm in ("mappo", "ippo")]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=context) as pool:
@@ -106,8 +107,14 @@ def main() -> int:
                       for name in ("random", "scripted")}
         futures = [pool.submit(train_and_evaluate, algorithm, seed, args.steps, args.eval_episodes, args.eval_seed)
                    for algorithm, seed in jobs]
-        runs = [future.result() for future in futures]
         reference = {name: future.result() for name, future in references.items()}
+        runs = []
+        for future in as_completed(futures):
+            run = future.result()
+            runs.append(run)
+            print(f"  done: {run.algorithm} seed {run.seed}: eval return {run.eval_return:.2f} "
+                  f"({run.train_seconds:.0f} s training)", flush=True)
+        runs.sort(key=lambda run: (run.algorithm != "mappo", run.seed))
 
     print(f"\n{'policy':<10}{'seed':>5}{'eval return':>14}{'+-se':>7}{'train first10%':>16}{'last10%':>9}"
           f"{'train s':>9}")

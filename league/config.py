@@ -85,14 +85,15 @@ class DialogueConfig:
     token_ppo: TokenPPOConfig = field(default_factory=TokenPPOConfig)
     """Token-level PPO hyperparameters (KL penalty to the imitation model, interleaved imitation batches)."""
     imitation_steps: int = 0
-    """Behaviour-cloning steps on scripted dialogues before league RL (once, when a learner is created)."""
+    """Behaviour-cloning steps on scripted dialogues before league RL (once per learner, before its first
+    snapshot; a resume does not repeat them)."""
     imitation_batch_size: int = 64
     """Dialogue transcripts (one seat's side each) per imitation step."""
     imitation_lr: float = 1e-3
-    """Adam learning rate of the warm start (the interleaved batches during RL use token_ppo.lr)."""
+    """Adam learning rate of the warm start, annealed linearly to 0 (interleaved batches during RL use token_ppo.lr)."""
     imitation_dialogues: int = 2048
     """Scripted dialogues generated (seeded) as imitation data; each gives one transcript per seat."""
-    imitation_bots: tuple[str, ...] = ("negotiator-fair",)
+    imitation_bots: tuple[str, ...] = ("negotiator-fair", "negotiator-tough", "negotiator-soft", "random-split")
     """Demonstrators (bot names); the dialogues are split evenly over every ordered pair of them."""
 
     def __post_init__(self) -> None:
@@ -278,19 +279,24 @@ PRESETS: dict[str, dict[str, Any]] = {
         "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 0.0,
                    "meta_nash": 1.0, "reset_every_snapshots": 1}],
     },
-    # Dialogue (../shared/REFERENCE.md §4): a tiny LM imitates the scripted fair negotiator, then
-    # token-level PPO against itself, its snapshots and scripted anchors, with KL 0.2 to the
-    # imitation model, lr 3e-4 and one imitation batch every 4 RL updates (the stable recipe).
-    # TrueSkill: the higher own score wins, equal scores draw (league.ledger.outcomes_from_returns).
+    # Dialogue (../shared/REFERENCE.md §4): a tiny LM imitates dialogues among the four scripted
+    # negotiators (a population of styles, as a human corpus is), then token-level PPO against
+    # itself, its snapshots and the scripted anchors, with KL 0.2 to the imitation model, lr 3e-4
+    # and one imitation batch every 4 RL updates (the stable recipe). The value head is fitted to
+    # the demonstrations' scores, so the value loss needs no clipping; no entropy bonus (the KL
+    # penalty already keeps the policy near the imitation model, and entropy only adds noise to
+    # the words). TrueSkill: higher own score wins, equal scores draw (outcomes_from_returns).
     "negotiation": {
-        "game": "negotiation", "learner": "token_ppo", "iterations": 60, "matches_per_iteration": 64,
-        "num_envs": 64, "snapshot_every_steps": 10_000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.2,
+        "game": "negotiation", "learner": "token_ppo", "iterations": 60, "matches_per_iteration": 128,
+        "num_envs": 128, "snapshot_every_steps": 20_000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.2,
         "draw_probability": 0.15,
         "anchors": ["negotiator-fair", "negotiator-tough", "negotiator-soft", "random-split"],
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.2, "pfsp": 0.6, "uniform": 0.2,
+        "roles": [{"name": "main", "kind": "main", "self_play": 0.1, "pfsp": 0.5, "uniform": 0.4,
                    "pfsp_weighting": "var"}],
-        "dialogue": {"imitation_steps": 400, "imitation_batch_size": 32, "imitation_lr": 3e-3,
-                     "token_ppo": {"lr": 3e-4, "kl_beta": 0.2, "imitation_every": 4}},
+        "dialogue": {"imitation_steps": 800, "imitation_batch_size": 32, "imitation_lr": 3e-3,
+                     "imitation_bots": ["negotiator-fair", "negotiator-tough", "negotiator-soft", "random-split"],
+                     "token_ppo": {"lr": 3e-4, "kl_beta": 0.2, "imitation_every": 4, "value_clip": None,
+                                   "ent_coef": 0.0, "minibatch_size": 32}},
     },
 }
 

@@ -202,6 +202,13 @@ class ImitationData:
         return TokenBatch.for_imitation(self.tokens[rows], self.targets[rows], self.legal[rows])
 
 
+def require_demonstrators(spec: GameSpec) -> None:
+    """Imitation needs scripted demonstrators; only the negotiation game has them."""
+    if not is_negotiation(spec):
+        raise ConfigError(f"imitation needs scripted demonstrators, and only the negotiation game has them; "
+                          f"for {spec.id!r} set dialogue.imitation_steps=0 and dialogue.token_ppo.imitation_every=0")
+
+
 def imitation_data(spec: GameSpec, bots: Sequence[str], num_dialogues: int, seed: int) -> ImitationData:
     """Seeded scripted dialogues of the negotiation game: `num_dialogues` split evenly over every
     ordered pair of the bots `bots` (names for `agents.bots.make_bot`)."""
@@ -209,9 +216,7 @@ def imitation_data(spec: GameSpec, bots: Sequence[str], num_dialogues: int, seed
     from agents.scripted_negotiator import generate_dialogues
     from games import registry
 
-    if not is_negotiation(spec):
-        raise ConfigError(f"imitation needs scripted demonstrators, and only the negotiation game has them; "
-                          f"for {spec.id!r} set dialogue.imitation_steps=0 and dialogue.token_ppo.imitation_every=0")
+    require_demonstrators(spec)
     rules = registry.make(spec.id).rules
     pairs = [(a, b) for a in bots for b in bots]
     seeds = np.random.SeedSequence(seed).spawn(len(pairs))
@@ -308,8 +313,8 @@ class TokenPPOLeagueLearner:
         self.seed = seed
         self.lm_config = lm_config_for_game(spec, self.dialogue.lm)
         self.architecture = lm_architecture(spec, self.dialogue.lm)
-        if (self.dialogue.imitation_steps or self.dialogue.token_ppo.imitation_every) and not is_negotiation(spec):
-            imitation_data(spec, (), 0, 0)  # raises the ConfigError that explains the fix
+        if self.dialogue.imitation_steps or self.dialogue.token_ppo.imitation_every:
+            require_demonstrators(spec)
         streams = np.random.SeedSequence(seed).spawn(3)
         self._data_seed = int(streams[0].generate_state(1, np.uint32)[0])
         self._imitation_rng = np.random.default_rng(streams[1])
@@ -343,6 +348,9 @@ class TokenPPOLeagueLearner:
             if d.imitation_steps:
                 cloner = TokenPPOLearner(self._model, config=dataclasses.replace(d.token_ppo, lr=d.imitation_lr))
                 for step in range(d.imitation_steps):
+                    # Linear annealing to 0 (as CleanRL anneals PPO's): the last steps polish the
+                    # token distributions that decide whether sampled utterances parse.
+                    cloner.backend.optimizer.param_groups[0]["lr"] = d.imitation_lr * (1 - step / d.imitation_steps)
                     last = cloner.imitation_update(self._imitation_batch())
                     first = first or last
                 data = self._imitation()
@@ -655,7 +663,7 @@ def lm_policy_of(learner: TokenPPOLeagueLearner | LMWithValueHead) -> LMPolicy:
 
 
 __all__ = ["PAD_ID", "build_lm_policy", "lm_architecture", "lm_config_for_game", "DialogueEpisodes",
-           "dialogue_episodes", "ImitationData", "imitation_data", "TokenPPOLeagueLearner", "WarmStartReport",
-           "negotiation_episode_stats", "Interval", "mean_interval", "rate_interval", "NegotiationEval",
-           "play_contexts", "held_out_contexts", "evaluate_negotiators", "score_gain", "lm_policy_of"]
-
+           "dialogue_episodes", "ImitationData", "imitation_data", "require_demonstrators", "fit_value_head",
+           "TokenPPOLeagueLearner", "WarmStartReport", "negotiation_episode_stats", "Interval", "mean_interval",
+           "rate_interval", "NegotiationEval", "play_contexts", "held_out_contexts", "evaluate_negotiators",
+           "score_gain", "lm_policy_of"]

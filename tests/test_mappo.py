@@ -9,10 +9,25 @@ import numpy as np
 import pytest
 import torch
 
-from agents.mappo import (MAPPOBatch, MAPPOConfig, MAPPOLearner, ValueNorm, actor_inputs, collect_rollout,
-                          critic_inputs, evaluate_policy, input_sizes, masked_mean, train_cooperative,
-                          vector_global_states)
-from agents.mpe_scripted import SpreadScriptedPolicy, optimal_assignment, spread_scripted_actions
+from agents.mappo import (
+    MAPPOBatch,
+    MAPPOConfig,
+    MAPPOLearner,
+    ValueNorm,
+    actor_inputs,
+    collect_rollout,
+    critic_inputs,
+    evaluate_policy,
+    input_sizes,
+    masked_mean,
+    train_cooperative,
+    vector_global_states,
+)
+from agents.mpe_scripted import (
+    SpreadScriptedPolicy,
+    optimal_assignment,
+    spread_scripted_actions,
+)
 from agents.policy import RandomPolicy
 from agents.rollout import compute_gae
 from games.core import GameSpec
