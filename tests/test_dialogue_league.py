@@ -3,6 +3,8 @@ resume, LM snapshots, the negotiation evaluation and playing a trained agent in 
 
 from __future__ import annotations
 
+import sys
+
 import hashlib
 import json
 from pathlib import Path
@@ -351,6 +353,7 @@ def test_negotiation_skill_acceptance(tmp_path):
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "negotiation_skill.py"
     spec = importlib.util.spec_from_file_location("negotiation_skill", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
     spec.loader.exec_module(module)
     report = module.run_negotiation_skill(tmp_path / "run", num_contexts=512, seed=0)
     for name, figure, target, passed in report.goals():
