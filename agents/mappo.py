@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from agents.nets import layer_init, masked_logits
-from agents.policy import ActBatch, ActOutput
+from agents.policy import ActBatch, ActOutput, Policy
 from agents.ppo import TorchOptimizerBackend
 from agents.rollout import compute_gae
 from games.core import GameError, GameSpec, LoopVectorGame, TimeStep, VectorGame
@@ -808,7 +808,7 @@ class EvaluationResult:
         return float(self.episode_returns.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
 
 
-def evaluate_policy(game_id: str, policy, episodes: int, seed: int, num_envs: int = 50,
+def evaluate_policy(game_id: str, policy: Policy, episodes: int, seed: int, num_envs: int = 50,
                     greedy: bool = True) -> EvaluationResult:
     """Play `episodes` episodes with `policy` (a `Policy`) acting for every seat.
 

@@ -30,7 +30,7 @@ from agents.mpe_scripted import (
 )
 from agents.policy import RandomPolicy
 from agents.rollout import compute_gae
-from games.core import GameSpec
+from games.core import GameSpec, TimeStep
 from games.registry import make_vector
 
 SPREAD = "pz:mpe2.simple_spread_v3"
@@ -261,6 +261,55 @@ def test_rollout_on_simple_spread(critic_input):
     assert np.allclose(advantages, batch.advantages[rows], atol=1e-4)
     assert np.allclose(returns, batch.returns[rows], atol=1e-4)
     assert learner.update(batch).active_rows == 180
+
+
+class LeavingSeatGame:
+    """A fake 3-seat simultaneous VectorGame (one slot): 4 steps a game, seat 2 leaves after 2.
+
+    Every acting seat gets reward 1 per step; the game ends by its rules (terminal) after step 4."""
+
+    spec = GameSpec(id="test:leaving", num_players=3, num_actions=2, observation_shape=(2,), teams=(0, 0, 0),
+                    zero_sum=False, utility_sum=None, simultaneous=True, max_length=4)
+    num_games = 1
+
+    def __init__(self):
+        self.seed_source = lambda n: np.zeros(n, np.uint64)
+        self.t = 0
+
+    def _timestep(self, rewards, done):
+        acting = np.array([[True, True, self.t < 2]])
+        return TimeStep(obs=np.full((1, 3, 2), self.t, np.float32), mask=acting[:, :, None].repeat(2, axis=2),
+                        acting=acting, rewards=np.asarray(rewards, np.float32).reshape(1, 3),
+                        done=np.array([done]), truncated=np.array([False]),
+                        final_returns=np.zeros((1, 3), np.float32), final_lengths=np.zeros(1, np.int64))
+
+    def reset(self, seeds):
+        self.t = 0
+        return self._timestep(np.zeros(3), False)
+
+    def step(self, actions):
+        rewards = [1.0, 1.0, 1.0 if self.t < 2 else 0.0]
+        self.t += 1
+        done = self.t == 4
+        if done:
+            self.t = 0
+        return self._timestep(rewards, done)
+
+
+def test_rollout_masks_a_seat_that_left_and_ends_its_returns():
+    config = MAPPOConfig(hidden=(8,), gamma=1.0, gae_lambda=1.0)
+    games = LeavingSeatGame()
+    learner = MAPPOLearner.for_game(games.spec, config, seed=0)
+    rollout = collect_rollout(games, games.reset([0]), {0: learner}, 4, np.random.default_rng(0), config)
+    batch = rollout.batches[0]
+    by_seat = {seat: np.flatnonzero(batch.seats == seat) for seat in range(3)}  # rows in time order
+    assert batch.active[by_seat[2]].tolist() == [1, 1, 0, 0]
+    assert batch.active[by_seat[0]].tolist() == [1, 1, 1, 1]
+    # gamma = lambda = 1: the return is the sum of the seat's remaining rewards, whatever the values.
+    assert np.allclose(batch.returns[by_seat[0]], [4, 3, 2, 1], atol=1e-5)
+    assert np.allclose(batch.returns[by_seat[2]], [2, 1, 0, 0], atol=1e-5)
+    assert np.all(batch.advantages[by_seat[2]][2:] == 0)
+    assert learner.update(batch).active_rows == 10
 
 
 # ------------------------------------------------------------------------------------- reference policies
