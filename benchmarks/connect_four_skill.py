@@ -112,7 +112,9 @@ def train(run_dir: Path, budget_seconds: float, overrides: list[str]) -> Trainin
         command += ["--set", override]
     print("$ " + " ".join(command[2:]), flush=True)
     start = time.monotonic()
-    process = subprocess.Popen(command)
+    # A shell starts background jobs with SIGINT ignored and a child inherits that (Python then
+    # installs no KeyboardInterrupt handler): restore the default so the budget's SIGINT stops it.
+    process = subprocess.Popen(command, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     finished = True
     try:
         process.wait(timeout=budget_seconds)

@@ -1,9 +1,11 @@
 """Rating progress on connect four: do the main agent's snapshots get better, by TrueSkill?
 
 1. Trains a connect four league from the `connect_four` preset with `--set` overrides (by
-   default 60 of its 200 iterations, a snapshot every 60k learner steps instead of 200k and a
+   default 60 of its 600 iterations, a snapshot every 60k learner steps instead of 250k and a
    rating share of 0.3 instead of 0.1, so a dozen main snapshots get enough rating games within
-   ~10-15 minutes here); the preset itself is not changed.
+   a few minutes here); the preset itself is not changed. `--rate-only DIR` rates the run of a
+   full `ludus train connect_four` (e.g. the one benchmarks/connect_four_skill.py --run DIR
+   keeps) instead.
 2. Reads the run's own TrueSkill ratings (`league.api.stored_ratings`: the ledger's ratings
    history, built from the league's rating matches only).
 3. Rating-only round robin after training (unless --round-robin-games 0): every pair of the main

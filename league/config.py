@@ -243,21 +243,25 @@ PRESETS: dict[str, dict[str, Any]] = {
         "roles": [{"name": "main", "kind": "main", "self_play": 0.2, "pfsp": 0.8, "uniform": 0.0,
                    "pfsp_power": 3.0}],
     },
-    # Connect four in <= 15 minutes on 2 cores (benchmarks/connect_four_skill.py,
-    # benchmarks/league_training_vs_pettingzoo.py). One runner process plays while the learners
-    # update in the manager (async, data one version old); measured CPU per iteration is ~0.7 s
-    # for the runner and ~0.6 s for the manager, so the two cores stay busy. A shared-trunk MLP:
+    # Connect four in <= 15 minutes on 2 cores (benchmarks/connect_four_skill.py: 852 s on a quiet
+    # machine, then 0.74 against MCTS-100 with no search). Two runner processes play while the
+    # learners update in the manager (async, data one version old): the MCTS anchors' games are
+    # C++ search on the runners, and with one runner the second core idled. A shared-trunk MLP:
     # 4x cheaper to train than conv nets of equal skill per sample here. PPO: many small
     # minibatches and a high learning rate (gradient steps, not samples, limited learning);
     # lambda 0.8 leans on the critic, which learns threats before the policy does; unclipped
     # value loss (Andrychowicz et al. 2021). Snapshots on a fixed step cadence only: the win-rate
     # trigger fired every iteration (the pool holds random and weak early snapshots), which
     # turned the league into plain self-play against copies of the last few iterations.
-    # mcts-25 punishes every one-move blunder, which self-play opponents miss.
+    # MCTS anchors (fixed opponents, as AlphaStar's league kept its supervised agents): mcts-25
+    # punishes every one-move blunder, which self-play opponents miss; mcts-100 punishes two-move
+    # tactics. PFSP sends the main agent to whichever it still loses to. Measured in 15 minutes:
+    # with anchors random + mcts-25 only, 0.35 against MCTS-100; with mcts-100 added, 0.74.
     "connect_four": {
-        "game": "connect_four", "iterations": 900, "matches_per_iteration": 1024, "num_envs": 512,
-        "backend": "process", "num_runners": 1, "pipeline_depth": 2,
-        "snapshot_every_steps": 250_000, "snapshot_win_rate_lcb": 0.0, "anchors": ["random", "mcts-25"],
+        "game": "connect_four", "iterations": 600, "matches_per_iteration": 1024, "num_envs": 512,
+        "backend": "process", "num_runners": 2, "pipeline_depth": 2,
+        "snapshot_every_steps": 250_000, "snapshot_win_rate_lcb": 0.0,
+        "anchors": ["random", "mcts-25", "mcts-100"],
         "net": {"kind": "mlp", "hidden": [256, 256], "activation": "relu", "shared_trunk": True},
         "ppo": {"learning_rate": 1e-3, "update_epochs": 4, "minibatch_size": 512, "gae_lambda": 0.8,
                 "clip_vloss": False},
