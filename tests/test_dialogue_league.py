@@ -358,10 +358,8 @@ def test_negotiation_skill_acceptance(tmp_path):
     report = module.run_negotiation_skill(tmp_path / "run", num_contexts=512, seed=0)
     for name, figure, target, passed in report.goals():
         print(f"goal {name}: {figure:.3f} (target {target}) {'PASS' if passed else 'FAIL'}")
-    # The mean-gain target (>= +1.0) is the benchmark's goal line and is reported there (last
-    # measured 0.89, FAIL); this regression test holds every other criterion, including the gain's
-    # 95% lower bound >= +0.5, so a learner that stops improving on the imitation model fails it.
-    excluded = {"negotiation_wall_seconds", "negotiation_rl_gain"}
+    # Seed 0 measured: gains +2.02 / +1.16 (seat 0 / seat 1), lower bounds +1.68 / +0.81.
+    excluded = {"negotiation_wall_seconds"}
     failed = [name for name, _, _, passed in report.goals() if not passed and name not in excluded]
     assert not failed, f"failed: {failed}"
     assert report.after_rl.score("b").mean > 0  # the partner's score is measured too
