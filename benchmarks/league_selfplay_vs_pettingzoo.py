@@ -63,7 +63,9 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(1)
     spec = game_spec("connect_four")
-    config = NetConfig(hidden=(128, 128))
+    # The connect_four preset's kind of net (a relu MLP whose actor and critic share the trunk),
+    # 128 wide instead of the preset's 256.
+    config = NetConfig(hidden=(128, 128), activation="relu", shared_trunk=True)
     policies = {}
     for i, pid in enumerate(["learner"] + [f"snap{i}" for i in range(args.snapshots)]):
         torch.manual_seed(i)
