@@ -34,8 +34,8 @@ def _win_rate_vs_random(net: ActorCritic, greedy: bool) -> tuple[float, tuple[fl
 @pytest.mark.slow
 def test_short_connect_four_league_beats_random(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    # The preset as users run it (a runner process, async pipeline, all three roles, the MCTS
-    # anchor), only shorter and without logging sinks.
+    # The preset as users run it (runner processes, async pipeline, all three roles, the MCTS
+    # anchors), only shorter and without logging sinks.
     config = load_config("connect_four", [f"iterations={ITERATIONS}", "log.wandb=disabled",
                                           "log.tensorboard=false", "log.progress=false"])
     league = League.create(config, tmp_path / "run")
