@@ -970,6 +970,8 @@ class SandboxedAgent:
         self._box = SandboxProcess(submission.path, agent_argv(submission), limits, config)
         self.consecutive_faults = 0
         self.total_faults = 0
+        self._match_moves = 0
+        """Actions the agent gave in the current match."""
         self.starts = 0
         """How many times the process was (re)started."""
         self.ready_name: str | None = None
@@ -1178,6 +1180,7 @@ class SandboxedAgent:
     def begin_match(self, match_id: str, seat: int, seed: int, limits: MatchLimits) -> AgentFault | None:
         """Start the process if needed and send ``start``; a fault means the match is forfeited."""
         self._match_fault = None
+        self._match_moves = 0
         if self.dead:
             return self._fault(MatchStatus.ERROR, f"is dead after {self.consecutive_faults} faulty matches in a row")
         if not self._running:
@@ -1214,6 +1217,7 @@ class SandboxedAgent:
             return self._fault(MatchStatus.INVALID, "sent 'ready' when an action was asked for")
         if not legal_mask[message.action]:
             return self._fault(MatchStatus.INVALID, f"illegal action {message.action}")
+        self._match_moves += 1
         return message.action
 
     def request_action(self, match_id: str, observation: np.ndarray, legal_mask: np.ndarray,
@@ -1253,8 +1257,10 @@ class SandboxedAgent:
         if self._match_fault is not None:
             self.consecutive_faults += 1
             self.total_faults += 1
-        else:
+        elif self._match_moves:
             self.consecutive_faults = 0
+        # else the match ended before this agent moved (the opponent forfeited first): it proved
+        # nothing, so a faulty agent does not earn another three restarts from it.
         return tail
 
     def close(self) -> None:

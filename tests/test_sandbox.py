@@ -249,6 +249,18 @@ def test_faulty_agent_is_restarted_then_dead(honest):
         assert "dead after 2 faulty matches" in reasons[2]
 
 
+def test_a_match_the_opponent_forfeits_first_does_not_clear_the_fault_count(honest):
+    box = SandboxLimits(startup_timeout_s=20, max_consecutive_faults=2)
+    with SandboxedAgent(unchecked("crash_mid_game"), GAME, box) as agent, \
+            SandboxedAgent(unchecked("crash_at_import"), GAME, box) as broken:
+        record = play_match(GAME, [agent, honest], seed=0, limits=LIMITS)
+        assert record.statuses[0] == MatchStatus.ERROR and agent.consecutive_faults == 1
+        record = play_match(GAME, [broken, agent], seed=1, limits=LIMITS)  # agent never gets to move
+        assert record.statuses == (MatchStatus.ERROR, MatchStatus.OK) and agent.consecutive_faults == 1
+        record = play_match(GAME, [agent, honest], seed=2, limits=LIMITS)
+        assert record.statuses[0] == MatchStatus.ERROR and agent.dead
+
+
 def test_honest_opponent_lived_through_the_zoo(honest):
     """All the matches above used one honest process: never restarted, never faulted."""
     assert honest.starts == 1 and honest.total_faults == 0 and honest.running
