@@ -360,6 +360,9 @@ class TorchAdamBackend:
         self.optimizer.step()
         return float(grad_norm)
 
+    def set_learning_rate(self, learning_rate: float) -> None:
+        self.optimizer.param_groups[0]["lr"] = learning_rate
+
 
 # ------------------------------------------------------------------------------ the learner
 

@@ -77,7 +77,7 @@ def train_once(iterations: int | None, run_dir: Path) -> TrainingRun:
     from league import api
     from league.manager import League
 
-    config = api.load_config(PRESET, [f"iterations={iterations}"] if iterations else [])
+    config = api.load_config(PRESET, [f"iterations={iterations}"] if iterations is not None else [])
     phases = dict.fromkeys(PHASES, 0.0)
     iteration_seconds = [0.0]
     rows = [0]

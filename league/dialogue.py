@@ -350,7 +350,7 @@ class TokenPPOLeagueLearner:
                 for step in range(d.imitation_steps):
                     # Linear annealing to 0 (as CleanRL anneals PPO's): the last steps polish the
                     # token distributions that decide whether sampled utterances parse.
-                    cloner.backend.optimizer.param_groups[0]["lr"] = d.imitation_lr * (1 - step / d.imitation_steps)
+                    cloner.backend.set_learning_rate(d.imitation_lr * (1 - step / d.imitation_steps))
                     last = cloner.imitation_update(self._imitation_batch())
                     first = first or last
                 data = self._imitation()

@@ -646,13 +646,14 @@ class League:
         eval_metrics: dict[str, float] = {}
         if snapshots:
             self.backend.set_population(self._members_for_runners())
-            if any(role.meta_nash > 0 for role in self.config.roles):
+            psro_role = next((role for role in self.config.roles if role.meta_nash > 0), None)
+            if psro_role is not None:
                 # PSRO: the league's output is the meta-Nash mixture; log its exploitability
                 # (exact, OpenSpiel) whenever the population changes.
                 from league.psro import exploitability_metrics
 
                 eval_metrics = exploitability_metrics(self.spec, self.population.frozen(), self.run_dir,
-                                                      role=self.config.roles[0].name)
+                                                      role=psro_role.name)
         lap("snapshot")
         env_steps = sum(r.env_steps for r in results)
         self.total_env_steps += env_steps

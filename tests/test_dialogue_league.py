@@ -3,10 +3,9 @@ resume, LM snapshots, the negotiation evaluation and playing a trained agent in 
 
 from __future__ import annotations
 
-import sys
-
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
