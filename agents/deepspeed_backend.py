@@ -20,7 +20,7 @@ Checkpoints, two ways:
   process or job; never load a DeepSpeed checkpoint that someone else could have written
   (unlike snapshots, which are JSON + safetensors and safe to take from strangers).
 
-CPU facts (../shared/REFERENCE.md §3): DeepSpeed picks its CPU accelerator and gloo; a process
+CPU facts (docs/reference.md §3): DeepSpeed picks its CPU accelerator and gloo; a process
 that was not started by a launcher needs MASTER_ADDR/MASTER_PORT/RANK/LOCAL_RANK/WORLD_SIZE (set
 here for a single rank on loopback); the shared-memory comm op must be disabled before
 `initialize` or it is JIT-compiled (40-100 s); fp16 is refused on CPU, which `LearnerBackendConfig`

@@ -9,7 +9,7 @@ Human Preferences", put the value head on the same trunk).
 Two kinds of model come in through the same wrapper, `LMWithValueHead`:
 
 * a tiny GPT-2 built from `TinyLMConfig` (~113k parameters at the defaults, pure CPU), the model
-  that learns negotiation from scratch (../shared/REFERENCE.md §4);
+  that learns negotiation from scratch (docs/reference.md §4);
 * any Hugging Face causal LM saved in a LOCAL directory (`load_hf_causal_lm`), e.g. SmolLM2-135M
   from a GGUF file, loaded with ``local_files_only=True`` and HF_HUB_OFFLINE=1: never the hub.
 

@@ -2,7 +2,7 @@
 
 Every agent in Ludus — a neural snapshot, a bot, a sandboxed arena submission — answers the
 same call: given N decision points (rows), pick one legal action per row. Rows may come from
-different games and seats; batching them is how self-play gets fast (../shared/REFERENCE.md §1:
+different games and seats; batching them is how self-play gets fast (docs/reference.md §1:
 an MLP costs 39 us per board alone, 1.65 us per board in a batch of 1,024).
 """
 

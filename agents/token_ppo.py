@@ -42,7 +42,7 @@ from agents.nets import masked_logits
 
 @dataclass(frozen=True)
 class TokenPPOConfig:
-    """Hyper-parameters of token-level PPO (defaults: ../shared/REFERENCE.md §4)."""
+    """Hyper-parameters of token-level PPO (defaults: docs/reference.md §4)."""
 
     lr: float = 3e-4
     """Adam learning rate (1e-3 made the prototype's language collapse; 3e-4 was stable)."""

@@ -1,7 +1,7 @@
 """Batched KV-cache generation against a per-sample loop, on the tiny GPT-2 of a dialogue policy.
 
 Model: GPT2Config(vocab_size=75, n_positions=128, n_embd=64, n_layer=2, n_head=4) with a value head
-(113k + 65 parameters; shared/REFERENCE.md §3), random weights. Workload: 32 prompts of 4-20
+(113k + 65 parameters; docs/reference.md §3), random weights. Workload: 32 prompts of 4-20
 tokens, 64 new tokens each (no stop token, so both sides do the same amount of work), sampled
 with the same Generator seed.
 

@@ -14,7 +14,7 @@ The three run interleaved, repeat after repeat, so that load from other processe
 them alike; each rate is the median over repeats and the goal ratio is the median of the
 per-repeat ratios (native and PettingZoo measured back to back). Rates count board moves
 (steps that place a stone). The goal compares (a) with (b): 300x PettingZoo is ~3.2M moves/s
-on a machine where (b) does ~10.6k (see shared/REFERENCE.md).
+on a machine where (b) does ~10.6k (see docs/reference.md).
 
     python benchmarks/game_speed.py [--boards 8192] [--repeats 5] [--seconds 1.0]
 """

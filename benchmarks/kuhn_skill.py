@@ -11,7 +11,7 @@ wall-clock budget of training time, and measures exactly, with OpenSpiel's best 
   a half-trained best response, not a candidate equilibrium).
 
 Measuring pauses the training clock (it takes ~10 ms). References on this kind of machine
-(../shared/REFERENCE.md §2): uniform random 0.4583; PSRO with exact best responses 0.0118 at 29 s;
+(docs/reference.md §2): uniform random 0.4583; PSRO with exact best responses 0.0118 at 29 s;
 OpenSpiel NFSP 0.15 at 300 s. The machine is shared: the load average is printed with the results.
 
     python benchmarks/kuhn_skill.py                      # 3 seeds x 600 s, one after another
@@ -126,7 +126,7 @@ def report(results: list[dict], loads: list[tuple[float, float, float]], uniform
                                                                     for load in loads) + "  on "
           f"{os.cpu_count()} cores")
     print(f"references: uniform random {uniform:.4f} (measured here); PSRO with exact best responses 0.0118 "
-          f"at 29 s; NFSP 0.15 at 300 s (../shared/REFERENCE.md)")
+          f"at 29 s; NFSP 0.15 at 300 s (docs/reference.md)")
     marks = [t for t in (30, 60, 120, 180, 240, 300, 420, 600) if t <= results[0]["budget"]]
     print("\nexploitability of the league's output policy (meta-Nash mixture) by training time:")
     print(f"{'seed':>4} " + " ".join(f"{f'{t}s':>7}" for t in marks) + f" {'final':>7} {'to 0.05':>8}"

