@@ -527,9 +527,9 @@ class NegotiationEval:
     records_ba: tuple
     """NegotiationRecord per context, B in seat 0 and A in seat 1 (empty unless duplicate)."""
     random_split_joint: float
-    """Mean joint score of a uniformly random agreed split over these contexts (REFERENCE: 10.0)."""
+    """Mean joint score of a uniformly random agreed split over these contexts (docs/reference.md §4: 10.0)."""
     best_joint: float
-    """Mean best possible joint score over these contexts (REFERENCE: 15.1)."""
+    """Mean best possible joint score over these contexts (docs/reference.md §4: 15.1)."""
 
     @property
     def duplicate(self) -> bool:

@@ -51,7 +51,7 @@ def _prompts(rng: np.random.Generator, n: int) -> list[list[int]]:
 
 
 def test_tiny_gpt2_matches_reference_size_and_is_seeded():
-    big = build_tiny_lm(TinyLMConfig(), seed=0)  # REFERENCE §3: GPT-2 75/128/64/2/4 has 113k parameters
+    big = build_tiny_lm(TinyLMConfig(), seed=0)  # docs/reference.md §3: GPT-2 75/128/64/2/4 has 113k parameters
     lm_params = sum(p.numel() for p in big.lm.parameters())
     assert lm_params == 113_088
     assert sum(p.numel() for p in big.parameters()) == lm_params + 65  # value head 64 + 1
