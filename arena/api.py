@@ -241,6 +241,11 @@ class Arena:
             if game is None:
                 raise ArenaError(f"{submission.name!r} plays any game and the arena has none yet: pass --game "
                                  f"(e.g. --game tic_tac_toe)")
+            from games import registry
+
+            if registry.resolves_by_import(game):  # a module path is the operator's to name, never a submitter's
+                raise ArenaError(f"{submission.name!r} names the game {game!r}, which only the operator may choose: "
+                                 f"pass --game {game}")
             check_arena_game(game)
         elif submission.game not in (None, game):
             raise ArenaError(f"{submission.name!r} plays {submission.game!r}, this arena plays {game!r}")

@@ -155,9 +155,27 @@ def _read_manifest(folder: Path) -> dict:
 
 
 def _check_game(declared: str | None, game_id: str | None, where: object) -> None:
-    if game_id is not None and declared is not None and declared != game_id:
-        _fail(f"{where} plays {declared!r}, not {game_id!r}: submit it to a {declared!r} arena or "
-              f"change its manifest")
+    """A submission's game is a string compared with the arena's, never resolved on its own say.
+
+    An arena with no game yet may take a native or ``spiel:`` id from a submission; an id that
+    resolves by importing a module it names (``pz:``, ``gym:``) comes only from the operator
+    (``--game``), else ``game = "pz:evilmod.env"`` would run evilmod in the host."""
+    if declared is None:
+        return
+    if game_id is not None:
+        if declared != game_id:
+            _fail(f"{where} plays {declared!r}, not {game_id!r}: submit it to a {declared!r} arena or "
+                  f"change its manifest")
+        return
+    from games import registry
+
+    try:
+        by_import = registry.resolves_by_import(declared)
+    except UserError as exc:
+        _fail(f"malformed manifest {where}: game: {exc}")
+    if by_import:
+        _fail(f"{where} names the game {declared!r}, which only the arena's operator may choose: create the "
+              f"arena with `--game {declared}` first")
 
 
 def _module_file(folder: Path, module: str) -> Path | None:

@@ -103,6 +103,17 @@ def _split(game_id: str) -> tuple[str | None, str]:
     return None, game_id
 
 
+def resolves_by_import(game_id: str) -> bool:
+    """Whether building `game_id` imports a module that the id itself names.
+
+    ``pz:`` ids are module paths and ``gym:`` ids may be ``module:Env`` (Gymnasium imports the
+    module), so such an id is only ever taken from the operator, never from a stranger's
+    submission (arena/submission.py). Native and ``spiel:`` ids resolve among games the host
+    already has (pyspiel looks its games up in its own compiled table)."""
+    prefix, _ = _split(game_id)
+    return prefix in ("pz", "gym")
+
+
 def make(game_id: str) -> Game:
     """Build one game from its id; raises GameError with a one-line message on a bad id."""
     prefix, rest = _split(game_id)

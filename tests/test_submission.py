@@ -224,3 +224,48 @@ def test_make_player_refuses_the_wrong_game():
     pinned = sub.__class__(**{**sub.__dict__, "game": GAME})
     with pytest.raises(SubmissionError, match="not 'connect_four'"):
         make_player(pinned, "connect_four")
+
+
+# ----------------------------------------------------------------------------- game ids from strangers
+
+
+@pytest.mark.parametrize("game", ["pz:evilmod.env", "gym:evilmod:Evil-v0"])
+def test_a_submission_cannot_make_the_host_import_its_game(tmp_path, monkeypatch, game):
+    """tests/hostile_agents/host_import names a game by module path; evilmod.py beside it is
+    importable in the host (on sys.path, as a local package is under `python -m ludus`). An arena
+    with no game yet must refuse the id without resolving it: the canary proves no import ran."""
+    zoo = tmp_path / "zoo"
+    shutil.copytree(ZOO / "host_import", zoo)
+    (zoo / "agent.toml").write_text((zoo / "agent.toml").read_text().replace("pz:evilmod.env", game))
+    canary = tmp_path / "canary"
+    monkeypatch.setenv("LUDUS_CANARY", str(canary))
+    monkeypatch.syspath_prepend(str(zoo))
+    from arena.api import Arena, ArenaError
+
+    arena_dir = tmp_path / "arena"
+    with pytest.raises((SubmissionError, ArenaError), match="only the arena's operator|only the operator") as info:
+        Arena.open(arena_dir).submit(zoo)
+    assert "\n" not in str(info.value)
+    assert not canary.exists() and "evilmod" not in sys.modules
+    assert not arena_dir.exists()  # nothing stored
+
+
+def test_host_import_submission_through_the_cli(tmp_path):
+    """The same through `ludus arena submit` with the hostile folder on PYTHONPATH: exit 2, one line."""
+    import subprocess
+
+    canary = tmp_path / "canary"
+    env = dict(os.environ, LUDUS_CANARY=str(canary),
+               PYTHONPATH=os.pathsep.join([str(REPO), str(ZOO / "host_import")]))
+    proc = subprocess.run([sys.executable, "-m", "ludus", "arena", "submit", str(ZOO / "host_import"),
+                           "--arena", str(tmp_path / "arena")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "operator" in proc.stderr
+    assert not canary.exists() and not (tmp_path / "arena").exists()
+
+
+def test_an_operator_chosen_module_game_is_compared_not_resolved(tmp_path):
+    """With the arena's game set by its operator, a submission's id is only compared as a string."""
+    root = folder(tmp_path, GOOD_MANIFEST.replace("tic_tac_toe", "pz:evilmod.env"), {"agent.py": GOOD_AGENT})
+    refused(root, "plays 'pz:evilmod.env', not 'tic_tac_toe'")
