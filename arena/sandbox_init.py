@@ -6,7 +6,7 @@ starts in a few milliseconds and does not depend on the project being importable
 result:
 
     warden (host PID namespace; root, or the user in user-namespace mode)
-      unshare(2): new mount + network + PID namespaces (+ a user namespace when not root)
+      unshare(2): new mount, network, PID, IPC and UTS namespaces (+ a user namespace when not root)
       `-- init (PID 1 of the new PID namespace; still privileged)
             makes every mount private, mounts a fresh /proc, lays out the filesystem view
             (read-only root, tmpfs over /tmp and friends, the agent's own directories),
@@ -32,6 +32,8 @@ import signal
 import sys
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
@@ -188,6 +190,7 @@ def _run_init(config, status_fd, warden_alive_fd):
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(pdeathsig)")
         if select.select([warden_alive_fd], [], [], 0)[0]:  # the warden died before prctl took hold
             os._exit(1)
+        _check(_libc.sethostname(b"ludus-agent", len(b"ludus-agent")), "sethostname")
         _lay_out_filesystem(config["mounts"])
     except (OSError, SetupError) as exc:
         _report(status_fd, "E", str(exc))
@@ -214,10 +217,14 @@ def main():
         config = json.loads(f.read())
     status_fd, lifeline_fd = config["status_fd"], config["lifeline_fd"]
     try:
-        flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID
+        # IPC: SysV shared memory, semaphores and message queues (and POSIX mqueues) made by the
+        # agent live in a namespace of its own, invisible to other agents, and are destroyed with
+        # it when the agent's last process ends. UTS: its own hostname.
+        flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
         if config["mode"] == "userns":
             flags |= CLONE_NEWUSER
-        _check(_libc.unshare(flags), "unshare(mount, net, pid" + (", user)" if flags & CLONE_NEWUSER else ")"))
+        _check(_libc.unshare(flags), "unshare(mount, net, pid, ipc, uts" + (", user)" if flags & CLONE_NEWUSER
+                                                                           else ")"))
         if config["mode"] == "userns":
             # Identity map of our own ids: the agent keeps a non-zero uid inside, so execve drops
             # the capabilities the namespace's creator (init) needs for mounting.

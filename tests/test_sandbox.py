@@ -422,3 +422,34 @@ def test_request_action_reports_think_time_and_bank(honest):
     outcome = honest.request_action("direct", np.zeros((3, 3, 3), np.float32), mask, 0.5)
     assert outcome.fault is None and outcome.action in (2, 6) and 0 < outcome.think_s < 0.5
     honest.end_match("direct", (0.0, 0.0), 0)
+
+
+def _host_shm_keys() -> set[int]:
+    with open("/proc/sysvipc/shm") as f:
+        next(f)
+        return {int(line.split()[0]) for line in f if line.strip()}
+
+
+def test_shared_memory_segments_stay_inside_one_agent(honest):
+    """tests/hostile_agents/shm_segment leaves a 0666 SysV segment under a fixed key and reads any
+    other: two of them in one match must not see each other's (own IPC namespace each), the host
+    must not see either, and nothing remains after the match."""
+    key = 0x1D5A7E
+    assert key not in _host_shm_keys()
+    config = SandboxConfig(extra_env=(("LUDUS_SHM_KEY", hex(key)),))
+    first = SandboxedAgent(unchecked("shm_segment"), GAME, BOX, config)
+    second = SandboxedAgent(unchecked("shm_segment"), GAME, BOX, config)
+    try:
+        record = play_match(GAME, [first, second], seed=5, limits=LIMITS, match_id="zoo-shm")
+        assert key not in _host_shm_keys()  # made, but not in the host's namespace
+    finally:
+        first.close()
+        second.close()
+    assert record.statuses == (MatchStatus.OK, MatchStatus.OK), record.faults
+    for tail in record.stderr_tails:
+        assert f"SHM MADE {key:#x}" in tail and "SHM FOUND" not in tail, tail
+        assert "HOST ludus-agent" in tail, tail  # its own UTS namespace
+    # a later agent (possibly given the same uid) finds nothing either
+    record, _, _ = play_clean("shm_segment", honest, config)
+    assert "SHM MADE" in record.stderr_tails[0] and "SHM FOUND" not in record.stderr_tails[0]
+    assert key not in _host_shm_keys()
