@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from arena import protocol
+from arena import cgroups, protocol
 from ludus.errors import UserError
 
 if TYPE_CHECKING:
@@ -125,6 +125,10 @@ class SandboxLimits:
     """The last bytes of stderr kept per match (in records and in the per-match stderr file)."""
     max_consecutive_faults: int = 3
     """Faulty matches in a row after which the agent is dead for the rest of the tournament."""
+    cpu_cores: float = 1.0
+    """CPU quota of the agent's whole process tree, in cores (a cgroup where the machine allows it,
+    `ludus arena doctor`): spinning children cannot take more, so agents in parallel matches keep
+    their move time. 0: no quota."""
     max_submission_mb: int = 2048
     """Largest submission copied into a sandbox."""
     shutdown_grace_s: float = 1.0
@@ -318,24 +322,28 @@ def _pids_in_group(pgid: int) -> list[int]:
     return pids
 
 
-def _anon_rss_bytes(pids: Sequence[int]) -> int:
-    """Summed resident minus file-backed pages (statm; ~5 us a process).
+def _resident_bytes(pids: Sequence[int]) -> int:
+    """Summed anonymous plus shared-memory resident pages (/proc/PID/status RssAnon + RssShmem).
 
-    An upper bound: a page shared copy-on-write by forked children is counted once per child."""
+    Shared memory counts: a shared anonymous mapping or a tmpfs file is held by the agent as surely
+    as its heap, and is not anonymous. An upper bound: a page shared by k processes counts k times."""
     total = 0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                fields = f.read().split()
+            with open(f"/proc/{pid}/status", "rb") as f:
+                text = f.read()
         except OSError:
             continue
-        total += (int(fields[1]) - int(fields[2])) * _PAGE
+        for line in text.splitlines():
+            if line.startswith((b"RssAnon:", b"RssShmem:")):
+                total += int(line.split()[1]) * 1024
     return total
 
 
-def _anon_pss_bytes(pids: Sequence[int]) -> int:
-    """Summed proportional anonymous memory (smaps_rollup Pss_Anon; ~0.1-1 ms a process): a page
-    shared by k processes counts 1/k in each, so forked children are not counted k times."""
+def _proportional_bytes(pids: Sequence[int]) -> int:
+    """Summed proportional anonymous and shared memory (smaps_rollup Pss_Anon + Pss_Shmem; ~0.1-1 ms
+    a process): a page shared by k processes counts 1/k in each, so forked children are not
+    counted k times."""
     total = 0
     for pid in pids:
         try:
@@ -344,17 +352,17 @@ def _anon_pss_bytes(pids: Sequence[int]) -> int:
         except OSError:
             continue
         for line in text.splitlines():
-            if line.startswith(b"Pss_Anon:"):
+            if line.startswith((b"Pss_Anon:", b"Pss_Shmem:")):
                 total += int(line.split()[1]) * 1024
-                break
     return total
 
 
 def memory_bytes(pids: Sequence[int], cap: int) -> int:
-    """Memory of a process tree as compared against `cap`: the cheap statm bound, and only when
-    that exceeds the cap, the exact proportional figure."""
-    bound = _anon_rss_bytes(pids)
-    return bound if bound <= cap else _anon_pss_bytes(pids)
+    """Memory of a process tree as compared against `cap`: the cheap bound, and only when that
+    exceeds the cap, the exact proportional figure. Where the machine allows, a memory cgroup
+    enforces the cap in the kernel as well (arena/cgroups.py); this poll is what names the fault."""
+    bound = _resident_bytes(pids)
+    return bound if bound <= cap else _proportional_bytes(pids)
 
 
 def _private_dir(path: Path) -> Path:
@@ -663,6 +671,17 @@ class SandboxProcess:
             self.cleanup()
             raise
         self.argv = make_argv(self.submission_dir)
+        self._cgroup = None
+        if self._lease is not None and self.mode != Isolation.NONE and cgroups.support().memory_ok:
+            # the kernel's cap: the agent's own budget plus what its private tmpfs mounts may hold
+            # (tmpfs pages are charged to the group too); the /proc poll names a fault earlier
+            kernel_cap = (limits.rss_mb + 4 * limits.tmpfs_mb) * _MIB
+            try:
+                self._cgroup = cgroups.AgentCgroup(self._outer.name, kernel_cap, limits.cpu_cores)
+            except OSError as exc:
+                self.cleanup()
+                raise SandboxError(f"cannot make the agent's control groups: {exc}; `ludus arena doctor` "
+                                   f"says what works here") from None
         self._cleaned = False
         self.proc: subprocess.Popen | None = None
         self.exit_code: int | None = None
@@ -717,6 +736,7 @@ class SandboxProcess:
             "mounts": mount_plan(self.mode, self.agent_dir, self.submission_dir, self.home, self.uid,
                                  self.gid, self.limits, self._hidden_paths(), self._outer.parent),
             "status_fd": status_w, "lifeline_fd": life_r,
+            "cgroup_procs": self._cgroup.procs_files if self._cgroup is not None else [],
         }
         # The config goes through a pipe, not argv: init is PID 1 of the agent's namespace, and
         # any process can read /proc/1/cmdline.
@@ -802,6 +822,10 @@ class SandboxProcess:
             return _pids_in_namespace(self._pid_ns) if self._pid_ns else []
         return _pids_in_group(self.proc.pid) if self.proc else []
 
+    def memory_killed(self) -> bool:
+        """Whether the kernel killed one of its processes at the memory cgroup's limit."""
+        return self._cgroup is not None and self._cgroup.oom_kills() > 0
+
     def memory_bytes(self) -> int:
         """Anonymous memory of all its processes (see `memory_bytes`), exact near the cap."""
         return memory_bytes(self.pids(), self.limits.rss_mb * _MIB)
@@ -875,6 +899,9 @@ class SandboxProcess:
         if getattr(self, "proc", None) is not None or getattr(self, "_lifeline", None) is not None:
             self.kill()
         self._cleaned = True
+        group = getattr(self, "_cgroup", None)
+        if group is not None:
+            group.remove()
         outer = getattr(self, "_outer", None)
         if outer is not None and outer.exists():
             shutil.rmtree(outer, ignore_errors=True)
@@ -1056,6 +1083,9 @@ class SandboxedAgent:
         code = self._box.poll_exit(wait_s=0.5)
         if code is None:
             return self._fault(MatchStatus.ERROR, f"closed its {stream} {when}")
+        if self._box.memory_killed():
+            return self._fault(MatchStatus.ERROR, f"was killed by the kernel at its memory limit "
+                                                  f"({self.limits.rss_mb} MiB plus its tmpfs) {when}", exited=True)
         return self._fault(MatchStatus.ERROR, f"{_describe_exit(code)} {when}", exited=True)
 
     def _stop(self) -> None:

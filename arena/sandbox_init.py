@@ -217,6 +217,11 @@ def main():
         config = json.loads(f.read())
     status_fd, lifeline_fd = config["status_fd"], config["lifeline_fd"]
     try:
+        # Join the agent's control groups (arena/cgroups.py) first: every process forked from
+        # here on is born inside them and charged to them.
+        for procs in config.get("cgroup_procs", ()):
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
         # IPC: SysV shared memory, semaphores and message queues (and POSIX mqueues) made by the
         # agent live in a namespace of its own, invisible to other agents, and are destroyed with
         # it when the agent's last process ends. UTS: its own hostname.

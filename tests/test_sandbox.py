@@ -9,7 +9,9 @@ may remain. Under LUDUS_CI=1 a machine without namespace isolation fails these t
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 import re
 import socket
 import stat
@@ -453,3 +455,66 @@ def test_shared_memory_segments_stay_inside_one_agent(honest):
     record, _, _ = play_clean("shm_segment", honest, config)
     assert "SHM MADE" in record.stderr_tails[0] and "SHM FOUND" not in record.stderr_tails[0]
     assert key not in _host_shm_keys()
+
+
+def test_shared_memory_hog_is_stopped_at_the_memory_cap(honest):
+    """tests/hostile_agents/shm_hog touches a 3 GiB shared anonymous mapping page by page: the cap
+    counts shared memory (and a memory cgroup enforces it in the kernel where the machine allows):
+    it forfeits before holding the 3 GiB, and the honest agent is untouched."""
+    record, _, _ = play_hostile("shm_hog", honest, hostile_seat=0)
+    fault = record.faults[0]
+    assert record.statuses[0] == MatchStatus.ERROR, record.faults
+    assert re.search(r"MiB limit|memory limit", fault.reason), fault.reason
+    assert "holds all 3 GiB" not in record.stderr_tails[0]
+    assert record.faults[1] is None and honest.running
+
+
+def test_memory_cgroup_stops_the_hog_without_the_poll(honest):
+    """The kernel's cap alone (the /proc poll switched off): the memory cgroup charges the shared
+    pages and kills the hog at the limit, and the fault says so."""
+    from arena import cgroups
+
+    if not cgroups.support().memory_ok:
+        message = f"no memory cgroup here: {cgroups.support().memory}"
+        if os.environ.get("LUDUS_CI") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    box = dataclasses.replace(BOX, rss_poll_interval_s=1e6)
+    agent = SandboxedAgent(unchecked("shm_hog"), GAME, box)
+    try:
+        record = play_match(GAME, [agent, honest], seed=3, limits=MatchLimits(time_per_move_s=30, overage_s=1),
+                            match_id="zoo-shm-hog-kernel")
+    finally:
+        agent.close()
+    assert "killed by the kernel at its memory limit" in record.faults[0].reason, record.faults[0]
+    assert "holds all 3 GiB" not in record.stderr_tails[0]
+    assert record.faults[1] is None and honest.running
+
+
+def test_cpu_hog_does_not_steal_move_time_from_another_match():
+    """tests/hostile_agents/cpu_hog leaves 16 children spinning while a different match runs between a
+    CPU-bound honest agent (tests/agents/thinker: 0.15 s of CPU a move, 0.5 s allowed) and a random
+    one. The hog's CPU quota (one core, a cgroup) leaves the thinker its time: it never times out."""
+    from arena import cgroups
+
+    if not cgroups.support().cpu_ok:
+        message = f"no cpu cgroup here: {cgroups.support().cpu}"
+        if os.environ.get("LUDUS_CI") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    thinker_folder = REPO / "tests" / "agents" / "thinker"
+    thinker = SandboxedAgent(validate_submission(thinker_folder, GAME), GAME, BOX)
+    hog = SandboxedAgent(unchecked("cpu_hog"), GAME, BOX)
+    rival = SandboxedAgent(validate_submission(EXAMPLES / "random_python", GAME), GAME, BOX)
+    try:
+        record = play_match(GAME, [hog, rival], seed=1, limits=LIMITS, match_id="zoo-cpu-hog")
+        assert "16 children spinning" in record.stderr_tails[0] and hog.running
+        time.sleep(0.5)  # let the spinners take what they can
+        for seed in range(3):
+            seats = [thinker, rival] if seed % 2 == 0 else [rival, thinker]
+            played = play_match(GAME, seats, seed=seed, limits=LIMITS, match_id=f"thinker-{seed}")
+            assert played.statuses == (MatchStatus.OK, MatchStatus.OK), played.faults
+        assert hog.running  # it was contained, not killed
+    finally:
+        for agent in (hog, thinker, rival):
+            agent.close()
