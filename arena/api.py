@@ -86,8 +86,6 @@ class ArenaConfig:
     """Ladder: pairings between rating updates; None: half the number of entrants."""
     stderr_bytes: int = 4096
     """The last bytes of each seat's stderr kept in the ledger per match."""
-    check_timeout_s: float = 60.0
-    """Seconds a submission's code may take to import when it is checked at submit time."""
 
 
 def check_arena_game(game: str) -> None:
@@ -206,8 +204,8 @@ class Arena:
 
     def _validate(self, path: str | os.PathLike, game: str | None) -> Submission:
         text = os.fspath(path)
-        kwargs = dict(config=self.sandbox_config, limits=self.config.sandbox_limits,
-                      check_timeout_s=self.config.check_timeout_s)
+        # the check at submit time gets exactly the start-up time the sandbox allows in play
+        kwargs = dict(config=self.sandbox_config, limits=self.config.sandbox_limits)
         if text.startswith(_BOT_PREFIX):
             bot = text[len(_BOT_PREFIX):].strip()
             if game is None:

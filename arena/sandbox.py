@@ -33,7 +33,8 @@ Faults: a crash, an early exit, closing stdout, a timeout, a malformed or illega
 line the arena did not ask for ends the match as a forfeit (`MatchStatus` ERROR / TIMEOUT /
 INVALID) with an `AgentFault` record and the agent's stderr tail. The faulting process is killed
 at once; the next match restarts it. After `SandboxLimits.max_consecutive_faults` faulty
-matches in a row the agent is dead: its later matches are forfeited without starting it.
+matches in a row, `max_faults` faulty matches in all, or `startup_budget_s` seconds spent starting,
+the agent is dead: its later matches in the tournament are forfeited without starting it.
 Everything the agent started is killed when it is done (PID namespace teardown, then a sweep by
 its uid or namespace that verifies nothing is left).
 """
@@ -125,6 +126,12 @@ class SandboxLimits:
     """The last bytes of stderr kept per match (in records and in the per-match stderr file)."""
     max_consecutive_faults: int = 3
     """Faulty matches in a row after which the agent is dead for the rest of the tournament."""
+    max_faults: int = 6
+    """Faulty matches in all after which the agent is dead for the rest of the tournament: a budget
+    that clean matches never refill, so alternating a fault with a clean match cannot go on forever."""
+    startup_budget_s: float = 60.0
+    """Wall-clock seconds the agent may spend starting, summed over all its (re)starts in one
+    tournament; past it the agent is dead, so slow starts cannot stretch a tournament without end."""
     cpu_cores: float = 1.0
     """CPU quota of the agent's whole process tree, in cores (a cgroup where the machine allows it,
     `ludus arena doctor`): spinning children cannot take more, so agents in parallel matches keep
@@ -997,6 +1004,9 @@ class SandboxedAgent:
         self._box = SandboxProcess(submission.path, agent_argv(submission), limits, config)
         self.consecutive_faults = 0
         self.total_faults = 0
+        self._death: str | None = None
+        self.startup_seconds = 0.0
+        """Wall-clock time spent in (re)starts so far (against `SandboxLimits.startup_budget_s`)."""
         self._match_moves = 0
         """Actions the agent gave in the current match."""
         self.starts = 0
@@ -1015,7 +1025,26 @@ class SandboxedAgent:
 
     @property
     def dead(self) -> bool:
-        return self.consecutive_faults >= self.limits.max_consecutive_faults
+        return self.why_dead is not None
+
+    @property
+    def why_dead(self) -> str | None:
+        """Why the agent gets no more matches this tournament, or None while it does (the first
+        budget that ran out: the forfeits of a dead agent are not counted against it again)."""
+        if self._death is None:
+            self._death = self._budget_exhausted()
+        return self._death
+
+    def _budget_exhausted(self) -> str | None:
+        limits = self.limits
+        if self.consecutive_faults >= limits.max_consecutive_faults:
+            return f"is dead after {self.consecutive_faults} faulty matches in a row"
+        if self.total_faults >= limits.max_faults:
+            return f"is dead after {self.total_faults} faulty matches (budget {limits.max_faults} a tournament)"
+        if self.startup_seconds >= limits.startup_budget_s:
+            return (f"is dead after {self.startup_seconds:.0f} s spent starting (budget {limits.startup_budget_s:g} s "
+                    f"a tournament)")
+        return None
 
     @property
     def running(self) -> bool:
@@ -1176,7 +1205,16 @@ class SandboxedAgent:
     # -- life cycle
 
     def _start(self, limits: MatchLimits, seat: int, seed: int) -> AgentFault | None:
-        deadline = time.monotonic() + self.limits.startup_timeout_s
+        began = time.monotonic()
+        try:
+            return self._launch_and_greet(limits, seat, seed)
+        finally:
+            self.startup_seconds += time.monotonic() - began
+
+    def _launch_and_greet(self, limits: MatchLimits, seat: int, seed: int) -> AgentFault | None:
+        # never past the tournament's startup budget: one start cannot take more than what is left
+        left = self.limits.startup_budget_s - self.startup_seconds
+        deadline = time.monotonic() + min(self.limits.startup_timeout_s, left)
         self.starts += 1
         problem = self._box.launch(deadline)
         if problem is not None:
@@ -1212,7 +1250,7 @@ class SandboxedAgent:
         self._match_fault = None
         self._match_moves = 0
         if self.dead:
-            return self._fault(MatchStatus.ERROR, f"is dead after {self.consecutive_faults} faulty matches in a row")
+            return self._fault(MatchStatus.ERROR, self.why_dead)
         if not self._running:
             fault = self._start(limits, seat, seed)
             if fault is not None:
@@ -1284,7 +1322,7 @@ class SandboxedAgent:
         if stderr_path is not None:
             stderr_path.write_bytes(bytes(self._tail))
         self._tail.clear()
-        if self._match_fault is not None:
+        if self._match_fault is not None and self._death is None:
             self.consecutive_faults += 1
             self.total_faults += 1
         elif self._match_moves:

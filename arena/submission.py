@@ -215,16 +215,19 @@ def _sandboxed_check(source: Path, extra_args: list[str], what: str, config: "Sa
 
 def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
                         config: "SandboxConfig | None" = None, limits: "SandboxLimits | None" = None,
-                        check_timeout_s: float = 60.0) -> Submission:
+                        check_timeout_s: float | None = None) -> Submission:
     """Check a submission and describe it; raises `SubmissionError` with a one-line reason.
 
     `game_id`: the arena's game; a submission declaring another game is refused. Entry points
-    and snapshots are loaded in a sandboxed process (`config`, `limits`) within `check_timeout_s`.
+    and snapshots are loaded in a sandboxed process (`config`, `limits`) within `check_timeout_s`,
+    by default the sandbox's own `limits.startup_timeout_s`: an accepted agent can start in play.
     """
     from arena.sandbox import SandboxConfig, SandboxLimits
 
     config = config or SandboxConfig()
     limits = limits or SandboxLimits()
+    if check_timeout_s is None:
+        check_timeout_s = limits.startup_timeout_s
     text = os.fspath(path)
     candidate = Path(text)
     if not os.path.lexists(candidate):

@@ -518,3 +518,36 @@ def test_cpu_hog_does_not_steal_move_time_from_another_match():
     finally:
         for agent in (hog, thinker, rival):
             agent.close()
+
+
+def test_staller_is_declared_dead_within_its_budgets(honest):
+    """tests/hostile_agents/staller starts slowly, plays one clean match, then times out, over and
+    over. Clean matches do not refill its fault budget and its slow starts are charged against a
+    start-up budget: it is dead long before the tournament's end, and the tournament's delay is
+    bounded by the budgets, not by the number of matches."""
+    box = dataclasses.replace(BOX, startup_timeout_s=3.0, startup_budget_s=4.0, max_faults=6)
+    config = SandboxConfig(extra_env=(("LUDUS_STALL_S", "1.2"),))
+    began = time.monotonic()
+    statuses = []
+    with SandboxedAgent(unchecked("staller"), GAME, box, config) as agent:
+        for seed in range(12):
+            record = play_match(GAME, [agent, honest], seed=seed, limits=LIMITS)
+            statuses.append(record.statuses[0])
+            assert record.faults[1] is None
+        assert agent.dead and "spent starting" in agent.why_dead, agent.why_dead
+        assert agent.consecutive_faults < box.max_consecutive_faults  # the old rule alone never fired
+        assert agent.starts <= 4
+    # every start waited 1.2 s (at most 4 s in all), every timeout cost one move limit plus overage
+    assert time.monotonic() - began < box.startup_budget_s + 12 * (LIMITS.time_per_move_s + LIMITS.overage_s) + 5
+    assert MatchStatus.OK in statuses and statuses[-1] == MatchStatus.ERROR
+
+
+def test_fault_budget_is_not_refilled_by_clean_matches(honest):
+    """The same pattern with fast starts: the per-tournament fault budget ends it."""
+    box = dataclasses.replace(BOX, max_faults=3)
+    config = SandboxConfig(extra_env=(("LUDUS_STALL_S", "0"),))
+    with SandboxedAgent(unchecked("staller"), GAME, box, config) as agent:
+        for seed in range(10):
+            play_match(GAME, [agent, honest], seed=seed, limits=LIMITS)
+        assert agent.dead and "3 faulty matches (budget 3" in agent.why_dead, agent.why_dead
+        assert agent.starts == 3
