@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from ludus.text import printable
+
+
+def _say(text: str) -> None:
+    """Print with control characters escaped: names, versions, fault reasons and stderr come from
+    submissions, and must not drive the operator's terminal."""
+    print(printable(str(text)))
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     arena = sub.add_parser("arena", help="sandboxed tournaments between submitted agents, with a rated leaderboard")
@@ -83,7 +91,7 @@ def _submit(args) -> int:
     before = {e.player_id for e in arena.list()}
     entrant = arena.submit(args.path, name=args.name)
     verb = "already entered" if entrant.player_id in before else "entered"
-    print(f"{verb} {entrant.player_id} ({entrant.kind}, {entrant.submission_kind.value}, {_short(entrant)}) "
+    _say(f"{verb} {entrant.player_id} ({entrant.kind}, {entrant.submission_kind.value}, {_short(entrant)}) "
           f"in the {arena.game} arena {arena.directory}")
     return 0
 
@@ -94,13 +102,13 @@ def _list(args) -> int:
     arena = _open(args)
     entrants = arena.list()
     if not entrants:
-        print(f"no entrants in {arena.directory}")
+        _say(f"no entrants in {arena.directory}")
         return 0
-    print(f"{len(entrants)} entrants in the {arena.game} arena {arena.directory}")
+    _say(f"{len(entrants)} entrants in the {arena.game} arena {arena.directory}")
     width = max(len(e.player_id) for e in entrants)
     for e in entrants:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created_at))
-        print(f"  {e.player_id:<{width}}  {e.kind:<10} {e.submission_kind.value:<10} {e.version:<12} "
+        _say(f"  {e.player_id:<{width}}  {e.kind:<10} {e.submission_kind.value:<10} {e.version:<12} "
               f"{_short(e):<19}  {when}  {e.source}")
     return 0
 
@@ -111,7 +119,7 @@ def _run(args) -> int:
     arena = _open(args, args.game)
     report = arena.run_tournament(args.game, args.format, args.games_per_pair, args.seed,
                                   max_games=args.max_games, sigma_threshold=args.sigma, progress=print)
-    print(format_report(report))
+    _say(format_report(report))
     return 0
 
 
@@ -119,15 +127,15 @@ def _leaderboard(args) -> int:
     from arena.leaderboard import format_leaderboard, write_page
 
     board = _open(args).leaderboard()
-    print(format_leaderboard(board))
+    _say(format_leaderboard(board))
     if args.html:
         files = write_page(board, args.html)
-        print(f"wrote {files.html} and {files.replays} replays in {files.replay_dir}")
+        _say(f"wrote {files.html} and {files.replays} replays in {files.replay_dir}")
     return 0
 
 
 def _replay(args) -> int:
-    print(_open(args).replay(args.match))
+    _say(_open(args).replay(args.match))
     return 0
 
 
@@ -135,5 +143,5 @@ def _doctor(args) -> int:
     from arena.doctor import doctor, format_doctor
 
     report = doctor()
-    print(format_doctor(report))
+    _say(format_doctor(report))
     return 0 if report.isolated else 1

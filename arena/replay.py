@@ -9,7 +9,9 @@ recorded prefix is replayed here and the transcript ends with who forfeited and 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from league.ledger import MatchResult
+from ludus.text import printable
 from league.replay import ReplayError, replay_moves, replay_prefix
 
 
@@ -19,7 +21,8 @@ class ArenaReplay:
 
     match_id: int
     transcript: str
-    """Header, then every board with the move that led to it, then the result."""
+    """Header, then every board with the move that led to it, then the result (control characters
+    escaped: `ludus.text.printable`)."""
     recorded_returns: tuple[float, ...]
     replayed_returns: tuple[float, ...] | None
     """Returns the re-simulation reached; None for a forfeited match (it never reached the end)."""
@@ -54,7 +57,7 @@ def replay_match(match: MatchResult) -> ArenaReplay:
         replayed = tuple(float(r) for r in returns)
         verdict = ("replay check: the moves reproduce the recorded returns" if replayed == recorded
                    else f"replay check FAILED: recorded returns {list(recorded)}, replayed {list(replayed)}")
-        return ArenaReplay(match.match_id, f"{transcript}\n{verdict}", recorded, replayed)
+        return ArenaReplay(match.match_id, printable(f"{transcript}\n{verdict}"), recorded, replayed)
     lines = header + replay_prefix(game, match.seed, moves)[0]
     for seat in faulted:
         lines.append(f"seat {seat.seat} ({seat.player_id}) forfeits: {seat.status}: {seat.error}")
@@ -63,4 +66,5 @@ def replay_match(match: MatchResult) -> ArenaReplay:
             lines.append(f"  last stderr of {seat.player_id}:")
             lines.extend(f"  | {line[:200]}" for line in tail.strip().splitlines()[-10:])
     lines.append(f"returns (by forfeit): {list(recorded)}")
-    return ArenaReplay(match.match_id, "\n".join(lines), recorded, None)
+    # stderr tails and fault reasons are the agent's own text: escaped, they cannot drive a terminal
+    return ArenaReplay(match.match_id, printable("\n".join(lines)), recorded, None)

@@ -64,6 +64,7 @@ import numpy as np
 
 from arena import cgroups, protocol
 from ludus.errors import UserError
+from ludus.text import printable
 
 if TYPE_CHECKING:
     from agents.policy import Policy
@@ -1320,7 +1321,7 @@ class SandboxedAgent:
             self._drain_stderr()
         tail = self._stderr_text()
         if stderr_path is not None:
-            stderr_path.write_bytes(bytes(self._tail))
+            stderr_path.write_text(printable(bytes(self._tail).decode("utf-8", "replace")))
         self._tail.clear()
         if self._match_fault is not None and self._death is None:
             self.consecutive_faults += 1

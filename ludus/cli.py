@@ -12,6 +12,7 @@ import sys
 
 from ludus import __version__
 from ludus.errors import UserError
+from ludus.text import printable
 
 # Packages that add subcommands, in the order `ludus --help` lists them.
 COMMAND_MODULES = ("games.cli", "agents.cli", "league.cli", "arena.cli", "evaluation.cli")
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.run(args)
     except UserError as exc:
-        print(f"ludus: error: {exc}", file=sys.stderr)
+        # one line, and no terminal control from text a submission or a file put in the message
+        print(f"ludus: error: {printable(str(exc)).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ludus: interrupted", file=sys.stderr)

@@ -468,3 +468,26 @@ def test_tournament_survives_the_hostile_zoo(tmp_path):
     # nothing of any agent is left running
     assert all(e.leftover_pids == () for e in report.entrants)
     assert stray_agent_processes() == {}
+
+
+def test_escape_codes_from_an_agent_never_reach_a_terminal_or_a_file(tmp_path, capsys):
+    """tests/hostile_agents/escape_codes writes terminal control sequences to stderr and forfeits,
+    so its stderr tail is shown by `ludus arena replay`, stored in replay files and stderr logs:
+    every one of them shows the sequences escaped, none carries a raw control character."""
+    require_isolation()
+    arena = Arena.open(tmp_path / "arena", GAME, config())
+    arena.submit(EXAMPLES / "random_python")
+    arena.submit(ZOO / "escape_codes")
+    report = arena.run_tournament(format="round-robin", games_per_pair=2, seed=3)
+    forfeits = [m for m in report.matches if any(s.status != "ok" for s in arena.match(m.match_id).seats)]
+    assert forfeits
+    raw = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+    assert main(["arena", "replay", "--arena", str(arena.directory), str(forfeits[0].match_id)]) == 0
+    out = capsys.readouterr().out
+    assert "\\x1b[2J" in out and "forged line" in out and not raw.search(out)
+    files = arena.write_page(tmp_path / "page.html")
+    texts = list((tmp_path / files.replay_dir).glob("*.txt")) + [p for p in arena.directory.rglob("*")
+                                                     if p.is_file() and p.suffix in (".txt", ".stderr")]
+    assert texts
+    for path in texts:
+        assert not raw.search(path.read_text(errors="replace")), path
