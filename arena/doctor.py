@@ -23,7 +23,12 @@ _PROBE = """
 import json, os, socket
 report = {"uid": os.getuid(), "pid": os.getpid(),
           "root_readonly": bool(os.statvfs("/").f_flag & os.ST_RDONLY),
-          "interfaces": sorted(os.listdir("/sys/class/net"))}
+          "interfaces": sorted(os.listdir("/sys/class/net")),
+          "ipc_ns": os.readlink("/proc/self/ns/ipc"), "uts_ns": os.readlink("/proc/self/ns/uts"),
+          "hostname": socket.gethostname(),
+          "host_files": sorted(p for p in ("/etc/passwd", "/etc/hostname", "/etc/ssh", "/home", "/opt", "/srv",
+                                           "/boot", "/var/lib", "/var/log", "/root/.bashrc", "/root/.profile")
+                               if os.path.exists(p))}
 try:
     socket.create_connection(("127.0.0.1", 9), timeout=0.2).close()
     report["loopback"] = "reachable"
@@ -92,7 +97,7 @@ def _proc_check() -> DoctorCheck:
     return DoctorCheck("/proc accounting", True, "statm and smaps_rollup readable (memory cap, process sweep)")
 
 
-def _probe(mode: str) -> DoctorCheck:
+def _probe(mode: str) -> list[DoctorCheck]:
     """Run the probe agent in `mode` and judge what it saw."""
     from arena.sandbox import Isolation, SandboxConfig, SandboxLimits, run_once
 
@@ -102,14 +107,14 @@ def _probe(mode: str) -> DoctorCheck:
             run = run_once(Path(empty), lambda copy: [sys.executable, "-s", "-c", _PROBE], timeout_s=30.0,
                            limits=SandboxLimits(), config=SandboxConfig(isolation=Isolation(mode)))
         except UserError as exc:
-            return DoctorCheck(name, False, str(exc))
+            return [DoctorCheck(name, False, str(exc))]
     if run.launch_error is not None:
-        return DoctorCheck(name, False, run.launch_error)
+        return [DoctorCheck(name, False, run.launch_error)]
     try:
         seen = json.loads(run.stdout.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
         tail = run.stderr_tail.strip().splitlines()[-1:] or [f"exit code {run.exit_code}"]
-        return DoctorCheck(name, False, f"the probe failed: {tail[0]}")
+        return [DoctorCheck(name, False, f"the probe failed: {tail[0]}")]
     wrong = []
     if seen["pid"] != 2:
         wrong.append(f"pid {seen['pid']} (no PID namespace)")
@@ -121,9 +126,34 @@ def _probe(mode: str) -> DoctorCheck:
         wrong.append(f"runs as uid {seen['uid']}")
     if not seen["numpy"]:
         wrong.append("numpy does not import inside")
+    if seen["ipc_ns"] == os.readlink("/proc/self/ns/ipc"):
+        wrong.append("shares the host's IPC namespace (SysV shared memory)")
+    if seen["uts_ns"] == os.readlink("/proc/self/ns/uts"):
+        wrong.append("shares the host's UTS namespace")
     detail = (f"uid {seen['uid']}, pid {seen['pid']}, loopback: {seen['loopback']}, "
-              f"interfaces {seen['interfaces']}, root fs read-only: {seen['root_readonly']}, numpy: {seen['numpy']}")
-    return DoctorCheck(name, not wrong, "; ".join(wrong) + (" -- " if wrong else "") + detail)
+              f"interfaces {seen['interfaces']}, root fs read-only: {seen['root_readonly']}, numpy: {seen['numpy']}, "
+              f"own IPC and UTS namespaces (hostname {seen['hostname']!r})")
+    checks = [DoctorCheck(name, not wrong, "; ".join(wrong) + (" -- " if wrong else "") + detail)]
+    visible = seen["host_files"]
+    checks.append(DoctorCheck("minimal root", not visible,
+                              f"the host's {', '.join(visible)} visible to agents (read-only)" if visible else
+                              "agents see only the runtime, the Ludus source and their submission"))
+    return checks
+
+
+def _cgroup_checks() -> list[DoctorCheck]:
+    from arena import cgroups
+    from arena.sandbox import SandboxLimits
+
+    have, limits = cgroups.support(), SandboxLimits()
+    return [
+        DoctorCheck(f"cgroup memory ({have.version})", have.memory_ok,
+                    have.memory or f"memory cap per agent in the kernel, shared memory counted "
+                                   f"({limits.rss_mb} MiB + tmpfs by default)"),
+        DoctorCheck(f"cgroup cpu ({have.version})", have.cpu_ok,
+                    have.cpu or f"CPU quota per agent ({limits.cpu_cores:g} core by default): parallel matches keep "
+                                f"their move time"),
+    ]
 
 
 def doctor() -> DoctorReport:
@@ -138,10 +168,10 @@ def doctor() -> DoctorReport:
         checks.append(DoctorCheck("user namespaces", allowed, "unprivileged user namespaces allowed" if allowed
                                   else "disabled by sysctl (user.max_user_namespaces, "
                                        "kernel.unprivileged_userns_clone or AppArmor)"))
-    checks += [_rlimit_check(), _proc_check()]
+    checks += [_rlimit_check(), _proc_check(), *_cgroup_checks()]
     mode = resolve_isolation(SandboxConfig()).value
     if mode != Isolation.NONE.value:
-        checks.append(_probe(mode))
+        checks += _probe(mode)
     else:
         checks.append(DoctorCheck("isolation", False, "agents would run without namespaces: run as root or "
                                                       "enable user namespaces"))

@@ -400,10 +400,13 @@ def _uid_lock_dir() -> Path:
 def stray_agent_processes(config: SandboxConfig = SandboxConfig()) -> dict[int, list[int]]:
     """Processes running under agent uids that no live sandbox holds (there should be none).
 
-    A uid is inspected only while we hold its lease lock, so agents of other arenas running at
-    the same time are never mistaken for strays."""
+    As root, a uid is inspected only while we hold its lease lock, so agents of other arenas
+    running at the same time are never mistaken for strays. Without root (user-namespace mode)
+    agents run under our own uid: a stray is then a process of ours in a PID namespace whose init
+    is the sandbox launcher and that no live sandbox of this process holds (agents of another
+    arena run by the same user at the same time count too)."""
     if os.geteuid() != 0:
-        return {}
+        return _stray_namespaced_processes()
     lock_dir = _uid_lock_dir()
     strays: dict[int, list[int]] = {}
     for uid in range(config.uid_base, config.uid_base + config.uid_count):
@@ -421,6 +424,41 @@ def stray_agent_processes(config: SandboxConfig = SandboxConfig()) -> dict[int, 
         if pids:
             strays[uid] = pids
     return strays
+
+
+_LIVE_NAMESPACES: set[str] = set()
+"""PID namespaces of the user-namespace sandboxes this process is running."""
+
+
+def _stray_namespaced_processes() -> dict[int, list[int]]:
+    own = _pid_namespace(os.getpid())
+    launcher_namespaces: dict[str, bool] = {}
+    strays = []
+    for pid in pids_of_uid(os.getuid()):
+        ns = _pid_namespace(pid)
+        if ns is None or ns == own or ns in _LIVE_NAMESPACES:
+            continue
+        if ns not in launcher_namespaces:
+            launcher_namespaces[ns] = _namespace_init_is_launcher(ns)
+        if launcher_namespaces[ns]:
+            strays.append(pid)
+    return {os.getuid(): strays} if strays else {}
+
+
+def _namespace_init_is_launcher(ns: str) -> bool:
+    """Whether PID 1 of namespace `ns` is arena/sandbox_init.py."""
+    for pid in _all_pids():
+        if _pid_namespace(pid) != ns:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        if nspid and nspid[-1] == "1":
+            return INIT_SCRIPT.name.encode() in cmdline
+    return False
 
 
 class _UidLease:
@@ -556,61 +594,53 @@ def _is_under(path: str, root: str) -> bool:
     return path != root and path.startswith(root.rstrip("/") + "/")
 
 
-def _untraversable_ancestor(path: str) -> str | None:
-    """The highest ancestor of `path` that other users cannot enter (e.g. /root), if any."""
-    parts = Path(path).parts
-    for i in range(2, len(parts)):
-        ancestor = str(Path(*parts[:i]))
-        try:
-            mode = os.stat(ancestor).st_mode
-        except OSError:
-            return None
-        if not mode & stat.S_IXOTH:
-            return ancestor
-    return None
+# What a runtime needs from the host, bound read-only into the agent's fresh root: the system's
+# programs and libraries, and the dynamic loader's configuration (nothing else of /etc).
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 
 def mount_plan(mode: Isolation, agent_dir: Path, submission_dir: Path, home: Path, uid: int, gid: int,
-               limits: SandboxLimits, hidden_paths: Sequence[str], workspace_root: Path) -> list[dict]:
-    """The filesystem view of one agent, as ordered operations for sandbox_init.py."""
+               limits: SandboxLimits, hidden_paths: Sequence[str], new_root: Path) -> list[dict]:
+    """The filesystem view of one agent, as ordered operations for sandbox_init.py.
+
+    A minimal root: a fresh tmpfs at `new_root` becomes the agent's ``/`` (pivot_root), holding
+    only bind mounts of the runtime (/usr and its top-level links, the loader's configuration,
+    the Python installation and the Ludus source), a few device nodes, its own directory with its
+    submission (read-only), and private size-capped tmpfs for /tmp, /var/tmp, /dev/shm and its home.
+    The rest of the host's filesystem (/etc, /home, /root, other agents' directories, the arena's
+    state) does not exist for it. The root is read-only once laid out."""
+    del mode  # the same view in both namespace modes
     tmpfs = f"size={limits.tmpfs_mb}m"
-    needed = _python_paths() + [str(agent_dir)]
-    # other agents' directories live beside ours: only our own is bound back in
-    masks: dict[str, str] = {os.path.realpath(workspace_root): "size=1m,mode=755"}
-    for path in ("/tmp", "/var/tmp", "/dev/shm"):
-        if os.path.isdir(path) and not os.path.islink(path):
-            masks[path] = f"{tmpfs},mode=1777"
-    if os.path.isdir("/run") and not os.path.islink("/run"):
-        masks["/run"] = "size=1m,mode=755"  # hides host sockets (D-Bus, container runtimes)
-    try:
-        user_home = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
-    except KeyError:  # a uid with no account has no home to hide
-        user_home = "/"
-    if user_home != "/" and os.path.isdir(user_home):
-        masks[user_home] = "size=1m,mode=755"
-    if mode == Isolation.UID:
-        for path in needed:
-            ancestor = _untraversable_ancestor(path)
-            if ancestor is not None:
-                masks[ancestor] = "size=1m,mode=755"
-    # a mask inside another mask would be hidden by it anyway
-    masks = {m: o for m, o in masks.items() if not any(_is_under(m, other) for other in masks)}
-    plan: list[dict] = [{"op": "remount_ro", "target": "/"}]
-    # the host's /sys lists the host's network interfaces; some kernels refuse sysfs in a user
-    # namespace, and then the host's (read-only) /sys stays
-    plan.append({"op": "sysfs", "target": "/sys", "optional": mode != Isolation.UID})
-    plan += [{"op": "tmpfs", "target": m, "options": masks[m]} for m in sorted(masks, key=len)]
-    exposed = sorted({p for p in needed if any(_is_under(p, m) for m in masks)}, key=len)
-    exposed = [p for p in exposed if not any(_is_under(p, q) for q in exposed)]
-    plan += [{"op": "bind", "source": p, "target": p, "readonly": True} for p in exposed]
+    plan: list[dict] = [{"op": "new_root", "target": str(new_root), "options": "size=1m,mode=755"}]
+    binds: list[str] = []
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):  # merged /usr: /bin -> usr/bin and friends
+            plan.append({"op": "symlink", "target": path, "link": os.readlink(path)})
+        elif os.path.isdir(path):
+            binds.append(path)
+    binds += [p for p in _SYSTEM_FILES if os.path.exists(p)]
+    for path in _python_paths() + [str(agent_dir)]:
+        if not any(path == b or _is_under(path, b) for b in binds):
+            binds = [b for b in binds if not _is_under(b, path)] + [path]
+    plan += [{"op": "tmpfs", "target": t, "options": f"{tmpfs},mode=1777"} for t in ("/tmp", "/var/tmp")]
+    plan += [{"op": "bind", "source": p, "target": p, "readonly": True} for p in sorted(binds, key=len)]
+    plan += [{"op": "bind", "source": d, "target": d, "readonly": False} for d in _DEVICES if os.path.exists(d)]
+    plan.append({"op": "tmpfs", "target": "/dev/shm", "options": f"{tmpfs},mode=1777"})
     plan.append({"op": "bind", "source": str(submission_dir), "target": str(submission_dir), "readonly": True})
     plan.append({"op": "tmpfs", "target": str(home), "options": f"{tmpfs},mode=700,uid={uid},gid={gid}"})
-    for hidden in hidden_paths:  # last, so they win over everything bound in above
+    for hidden in hidden_paths:  # e.g. the arena's state where it lies under a bound path
         hidden = os.path.realpath(hidden)
         if os.path.isdir(hidden):
             plan.append({"op": "hide_dir", "target": hidden})
         elif os.path.exists(hidden):
             plan.append({"op": "hide_file", "target": hidden})
+    plan.append({"op": "proc", "target": "/proc"})
+    # a fresh sysfs shows this network namespace's devices only; some kernels refuse it in a user
+    # namespace, and then the agent has no /sys at all
+    plan.append({"op": "sysfs", "target": "/sys", "optional": True})
+    plan.append({"op": "pivot"})
     return plan
 
 
@@ -673,6 +703,8 @@ class SandboxProcess:
             copy_submission(source, self.submission_dir, limits.max_submission_mb * _MIB)
             self.home = self.agent_dir / "home"
             self.home.mkdir(mode=0o700)
+            self._new_root = self._outer / "root"  # where the launcher lays out the agent's / (mount_plan)
+            self._new_root.mkdir(mode=0o700)
             if self._lease:
                 _chown_tree(self.agent_dir, self.uid, self.gid)
         except BaseException:
@@ -742,7 +774,7 @@ class SandboxProcess:
             "argv": self.argv, "env": self._env(), "cwd": str(self.home),
             "rlimits": _rlimits(self.limits, self._lease is None),
             "mounts": mount_plan(self.mode, self.agent_dir, self.submission_dir, self.home, self.uid,
-                                 self.gid, self.limits, self._hidden_paths(), self._outer.parent),
+                                 self.gid, self.limits, self._hidden_paths(), self._new_root),
             "status_fd": status_w, "lifeline_fd": life_r,
             "cgroup_procs": self._cgroup.procs_files if self._cgroup is not None else [],
         }
@@ -785,6 +817,8 @@ class SandboxProcess:
             return message
         if self.mode == Isolation.USERNS:  # the uid does not tell our processes apart: the namespace does
             self._pid_ns = self._find_namespace()
+            if self._pid_ns is not None:
+                _LIVE_NAMESPACES.add(self._pid_ns)
         return None
 
     def _launch_plain(self) -> str | None:
@@ -874,6 +908,8 @@ class SandboxProcess:
             os.close(self._lifeline)
             self._lifeline = None
         self._sweep()
+        if self._pid_ns is not None and not self.leftover_pids:
+            _LIVE_NAMESPACES.discard(self._pid_ns)
         self.proc = None
 
     def _sweep(self) -> None:

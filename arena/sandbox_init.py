@@ -8,8 +8,9 @@ result:
     warden (host PID namespace; root, or the user in user-namespace mode)
       unshare(2): new mount, network, PID, IPC and UTS namespaces (+ a user namespace when not root)
       `-- init (PID 1 of the new PID namespace; still privileged)
-            makes every mount private, mounts a fresh /proc, lays out the filesystem view
-            (read-only root, tmpfs over /tmp and friends, the agent's own directories),
+            makes every mount private, lays out a minimal root on a fresh tmpfs (the runtime
+            and the agent's own directories bound in, private tmpfs for /tmp and friends, a
+            fresh /proc), pivot_root()s into it and makes it read-only,
             `-- agent (rlimits, own unprivileged uid, no_new_privs, then execve)
 
 When the agent exits, init exits with its status, and the kernel kills every other process of
@@ -48,6 +49,7 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MS_RELATIME = 1 << 21
+MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 # statvfs f_flag bits -> mount flags that a read-only remount must keep (in a user namespace the
@@ -93,11 +95,32 @@ def _remount_readonly(target):
     _mount(None, target, None, flags, None, f"remount {target} read-only")
 
 
+_ROOT = ""
+"""The new root while it is being laid out (its path in the old root); '' after pivot_root."""
+
+
+def _at(path):
+    return _ROOT + path
+
+
+def _pivot_root(new_root):
+    """Make `new_root` the root of this mount namespace and let go of the old one."""
+    number = {"x86_64": 155, "aarch64": 41, "riscv64": 41}.get(os.uname().machine)
+    if number is None:
+        raise SetupError(f"pivot_root: unknown syscall number on {os.uname().machine}")
+    os.chdir(new_root)
+    os.mkdir(".old", 0o700)
+    _check(_libc.syscall(number, b".", b".old"), "pivot_root")
+    os.chdir("/")
+    _check(_libc.umount2(b"/.old", MNT_DETACH), "detach the old root")
+    os.rmdir("/.old")
+
+
 def _lay_out_filesystem(mounts):
-    """Apply the mount plan, in order, inside the new mount namespace."""
+    """Apply the mount plan (arena.sandbox.mount_plan), in order, inside the new mount namespace."""
+    global _ROOT
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "make mounts private")
-    # Bind sources are opened before anything is mounted over them (a tmpfs over /tmp hides the
-    # agent's directory under /tmp; the open descriptor still reaches it).
+    # Bind sources are opened before anything is mounted (the descriptors still reach them).
     sources = {}
     for op in mounts:
         if op["op"] == "bind" and op["source"] not in sources:
@@ -105,40 +128,62 @@ def _lay_out_filesystem(mounts):
                 sources[op["source"]] = os.open(op["source"], os.O_PATH | os.O_CLOEXEC)
             except OSError as exc:
                 raise SetupError(f"cannot open {op['source']}: {exc.strerror}") from None
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "mount /proc")
     for op in mounts:
-        target = op["target"]
-        if op["op"] == "remount_ro":
-            _remount_readonly(target)
-            continue
-        if op["op"] == "sysfs":  # a fresh sysfs shows this network namespace's devices only
-            if _libc.mount(b"sysfs", os.fsencode(target), b"sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                           None) != 0 and not op["optional"]:
-                _check(-1, "mount /sys")
-            continue
-        if op["op"] in ("hide_file", "hide_dir"):
-            if not os.path.lexists(target):  # already out of sight (under a tmpfs laid above)
+        kind, target = op["op"], op.get("target")
+        if kind == "new_root":
+            _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, op["options"], "tmpfs for the new root")
+            _ROOT = target
+        elif kind == "symlink":
+            os.symlink(op["link"], _at(target))
+        elif kind == "pivot":
+            _pivot_root(_ROOT)
+            _ROOT = ""
+            _remount_readonly("/")
+        elif kind == "proc":
+            os.makedirs(_at(target), mode=0o755, exist_ok=True)
+            _mount("proc", _at(target), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "mount /proc")
+        elif kind == "sysfs":  # a fresh sysfs shows this network namespace's devices only
+            os.makedirs(_at(target), mode=0o755, exist_ok=True)
+            if _libc.mount(b"sysfs", os.fsencode(_at(target)), b"sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                           None) != 0:
+                if not op["optional"]:
+                    _check(-1, "mount /sys")
+                os.rmdir(_at(target))
+        elif kind in ("hide_file", "hide_dir"):
+            if not os.path.lexists(_at(target)):  # not in the agent's view at all
                 continue
-            if op["op"] == "hide_file":
-                _mount("/dev/null", target, None, MS_BIND, None, f"hide {target}")
-                _remount_readonly(target)
+            if kind == "hide_file":
+                _mount("/dev/null", _at(target), None, MS_BIND, None, f"hide {target}")
+                _remount_readonly(_at(target))
             else:
-                _mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=000",
-                       f"hide {target}")
-            continue
-        try:
-            os.makedirs(target, mode=0o755, exist_ok=True)
-        except OSError as exc:
-            raise SetupError(f"cannot create mount point {target}: {exc.strerror}") from None
-        if op["op"] == "tmpfs":
-            _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, op["options"], f"tmpfs on {target}")
-        else:  # bind
-            _mount(f"/proc/self/fd/{sources[op['source']]}", target, None, MS_BIND | MS_REC, None,
+                _mount("tmpfs", _at(target), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                       "size=4k,mode=000", f"hide {target}")
+        elif kind == "tmpfs":
+            _make_mount_point(_at(target), directory=True)
+            _mount("tmpfs", _at(target), "tmpfs", MS_NOSUID | MS_NODEV, op["options"], f"tmpfs on {target}")
+        elif kind == "bind":
+            fd = sources[op["source"]]
+            _make_mount_point(_at(target), directory=os.path.isdir(f"/proc/self/fd/{fd}"))
+            _mount(f"/proc/self/fd/{fd}", _at(target), None, MS_BIND | MS_REC, None,
                    f"bind {op['source']} on {target}")
-        if op.get("readonly"):
-            _remount_readonly(target)
+            if op.get("readonly"):
+                _remount_readonly(_at(target))
+        else:
+            raise SetupError(f"unknown mount operation {kind!r}")
     for fd in sources.values():
         os.close(fd)
+
+
+def _make_mount_point(path, directory):
+    try:
+        if directory:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            if not os.path.lexists(path):
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+    except OSError as exc:
+        raise SetupError(f"cannot create mount point {path}: {exc.strerror}") from None
 
 
 def _exec_agent(config, status_fd):

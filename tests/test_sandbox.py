@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 import time
 import re
 import socket
@@ -129,7 +130,7 @@ FORFEITS = [
     ("infinite_loop", MatchStatus.TIMEOUT, "did not answer in time", ""),
     ("sleep_past_limit", MatchStatus.TIMEOUT, "did not answer in time", ""),
     # stopped by the RSS poll, or by RLIMIT_DATA first (MemoryError) when the machine is busy
-    ("memory_bomb", MatchStatus.ERROR, "MiB limit|exited with code 1", "MEMORY_BOMB|MemoryError"),
+    ("memory_bomb", MatchStatus.ERROR, "MiB limit|memory limit|exited with code 1", "MEMORY_BOMB|MemoryError"),
     ("illegal_move", MatchStatus.INVALID, "illegal action", ""),
     ("garbage_output", MatchStatus.INVALID, "not valid JSON", ""),
     ("megabytes_output", MatchStatus.INVALID, "longer than 65536 bytes", ""),
@@ -351,9 +352,42 @@ def test_agent_directory_is_private():
 def test_no_agent_process_remains_anywhere(honest):
     """After everything above: no process runs under an agent uid that no live sandbox holds
     (the honest agent, still open, holds its own; agents of concurrent test runs hold theirs)."""
-    assert stray_agent_processes() == {}  # {} by definition when not root: agents have no uids of their own
+    assert stray_agent_processes() == {}  # the detector itself is shown to find strays below
     if honest.isolation == Isolation.UID:
         assert pids_of_uid(honest.uid) == honest.pids() and len(honest.pids()) == 1
+
+
+def test_stray_detector_finds_a_planted_stray():
+    """A process left under an agent uid that no sandbox holds is reported (so the checks above that
+    expect none can fail): planted as root under the last agent uid, or, without root, as a process
+    in a PID namespace of the sandbox launcher that no live sandbox holds."""
+    require_isolation()
+    config = SandboxConfig()
+    if os.geteuid() == 0:
+        uid = config.uid_base + config.uid_count - 1
+        planted = subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[])
+        try:
+            deadline = time.monotonic() + 5
+            while uid not in stray_agent_processes(config) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert planted.pid in stray_agent_processes(config).get(uid, []), stray_agent_processes(config)
+        finally:
+            planted.kill()
+            planted.wait()
+        assert uid not in stray_agent_processes(config)
+    else:
+        from arena import sandbox
+
+        agent = SandboxedAgent(validate_submission(EXAMPLES / "random_python", GAME), GAME, BOX)
+        try:
+            agent.begin_match("probe", 0, 0, LIMITS)
+            ns = agent._box._pid_ns
+            assert ns and stray_agent_processes() == {}
+            sandbox._LIVE_NAMESPACES.discard(ns)  # as if its arena had died without cleaning up
+            assert set(agent.pids()) <= set(stray_agent_processes().get(os.getuid(), [])) and agent.pids()
+            sandbox._LIVE_NAMESPACES.add(ns)
+        finally:
+            agent.close()
 
 
 # ------------------------------------------------------------------------------ forfeit rule
