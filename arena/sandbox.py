@@ -673,6 +673,46 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+SCRATCH_PREFIX = "ludus-agent-"
+SCRATCH_LOCK = "lock"
+_CLEANED_ROOTS: set[str] = set()
+
+
+def _clean_stale_scratch(root: Path) -> list[Path]:
+    """Remove agents' scratch directories (and control groups) that an arena killed with -9 left
+    behind: those whose lock no live sandbox holds. Once per workspace root and process."""
+    key = os.path.realpath(root)
+    if key in _CLEANED_ROOTS:
+        return []
+    _CLEANED_ROOTS.add(key)
+    removed = []
+    for outer in root.glob(f"{SCRATCH_PREFIX}*"):
+        if outer.is_symlink() or not outer.is_dir() or outer.stat().st_uid != os.getuid():
+            continue
+        try:
+            fd = os.open(outer / SCRATCH_LOCK, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:  # made a moment ago and not locked yet, or from before locks
+            if time.time() - outer.stat().st_mtime < 60:
+                continue
+            fd = None
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live sandbox (of this or another arena) holds it
+            shutil.rmtree(outer, ignore_errors=True)
+            removed.append(outer)
+        finally:
+            if fd is not None:
+                os.close(fd)
+    if removed and os.geteuid() == 0:
+        cgroups.remove_stale_groups()
+    return removed
+
+
 class SandboxProcess:
     """One sandboxed process with pipes on stdin/stdout/stderr; the building block of agents.
 
@@ -694,8 +734,13 @@ class SandboxProcess:
         root = config.workspace_root or Path(tempfile.gettempdir())
         if os.path.realpath(root) == "/":
             raise SandboxError("workspace_root cannot be '/': it is hidden from agents; pick a directory")
+        _clean_stale_scratch(Path(root))
+        self._scratch_lock: int | None = None
         try:
-            self._outer = Path(tempfile.mkdtemp(prefix="ludus-agent-", dir=root))
+            self._outer = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=root))
+            # held for the sandbox's life: a scratch directory whose lock is free was left by a dead arena
+            self._scratch_lock = os.open(self._outer / SCRATCH_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(self._scratch_lock, fcntl.LOCK_EX)
             os.chmod(self._outer, 0o711)  # agents may pass through, not list
             self.agent_dir = self._outer / "agent"
             self.agent_dir.mkdir(mode=0o700)
@@ -949,6 +994,9 @@ class SandboxProcess:
         outer = getattr(self, "_outer", None)
         if outer is not None and outer.exists():
             shutil.rmtree(outer, ignore_errors=True)
+        if getattr(self, "_scratch_lock", None) is not None:
+            os.close(self._scratch_lock)
+            self._scratch_lock = None
         lease = getattr(self, "_lease", None)
         if lease is not None:
             lease.release()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import subprocess
+import sys
 import time
 import re
 import socket
@@ -585,3 +587,38 @@ def test_fault_budget_is_not_refilled_by_clean_matches(honest):
             play_match(GAME, [agent, honest], seed=seed, limits=LIMITS)
         assert agent.dead and "3 faulty matches (budget 3" in agent.why_dead, agent.why_dead
         assert agent.starts == 3
+
+
+def test_scratch_left_by_a_killed_arena_is_cleaned_at_the_next_start(tmp_path):
+    """An arena killed with -9 leaves its agents' scratch copies behind; the next sandbox started
+    in the same workspace removes them (their locks are free), and leaves a live one alone."""
+    require_isolation()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(REPO)!r})
+from pathlib import Path
+from arena.sandbox import MatchLimits, SandboxConfig, SandboxedAgent
+from arena.submission import validate_submission
+agent = SandboxedAgent(validate_submission(Path({str(EXAMPLES / 'random_python')!r}), 'tic_tac_toe'), 'tic_tac_toe',
+                       config=SandboxConfig(workspace_root=Path({str(workspace)!r})))
+assert agent.begin_match('m', 0, 0, MatchLimits()) is None
+print('started', flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL and "started" in proc.stdout, proc.stderr
+    left = list(workspace.glob("ludus-agent-*"))
+    assert len(left) == 1
+    from arena import sandbox
+
+    sandbox._CLEANED_ROOTS.discard(os.path.realpath(workspace))
+    config = SandboxConfig(workspace_root=workspace)
+    with SandboxedAgent(validate_submission(EXAMPLES / "random_python", GAME), GAME, BOX, config) as live:
+        assert not left[0].exists()
+        mine = list(workspace.glob("ludus-agent-*"))
+        assert len(mine) == 1
+        sandbox._CLEANED_ROOTS.discard(os.path.realpath(workspace))
+        sandbox._clean_stale_scratch(workspace)  # a live sandbox's directory is not stale
+        assert mine[0].exists() and live.agent_dir.exists()
