@@ -315,13 +315,13 @@ class Arena:
 
     def run_tournament(self, game: str | None = None, format: str = "round-robin", games_per_pair: int = 2,
                        seed: int | None = None, *, max_games: int | None = None,
-                       sigma_threshold: float | None = None,
+                       sigma_threshold: float | None = None, workers: int | None = None,
                        progress: Callable[[str], None] | None = None) -> TournamentReport:
         """Play a tournament among all entrants and record it (see arena/tournament.py).
 
         `seed` defaults to the tournament's number, so successive tournaments use new seeds and
         each one can be replayed. The ladder stops at `sigma_threshold` or after `max_games`
-        (defaults from the config)."""
+        (defaults from the config). `workers`: matches at once (default one per core)."""
         if not ledger_exists(self.directory):
             raise ArenaError(f"no arena in {self.directory} yet: submit agents first (`ludus arena submit`)")
         c = self.config
@@ -343,7 +343,7 @@ class Arena:
                 seed=number if seed is None else seed, limits=c.match_limits,
                 sigma_threshold=c.sigma_threshold if sigma_threshold is None else sigma_threshold,
                 max_games=c.max_games if max_games is None else max_games, pairs_per_round=c.pairs_per_round,
-                stderr_bytes=c.stderr_bytes)
+                stderr_bytes=c.stderr_bytes, workers=workers)
             entry = {"number": number, "game": info.game, "format": format, "seed": settings.seed,
                      "games_per_pair": games_per_pair, "entrants": [e.player_id for e in entrants],
                      "time_per_move_s": c.match_limits.time_per_move_s, "overage_s": c.match_limits.overage_s,

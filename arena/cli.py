@@ -41,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--games-per-pair", type=int, default=2,
                    help="games per pairing, even: each seed is played in both seat orders (default 2)")
     p.add_argument("--seed", type=int, default=None, help="tournament seed (default: the tournament's number)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="matches played at once (default: one per core); each agent plays one at a time")
     p.add_argument("--time-per-move", type=float, default=None, help="seconds per move (default 1.0)")
     p.add_argument("--overage", type=float, default=None, help="overage bank in seconds per match (default 5.0)")
     p.add_argument("--max-games", type=int, default=None, help="ladder: game budget (default 400)")
@@ -118,7 +120,8 @@ def _run(args) -> int:
 
     arena = _open(args, args.game)
     report = arena.run_tournament(args.game, args.format, args.games_per_pair, args.seed,
-                                  max_games=args.max_games, sigma_threshold=args.sigma, progress=print)
+                                  max_games=args.max_games, sigma_threshold=args.sigma, workers=args.workers,
+                                  progress=_say)
     _say(format_report(report))
     return 0
 

@@ -13,18 +13,21 @@ Two formats:
   under a threshold (`sigma_converged`) or the game budget is spent.
 
 Each entrant's process is started once per tournament (`SandboxedAgent` lives across matches;
-the sandbox restarts it after a fault and gives up on it after `max_consecutive_faults` in a
-row). Every match is appended to the ledger as kind 'arena' with its moves, think times, each
+the sandbox restarts it after a fault and gives up on it when a fault or start-up budget runs
+out). Matches run in parallel, one per core by default (`play_in_parallel`): each agent plays one
+match at a time and meets its matches in schedule order, so results do not depend on timing. Every match is appended to the ledger as kind 'arena' with its moves, think times, each
 seat's status (ok | error | timeout | invalid), fault reason and stderr tail, and rated with
 TrueSkill by `league.ratings.rate_and_record` in the same transaction.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -66,8 +69,14 @@ class TournamentSettings:
     """Ladder: pairings scheduled between rating updates; None: half the number of entrants."""
     stderr_bytes: int = 4096
     """The last bytes of a seat's stderr kept in the ledger (seat metadata 'stderr')."""
+    workers: int | None = None
+    """Matches played at once (each agent in one at a time); None: one per core of the machine.
+    Each agent's CPU quota (`SandboxLimits.cpu_cores`) keeps parallel matches from taking each
+    other's move time."""
 
     def __post_init__(self) -> None:
+        if self.workers is not None and self.workers < 1:
+            raise ArenaError(f"workers must be at least 1, got {self.workers}")
         if self.format not in FORMATS:
             raise ArenaError(f"unknown tournament format {self.format!r}; use one of {', '.join(FORMATS)}")
         if self.games_per_pair < 2 or self.games_per_pair % 2:
@@ -243,6 +252,42 @@ def summarize(result: MatchResult) -> MatchSummary:
 # ---------------------------------------------------------------------------------------- playing
 
 
+def play_in_parallel(batch: Sequence[Pairing], play: Callable[[Pairing], MatchResult],
+                     workers: int) -> Iterator[MatchResult]:
+    """Play `batch` with up to `workers` matches at once; yields the results in the batch's order,
+    each as soon as it and all before it are done.
+
+    An agent is one process and plays one match at a time, and it meets its matches in the order
+    of the schedule, whatever the timing: a pairing starts only when no earlier unfinished pairing
+    involves either of its players. So the ledger and every agent's sequence of matches are those
+    of the serial schedule. Matches wait on their agents' pipes (threads suffice); agents run in
+    their own processes on the machine's cores."""
+    if workers <= 1 or len(batch) <= 1:
+        yield from (play(pairing) for pairing in batch)
+        return
+    results: dict[int, MatchResult] = {}
+    pending = list(range(len(batch)))
+    running: dict[Future, int] = {}
+    next_out = 0
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ludus-match") as pool:
+        while pending or running:
+            busy = {p for i in running.values() for p in batch[i].players}
+            blocked: set[str] = set()
+            for i in list(pending):
+                players = set(batch[i].players)
+                if len(running) < workers and not players & (busy | blocked):
+                    running[pool.submit(play, batch[i])] = i
+                    busy |= players
+                    pending.remove(i)
+                blocked |= players  # later pairings of these players wait for this one
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                results[running.pop(future)] = future.result()
+            while next_out in results:
+                yield results.pop(next_out)
+                next_out += 1
+
+
 def _entrant_reports(entrants: Sequence[Entrant], players: Mapping[str, "SandboxedAgent | Policy"],
                      results: Sequence[MatchResult],
                      leftovers: Mapping[str, tuple[int, ...]]) -> tuple[EntrantReport, ...]:
@@ -302,24 +347,30 @@ def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], 
             players[entrant.player_id] = make_player(entrant.submission(arena_dir), settings.game,
                                                      sandbox_limits, sandbox_config)
 
-        def play_round(batch: list[Pairing]) -> None:
-            played = []
-            for pairing in batch:
-                begun = time.time()
-                record = play_match(settings.game, [players[p] for p in pairing.players], pairing.seed,
-                                    settings.limits, match_id=str(pairing.match_id))
-                played.append(match_result(record, pairing, spec, versions, begun, number, settings))
+        def play_one(pairing: Pairing) -> MatchResult:
+            begun = time.time()
+            record = play_match(settings.game, [players[p] for p in pairing.players], pairing.seed,
+                                settings.limits, match_id=str(pairing.match_id))
+            return match_result(record, pairing, spec, versions, begun, number, settings)
+
+        workers = settings.workers or os.cpu_count() or 1
+
+        def record_round(played: list[MatchResult]) -> None:
             rate_and_record(store, table, played, kinds=(MATCH_KIND,))
             results.extend(played)
             if progress is not None:
                 forfeits = sum(r.metadata["forfeit"] for r in played)
-                progress(f"round {batch[0].round + 1}: {len(played)} matches, {forfeits} forfeits "
+                progress(f"round {played[0].metadata['round'] + 1}: {len(played)} matches, {forfeits} forfeits "
                          f"({time.monotonic() - clock:.1f} s)")
 
         first_id = store.max_match_id() + 1
         if settings.format == "round-robin":
-            for batch in round_robin_schedule(ids, settings.games_per_pair, settings.seed, first_id):
-                play_round(batch)
+            # the whole schedule is known in advance: play it as one stream (no idle core at the end
+            # of a round) and record each round, in order, as soon as its last match is in
+            rounds = round_robin_schedule(ids, settings.games_per_pair, settings.seed, first_id)
+            stream = play_in_parallel([p for batch in rounds for p in batch], play_one, workers)
+            for batch in rounds:
+                record_round([next(stream) for _ in batch])
         else:
             rng = np.random.default_rng(np.random.SeedSequence([settings.seed, _LADDER_STREAM]))
             pairs_per_round = settings.pairs_per_round or max(1, len(ids) // 2)
@@ -334,7 +385,7 @@ def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], 
                     break
                 batch = ladder_round(rng, table, ids, min(pairs_per_round, room), settings.games_per_pair,
                                      first_id + len(results), round_index)
-                play_round(batch)
+                record_round(list(play_in_parallel(batch, play_one, workers)))  # the next round needs these ratings
                 round_index += 1
     finally:
         for pid, player in players.items():

@@ -491,3 +491,26 @@ def test_escape_codes_from_an_agent_never_reach_a_terminal_or_a_file(tmp_path, c
     assert texts
     for path in texts:
         assert not raw.search(path.read_text(errors="replace")), path
+
+
+def test_parallel_matches_give_the_serial_ledger(tmp_path):
+    """Two workers play matches at the same time (their recorded times overlap), and the ledger is
+    the one a single worker writes: the same pairings, seeds, moves and returns in the same order."""
+    require_isolation()
+
+    def play(workers: int):
+        arena = Arena.open(tmp_path / f"arena-{workers}", GAME, config())
+        arena.submit(EXAMPLES / "random_python", name="py-a")
+        arena.submit(EXAMPLES / "random_python", name="py-b")
+        arena.submit(EXAMPLES / "random_sh")
+        arena.submit("bot:mcts-10")
+        report = arena.run_tournament(format="round-robin", games_per_pair=2, seed=5, workers=workers)
+        return [arena.match(m.match_id) for m in report.matches]
+
+    serial, parallel = play(1), play(2)
+    assert len(serial) == len(parallel) == 12
+    key = lambda m: (m.match_id, m.seed, m.player_ids, tuple(s.episode_return for s in m.seats),
+                     tuple(m.metadata["moves"]), tuple(s.status for s in m.seats))
+    assert [key(m) for m in serial] == [key(m) for m in parallel]
+    spans = [(m.started_at, m.started_at + m.duration_s) for m in parallel]
+    assert any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for (b0, b1) in spans[i + 1:])
