@@ -7,27 +7,26 @@ Isolation (`Isolation`; `arena.doctor` tells which modes work on a machine):
 
 * ``uid`` (the arena runs as root): the agent runs under its own unprivileged uid/gid
   (``uid_base + k``, leased with a lock file so concurrent arenas never share one) in fresh
-  mount, network and PID namespaces, set up by ``arena/sandbox_init.py``. The network namespace
-  has no interface up, so every socket fails, loopback included. Its filesystem view: the root
-  filesystem read-only; private size-capped tmpfs on /tmp, /var/tmp, /dev/shm, /run; the invoking
-  user's home and any directory agents may not traverse (e.g. /root) replaced by empty tmpfs,
-  with only Python's installation and the Ludus source bound back in; its own copy of the
-  submission (read-only) and a tmpfs home (its scratch space, mode 0700, owned by its uid);
-  `SandboxConfig.hidden_paths` (the arena's state) covered by empty mounts.
+  mount, network, PID, IPC and UTS namespaces, set up by ``arena/sandbox_init.py``, inside its
+  own memory and cpu control groups (arena/cgroups.py) where the machine has them. The network
+  namespace has no interface up, so every socket fails, loopback included. Its filesystem view
+  is a minimal root (`mount_plan`): only the runtime, read-only, its own copy of the submission
+  (read-only), private size-capped tmpfs on /tmp, /var/tmp, /dev/shm and a tmpfs home (its
+  scratch space, mode 0700, owned by its uid).
 * ``userns`` (not root, user namespaces allowed): the same namespaces inside a user namespace;
   the agent keeps the invoking user's uid, so file permissions do not separate it from other
-  agents or from the arena, but the mount layout above still hides /tmp, the home directory and
-  `hidden_paths`.
+  agents or from the arena, but the minimal root above still hides everything else; no cgroups.
 * ``none``: a plain child process in its own session with rlimits only (as root, still under its
   own leased uid, but Python must then be installed where other users can read it). No
   namespaces: use it for trusted code. `SandboxConfig.require_isolation` refuses it.
 
 Limits: per-move wall-clock time is enforced preemptively (the arena polls the agent's stdout with
 a deadline; a hung agent loses by TIMEOUT and is killed), with an overage bank per match drawn on
-when a move takes longer than the per-move limit; RLIMIT_CPU bounds the agent's total CPU;
-RLIMIT_DATA bounds each process's heap and the summed anonymous RSS of the agent's processes is
-polled from /proc while the arena waits; RLIMIT_NPROC bounds fork bombs; RLIMIT_FSIZE and the
-tmpfs sizes bound what it can write.
+when a move takes longer than the per-move limit; RLIMIT_CPU bounds the agent's total CPU and a
+cpu cgroup its share of the machine; RLIMIT_DATA bounds each process's heap, the summed anonymous
+and shared memory of the agent's processes is polled from /proc while the arena waits and capped
+in the kernel by a memory cgroup; RLIMIT_NPROC bounds fork bombs; RLIMIT_FSIZE and the tmpfs
+sizes bound what it can write.
 
 Faults: a crash, an early exit, closing stdout, a timeout, a malformed or illegal action or any
 line the arena did not ask for ends the match as a forfeit (`MatchStatus` ERROR / TIMEOUT /
