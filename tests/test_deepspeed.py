@@ -84,12 +84,15 @@ def trajectory(ppo_learner: PPOLearner, seeds) -> np.ndarray:
 # ------------------------------------------------------------------------------ validation
 
 
-def test_fp16_on_cpu_is_refused_with_one_line_before_deepspeed():
-    assert not torch.cuda.is_available()
+def test_fp16_on_cpu_is_refused_with_one_line_before_deepspeed(monkeypatch):
+    # a machine without a GPU, whatever this one has; on a GPU the same setting is accepted
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError) as error:
         deepspeed(1, fp16=True)
     message = str(error.value)
     assert "fp16" in message and "GPU" in message and "bf16" in message and "\n" not in message
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert deepspeed(1, fp16=True).fp16
 
 
 def test_impossible_settings_are_refused():
