@@ -72,6 +72,8 @@ class PPOConfig:
     exceeds this; None never stops early."""
 
     def __post_init__(self) -> None:
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.num_minibatches < 1:
             raise ValueError(f"num_minibatches must be >= 1, got {self.num_minibatches}")
         if self.minibatch_size is not None and self.minibatch_size < 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -37,7 +38,18 @@ class LearnerWeights:
 
 
 class RunnerCrashLoop(UserError):
-    """Runners keep dying; the message carries the last traceback."""
+    """Runners keep dying (killed, out of memory): restarting them did not help."""
+
+
+class RunnerError(UserError):
+    """A runner raised an exception: a bug or bad input, which playing again would only repeat.
+    The message is its last line; the whole traceback is in the runner's log."""
+
+
+def runner_error(index: int, trace: str, log_path: str | None) -> RunnerError:
+    last = next((line for line in reversed(trace.strip().splitlines()) if line.strip()), "unknown error")
+    where = f"; the traceback is in {log_path}" if log_path else ""
+    return RunnerError(f"runner {index} failed: {last.strip()}{where}")
 
 
 class PolicyProvider:
@@ -159,17 +171,23 @@ def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchit
                 provider.set_learner(message[1])
             elif kind == "task":
                 conn.send(("result", runner.play(message[1], provider.policy_of)))
-        except Exception:  # sent to the manager, which decides: restart or stop the run
-            conn.send(("error", traceback.format_exc()))
+        except Exception:  # the manager stops the run with the last line; the log keeps the rest
+            trace = traceback.format_exc()
+            if log_path:
+                sys.stderr.write(trace)
+                sys.stderr.flush()
+            conn.send(("error", trace))
             return
 
 
 class ProcessBackend:
     """N runner processes (one torch thread each); task i goes to worker i % N.
 
-    A worker that dies is restarted and its task is played again from the start, so matches it
-    had not finished are never recorded; more than `max_restarts` deaths stop the run with the
-    last traceback.
+    A worker that dies (killed, out of memory, a broken pipe at any moment) is restarted and its
+    tasks are played again from the start, so matches it had not finished are never recorded; more
+    than `max_restarts` deaths stop the run with a one-line `RunnerCrashLoop`. A worker that raises
+    an exception stops the run at once with a one-line `RunnerError` (playing the same task again
+    would raise it again); the traceback is in its log.
     """
 
     def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
@@ -190,7 +208,7 @@ class ProcessBackend:
 
     def _start(self, index: int) -> tuple[Any, Any]:
         parent, child = self.context.Pipe()
-        log_path = os.path.join(self.log_dir, f"runner-{index}.log") if self.log_dir else None
+        log_path = self._log_path(index)
         process = self.context.Process(target=_worker_main, args=(child, *self.args, log_path),
                                        name=f"ludus-runner-{index}", daemon=True)
         process.start()
@@ -201,20 +219,33 @@ class ProcessBackend:
             parent.send(("weights", w))
         return process, parent
 
+    def _send(self, index: int, message: tuple) -> None:
+        """Send to worker `index`; a worker found dead is restarted (it gets the population and
+        weights on start) and a task is sent to its successor."""
+        try:
+            self.workers[index][1].send(message)
+        except (BrokenPipeError, ConnectionError, OSError):
+            self._restart(index, f"runner {index} died (exit code {self.workers[index][0].exitcode})")
+            if message[0] == "task":
+                self.workers[index][1].send(message)
+
     def set_population(self, members: list[Member]) -> None:
         self.population = list(members)
-        for _, conn in self.workers:
-            conn.send(("population", self.population))
+        for index in range(self.num_workers):
+            self._send(index, ("population", self.population))
 
     def submit(self, tasks: list[PlayTask], weights: list[LearnerWeights]) -> list[PlayTask]:
         for w in weights:
             self.weights[w.player_id] = w
             self.weight_history[(w.player_id, w.version)] = w
-            for _, conn in self.workers:
-                conn.send(("weights", w))
+            for index in range(self.num_workers):
+                self._send(index, ("weights", w))
         for i, task in enumerate(tasks):
-            self.workers[i % self.num_workers][1].send(("task", task))
+            self._send(i % self.num_workers, ("task", task))
         return tasks
+
+    def _log_path(self, index: int) -> str | None:
+        return os.path.join(self.log_dir, f"runner-{index}.log") if self.log_dir else None
 
     def _restart(self, index: int, reason: str) -> None:
         self.restarts += 1
@@ -224,7 +255,8 @@ class ProcessBackend:
             process.kill()
         process.join(timeout=10)
         if self.restarts > self.max_restarts:
-            raise RunnerCrashLoop(f"runner processes died {self.restarts} times; last failure:\n{reason}")
+            raise RunnerCrashLoop(f"runner processes died {self.restarts} times (last: {reason}); is the machine out "
+                                  f"of memory? See {self._log_path(index) or 'the runner logs'}")
         self.workers[index] = self._start(index)
 
     def collect(self, handle: list[PlayTask]) -> list[PlayResult]:
@@ -249,9 +281,7 @@ class ProcessBackend:
                     self._resend(worker, pending)
                     break
                 if kind == "error":
-                    self._restart(worker, payload)
-                    self._resend(worker, pending)
-                    break
+                    raise runner_error(worker, payload, self._log_path(worker))
                 results[i] = payload
                 del pending[i]
         # Keep only the newest weights of each learner (older tasks are all collected now).
@@ -260,14 +290,13 @@ class ProcessBackend:
         return [r for r in results if r is not None]
 
     def _resend(self, worker: int, pending: dict[int, PlayTask]) -> None:
-        conn = self.workers[worker][1]
         for j in sorted(pending):
             if j % self.num_workers == worker:
                 task = pending[j]
                 for key in zip(task.learners, task.learner_versions):
                     if key in self.weight_history:
-                        conn.send(("weights", self.weight_history[key]))
-                conn.send(("task", task))
+                        self._send(worker, ("weights", self.weight_history[key]))
+                self._send(worker, ("task", task))
 
     def close(self) -> None:
         for process, conn in self.workers:

@@ -176,6 +176,8 @@ class LeagueConfig:
         for key in positive:
             if getattr(self, key) < 1:
                 raise ConfigError(f"config key {key!r} must be >= 1, got {getattr(self, key)}")
+        if not 0 <= self.seed < 2**63:
+            raise ConfigError(f"config key 'seed' must be in [0, 2**63), got {self.seed}")
         if self.pipeline_depth not in (1, 2):
             raise ConfigError(f"config key 'pipeline_depth' must be 1 (sync) or 2 (async), got {self.pipeline_depth}")
         if self.max_policy_lag < 0:

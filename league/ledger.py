@@ -531,6 +531,15 @@ class Store:
         """The `seq` the next recorded match will get (the writer is exclusive, so this is stable)."""
         return self.last_seq() + 1
 
+    def count_matches_up_to(self, seq: int) -> int:
+        """Rows with seq <= `seq`."""
+        return self._connection().execute("SELECT COUNT(*) FROM matches WHERE seq <= ?", (int(seq),)).fetchone()[0]
+
+    def match_at_seq(self, seq: int) -> tuple[int, int] | None:
+        """(match_id, seed) of the row at `seq`, or None."""
+        row = self._connection().execute("SELECT match_id, seed FROM matches WHERE seq = ?", (int(seq),)).fetchone()
+        return (int(row[0]), int(row[1])) if row else None
+
     def max_match_id(self) -> int:
         """The largest match id in the ledger; -1 when empty (callers resume allocation from +1)."""
         return self._connection().execute("SELECT COALESCE(MAX(match_id), -1) FROM matches").fetchone()[0]

@@ -38,9 +38,11 @@ from agents.snapshot import Lineage, verify_snapshot
 from games.core import GameSpec
 from games.registry import spec as game_spec
 from league.backends import Backend, LearnerWeights, ProcessBackend, SerialBackend
+from league.checkpoint import (CREATING_PREFIX, LedgerMark, PendingPlay, RunError, check_ledger,
+                               clean_stale_creations, clean_stale_temporaries, config_digest, ledger_mark)
 from league.config import LeagueConfig, RoleConfig, config_from_dict, config_to_dict
 from league.learners import LeagueLearner, make_learner, module_weights
-from league.ledger import (MatchResult, PlayerRecord, SeatResult, Store, atomic_write_bytes,
+from league.ledger import (LEDGER_FILENAME, MatchResult, PlayerRecord, SeatResult, Store, atomic_write_bytes,
                            atomic_write_json, outcomes_from_returns)
 from league.matchmaking import MatchmakingMix, sample_opponents, schedule_rating_matches
 from league.payoff import PayoffTable
@@ -52,12 +54,10 @@ from ludus.errors import UserError
 
 CHECKPOINT_POINTER = "checkpoint.json"
 CONFIG_FILE = "config.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: the checkpoint records the ledger position, the config digest and the plan in flight."""
 log = logging.getLogger("ludus.league")
 
-
-class RunError(UserError):
-    """A run directory that cannot be created, resumed or read."""
 
 
 def match_seed(run_seed: int, match_id: int) -> int:
@@ -149,47 +149,72 @@ class League:
         self.on_iteration: list[Callable[[IterationSummary], None]] = []
         self._checkpoint_seq = 0
         """Ledger seq at the last checkpoint: later matches belong to an interrupted iteration."""
+        self._in_flight: PendingPlay | None = None
+        """Asynchronous mode: the next iteration's tasks already with the runners, and their weights."""
         self._started = time.perf_counter()
 
     # ----------------------------------------------------------------------------- creation
 
     @classmethod
     def create(cls, config: LeagueConfig, run_dir: str | os.PathLike) -> "League":
-        """Start a new run in `run_dir` (must be new or empty)."""
+        """Start a new run in `run_dir` (must be new or empty).
+
+        The run is built in a sibling ``.creating-<name>-<pid>`` directory and renamed into place
+        after its first checkpoint, so a refused config or a kill during creation leaves no half
+        run behind (a killed creation's directory is removed by the next `create` there)."""
         run_dir = Path(run_dir)
         if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
             raise RunError(f"run directory {run_dir} already exists and is not empty; "
                            f"use `ludus resume {run_dir}` or pick another --run")
         config_from_dict(config_to_dict(config))  # validate the game id before touching the disk
-        store = Store.open(run_dir, mode="write")
+        parent = run_dir.resolve().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_creations(parent)
+        building = parent / f"{CREATING_PREFIX}{run_dir.name}-{os.getpid()}"
+        store = Store.open(building, mode="write")
         try:
-            league = cls(config, run_dir, store)
-            atomic_write_json(run_dir / CONFIG_FILE, config_to_dict(config))
+            league = cls(config, building, store)
+            atomic_write_json(building / CONFIG_FILE, config_to_dict(config))
             store.set_meta("config", config_to_dict(config))
-            league._setup_logging()
             league._init_population()
             league._write_checkpoint()
+            league.close()
+            if run_dir.exists():
+                run_dir.rmdir()  # empty (checked above)
+            os.replace(building, run_dir)
         except BaseException:
             store.close()
+            shutil.rmtree(building, ignore_errors=True)
             raise
-        return league
+        return cls.resume(run_dir)
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike) -> "League":
-        """Continue a run from its last checkpoint; the result equals an uninterrupted run."""
+        """Continue a run from its last checkpoint; the result equals an uninterrupted run.
+
+        The run directory must be the unit the checkpoint describes: its ledger, config and
+        snapshots are checked against it, and anything else is refused with a one-line error
+        before anything is written."""
         run_dir = Path(run_dir)
         if not (run_dir / CONFIG_FILE).is_file() or not (run_dir / CHECKPOINT_POINTER).is_file():
             raise RunError(f"{run_dir} is not a Ludus run directory (no {CONFIG_FILE} / {CHECKPOINT_POINTER})")
+        if not (run_dir / LEDGER_FILENAME).is_file():
+            raise RunError(f"{run_dir}: {LEDGER_FILENAME} is missing, but the checkpoint needs the ledger it was "
+                           f"written with; restore it, or start a new run")
         try:
-            config = config_from_dict(json.loads((run_dir / CONFIG_FILE).read_text()))
+            config_data = json.loads((run_dir / CONFIG_FILE).read_text())
             pointer = json.loads((run_dir / CHECKPOINT_POINTER).read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RunError(f"{run_dir}: damaged run files ({exc}); cannot resume") from None
+            directory = run_dir / pointer["path"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+            raise RunError(f"{run_dir}: damaged run files ({type(exc).__name__}: {exc}); cannot resume") from None
+        config = config_from_dict(config_data)
+        _check_before_writing(run_dir, directory, config)
         store = Store.open(run_dir, mode="write")
         try:
             league = cls(config, run_dir, store)
+            league._load_checkpoint(directory)
+            clean_stale_temporaries(run_dir)
             league._setup_logging()
-            league._load_checkpoint(run_dir / pointer["path"])
         except BaseException:
             store.close()
             raise
@@ -631,12 +656,16 @@ class League:
         results = self.backend.collect(handle)
         lap("play")
         nxt = None
+        self._in_flight = None
         if prefetch and self.iteration + 1 < self.config.iterations:
             self.iteration += 1
             next_tasks = self.plan()
             self.iteration -= 1
             lap("matchmaking")
-            nxt = (next_tasks, self.backend.submit(next_tasks, self._weights()))
+            weights = self._weights()
+            nxt = (next_tasks, self.backend.submit(next_tasks, weights))
+            # kept in the checkpoint: a resume replays exactly these tasks with these weights
+            self._in_flight = PendingPlay(tuple(next_tasks), tuple(weights))
             lap("play")
         training, rating = self._record(results)
         lap("record")
@@ -679,19 +708,33 @@ class League:
         return None
 
     def run(self, until_iteration: int | None = None) -> list[IterationSummary]:
-        """Run iterations until `until_iteration` (default: config.iterations)."""
+        """Run iterations until `until_iteration` (default: config.iterations).
+
+        A higher `until_iteration` than the config's is written to config.json once the first
+        iteration of this call has been checkpointed (a refused or failed resume changes nothing)."""
+        if until_iteration is not None and until_iteration < 1:
+            raise RunError(f"--iterations must be >= 1, got {until_iteration}")
         until = min(until_iteration or self.config.iterations, self.config.iterations)
-        if until_iteration and until_iteration > self.config.iterations:
+        extend = until_iteration is not None and until_iteration > self.config.iterations
+        if extend:
             self.config = replace(self.config, iterations=until_iteration)
             until = until_iteration
-            atomic_write_json(self.run_dir / CONFIG_FILE, config_to_dict(self.config))
         self._start_metrics()
         summaries = []
         pending = None
+        if self._in_flight is not None and self.iteration < until:
+            # resumed in asynchronous mode: the checkpoint's tasks, with the weights they were sent with
+            if self.backend is None:
+                self.backend = self._make_backend()
+            pending = (list(self._in_flight.tasks),
+                       self.backend.submit(list(self._in_flight.tasks), list(self._in_flight.weights)))
         prefetch = self.config.pipeline_depth == 2
         while self.iteration < until:
             summary, pending = self.step(pending, prefetch=prefetch and self.iteration + 1 < until)
             summaries.append(summary)
+            if extend:
+                atomic_write_json(self.run_dir / CONFIG_FILE, config_to_dict(self.config))
+                extend = False
         if self.config.log.progress:
             sys.stderr.write("\n")
         return summaries
@@ -774,12 +817,16 @@ class League:
             "total_env_steps": self.total_env_steps,
             "total_matches": self.total_matches,
             "ledger_last_seq": self.store.last_seq(),
+            "ledger": ledger_mark(self.store).to_json(),
+            "config_digest": config_digest(config_to_dict(self.config)),
             "rng": _rng_state_to_json(self.rng),
             "population": self.population.to_json(),
             "payoff": self.payoff.to_json(),
             "ratings": self.ratings.to_json(),
             "learners": learners,
         }
+        if self._in_flight is not None:
+            self._in_flight.save(tmp)
         atomic_write_json(tmp / "state.json", state)
         os.replace(tmp, directory)
         atomic_write_json(self.run_dir / CHECKPOINT_POINTER, {"path": name, "iteration": self.iteration})
@@ -789,14 +836,29 @@ class League:
             shutil.rmtree(old, ignore_errors=True)
 
     def _load_checkpoint(self, directory: Path) -> None:
+        """Restore the state of `directory`, after checking that the run directory matches it; any
+        damage is a one-line RunError."""
+        try:
+            self._restore(directory)
+        except RunError:
+            raise
+        except Exception as exc:  # a damaged file of any kind (JSON, safetensors, arrays of the wrong shape)
+            raise RunError(f"checkpoint {directory} is damaged ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); cannot resume") from None
+
+    def _restore(self, directory: Path) -> None:
         from safetensors.torch import load as safetensors_load
 
         try:
             state = json.loads((directory / "state.json").read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RunError(f"checkpoint {directory} is unreadable ({exc}); cannot resume") from None
         if state.get("format_version") != FORMAT_VERSION:
             raise RunError(f"checkpoint {directory} has format {state.get('format_version')}, expected {FORMAT_VERSION}")
+        if state["config_digest"] != config_digest(config_to_dict(self.config)):
+            raise RunError(f"{self.run_dir}/{CONFIG_FILE} differs from the config the checkpoint was written with "
+                           f"(only 'iterations' may change, through `ludus resume --iterations N`)")
+        check_ledger(self.store, LedgerMark.from_json(state["ledger"]), self.run_dir)
         self.iteration = state["iteration"]
         self._checkpoint_seq = state["ledger_last_seq"]
         self.next_match_id = state["next_match_id"]
@@ -819,8 +881,8 @@ class League:
             learner.window_wins, learner.window_draws, learner.window_games = info["window"]
             self.learners[role.name] = learner
         for member in self.population.snapshots():
-            path = Path(member.snapshot_path)
-            verify_snapshot(path if path.is_absolute() else self.run_dir / path)
+            _check_snapshot(self.run_dir, member)
+        self._in_flight = PendingPlay.load(directory)
 
     def close(self) -> None:
         if self.backend is not None:
@@ -834,6 +896,34 @@ class League:
             self._log_handler.close()
             self._log_handler = None
         self.store.close()
+
+
+def _check_before_writing(run_dir: Path, directory: Path, config: LeagueConfig) -> None:
+    """What a checkpoint says the run directory holds (config, ledger, snapshots), checked before
+    the ledger is opened for writing: a refused resume leaves every file as it was."""
+    try:
+        state = json.loads((directory / "state.json").read_text())
+        mark = LedgerMark.from_json(state["ledger"])
+        digest = state["config_digest"]
+        members = Population.from_json(state["population"]).snapshots()
+    except Exception:  # unreadable or of another format: _restore says what is wrong with it
+        return
+    if digest != config_digest(config_to_dict(config)):
+        raise RunError(f"{run_dir}/{CONFIG_FILE} differs from the config the checkpoint was written with "
+                       f"(only 'iterations' may change, through `ludus resume --iterations N`)")
+    with Store.open(run_dir, mode="read") as store:
+        check_ledger(store, mark, run_dir)
+    for member in members:
+        _check_snapshot(run_dir, member)
+
+
+def _check_snapshot(run_dir: Path, member: Member) -> None:
+    path = Path(member.snapshot_path)
+    ref = verify_snapshot(path if path.is_absolute() else run_dir / path)
+    if ref.snapshot_id != member.snapshot_id:
+        raise RunError(f"snapshot {member.player_id} at {path} holds {ref.snapshot_id[:12]}, not the "
+                       f"{member.snapshot_id[:12]} the run recorded (copied over from another member?); "
+                       f"restore it, or start a new run")
 
 
 def _rng_state_to_json(rng: np.random.Generator) -> dict:

@@ -18,11 +18,12 @@ What travels through Ray's object store (never through files):
 
 Every call to an actor carries everything the actor needs (population version, weight refs,
 snapshot refs), so a fresh actor can take over any task. Actors are created with
-`max_restarts=0`: when one dies (killed, its machine gone, an exception in `play`) the backend
+`max_restarts=0`: when one dies (killed, its machine gone) the backend
 kills what is left of it, starts a new one and sends it every task of the dead one that was not
 collected yet; those tasks are played again from the start, so matches it had not finished are
 never recorded (the manager records only returned `PlayResult`s). More than `max_restarts`
-deaths stop the run with the last error, like `ProcessBackend`.
+deaths stop the run with a one-line error, like `ProcessBackend`; an exception raised by `play`
+stops it at once (playing again would raise it again).
 
 The learner stays in the manager process: it is one PPO update per iteration on data that is
 already there, and keeping it local keeps checkpoints and resume exactly as in the other
@@ -48,7 +49,7 @@ from typing import Any
 import ray
 
 from games.core import GameSpec
-from league.backends import LearnerWeights, PolicyProvider, RunnerCrashLoop, make_runner
+from league.backends import LearnerWeights, PolicyProvider, RunnerCrashLoop, make_runner, runner_error
 from league.learners import PolicyArchitecture
 from league.population import Member
 from league.runner import PlayResult, PlayTask
@@ -279,7 +280,9 @@ class RayBackend:
             i = index_of[ready[0]]
             try:
                 results[i] = ray.get(ready[0])
-            except ray.exceptions.RayError as error:  # actor died or play raised: restart, replay
+            except ray.exceptions.RayTaskError as error:  # play raised: a bug or bad input, not a crash
+                raise runner_error(handle.workers[i], str(error), None) from None
+            except ray.exceptions.RayError as error:  # the actor or its node died: restart, replay
                 self._restart(handle.workers[i], handle.generations[i], error)
                 self._resend(handle, handle.workers[i], pending)
                 continue
@@ -292,7 +295,8 @@ class RayBackend:
         self.restarts += 1
         ray.kill(self.actors[worker], no_restart=True)
         if self.restarts > self.max_restarts:
-            raise RunnerCrashLoop(f"Ray runners died {self.restarts} times; last failure:\n{error}")
+            last = str(error).strip().splitlines()[-1:] or [type(error).__name__]
+            raise RunnerCrashLoop(f"Ray runners died {self.restarts} times (last: {last[0]})")
         self.generations[worker] += 1
         self.actors[worker] = self.actor_class.remote(*self.args)
         _, dead_node, dead_scratch = self.runners[worker]

@@ -7,6 +7,7 @@ those modules import nothing heavy at import time, so `ludus --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -43,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         # one line, and no terminal control from text a submission or a file put in the message
         print(f"ludus: error: {printable(str(exc)).replace(chr(10), ' ')}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        # the disk, not Ludus: writes are atomic (temporary file, then rename), so nothing stored is damaged
+        print(f"ludus: error: {printable(str(exc))} (nothing stored was changed; free space or fix permissions, "
+              f"then run the command again, or `ludus resume` a run)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ludus: interrupted", file=sys.stderr)
