@@ -50,7 +50,6 @@ from league.population import Member, Population
 from league.ratings import RatingTable, TrueSkillParams, ensure_params, rate_and_record
 from league.runner import MatchAssignment, PlayedMatch, PlayResult, PlayTask
 from league.stats import wilson_interval
-from ludus.errors import UserError
 
 CHECKPOINT_POINTER = "checkpoint.json"
 CONFIG_FILE = "config.json"
@@ -178,7 +177,7 @@ class League:
             store.set_meta("config", config_to_dict(config))
             league._init_population()
             league._write_checkpoint()
-            league.close()
+            store.close()
             if run_dir.exists():
                 run_dir.rmdir()  # empty (checked above)
             os.replace(building, run_dir)
@@ -186,7 +185,11 @@ class League:
             store.close()
             shutil.rmtree(building, ignore_errors=True)
             raise
-        return cls.resume(run_dir)
+        # every path the league keeps is relative to its run directory: carry on there
+        league.run_dir = run_dir
+        league.store = Store.open(run_dir, mode="write")
+        league._setup_logging()
+        return league
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike) -> "League":

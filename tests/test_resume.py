@@ -5,10 +5,10 @@ run; whatever does not match its checkpoint, or is damaged, is refused with one 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,16 +19,17 @@ import pytest
 
 from league.api import League, load_config
 from league.ledger import Store
-from test_league import ledger_rows, snapshot_ids
+
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(REPO)}
-# The connect_four preset's kind of run, scaled down: asynchronous (the next iteration is planned
-# and played while this one learns), two runner processes, anchors, snapshots, rating matches.
-ASYNC = ["game=connect_four", "pipeline_depth=2", "backend=process", "num_runners=2", "iterations=10",
-         "matches_per_iteration=32", "num_envs=16", "snapshot_every_steps=300", "anchors=[random]",
-         "net.hidden=[32]", "ppo.num_minibatches=2", "ppo.update_epochs=2", "rating_share=0.2",
-         "log.progress=false", "log.wandb=disabled", "log.tensorboard=false"]
+# The connect_four preset's kind of run, scaled down, and the kill loop: benchmarks/resume_kills.py
+# (which does the same 20 times and prints goal resume_exact_kills).
+_spec = importlib.util.spec_from_file_location("resume_kills", REPO / "benchmarks" / "resume_kills.py")
+resume_kills = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(resume_kills)
+ASYNC, run_with_kills, train_args = resume_kills.ASYNC, resume_kills.run_with_kills, resume_kills.train_args
+ledger_rows, snapshot_ids = resume_kills.ledger_rows, resume_kills.snapshot_ids
 
 
 def ludus(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -43,47 +44,6 @@ def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     return lines[0]
-
-
-def train_args(run_dir: Path, overrides: list[str]) -> list[str]:
-    args = ["train", "quickstart", "--run", str(run_dir)]
-    for item in overrides:
-        args += ["--set", item]
-    return args
-
-
-def checkpointed_iteration(run_dir: Path) -> int:
-    try:
-        return json.loads((run_dir / "checkpoint.json").read_text())["iteration"]
-    except (OSError, ValueError, KeyError):
-        return -1
-
-
-def run_with_kills(run_dir: Path, overrides: list[str], kills: list[tuple[int, float]]) -> int:
-    """Train, and kill -9 the manager and its runners once per (iteration, delay) of `kills`: `delay`
-    seconds after the run's checkpoint reaches `iteration` (-1: after the start, i.e. during the
-    run's creation or loading); then resume until finished. Returns how many kills landed."""
-    landed = 0
-    pending = list(kills)
-    while True:
-        resuming = (run_dir / "checkpoint.json").exists()
-        args = ["resume", str(run_dir)] if resuming else train_args(run_dir, overrides)
-        proc = subprocess.Popen([sys.executable, "-m", "ludus", *args], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, env=ENV, start_new_session=True)
-        if pending:
-            iteration, delay = pending.pop(0)
-            while proc.poll() is None and checkpointed_iteration(run_dir) < iteration:
-                time.sleep(0.01)
-            time.sleep(delay)
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)  # the manager and its runner processes
-                proc.wait()
-                landed += 1
-                continue
-        _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err.decode()
-        if not pending:
-            return landed
 
 
 def test_async_process_run_killed_at_random_moments_resumes_exactly(tmp_path):
