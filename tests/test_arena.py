@@ -19,6 +19,7 @@ import time
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from arena.api import Arena, ArenaConfig
@@ -514,3 +515,19 @@ def test_parallel_matches_give_the_serial_ledger(tmp_path):
     assert [key(m) for m in serial] == [key(m) for m in parallel]
     spans = [(m.started_at, m.started_at + m.duration_s) for m in parallel]
     assert any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for (b0, b1) in spans[i + 1:])
+
+
+def test_a_forfeit_in_a_game_without_known_bounds_records_a_finite_loss(tmp_path):
+    """PettingZoo's rock-paper-scissors has no recorded bounds (+-inf): a forfeit must still give
+    finite returns, a loss for the faulting seat, and the tournament completes."""
+    require_isolation()
+    game = "pz:pettingzoo.classic.rps_v2"
+    arena = Arena.open(tmp_path / "arena", game, config())
+    arena.submit(EXAMPLES / "random_python")
+    arena.submit(ZOO / "escape_codes")  # answers every move with action -1
+    report = arena.run_tournament(format="round-robin", games_per_pair=2, seed=1)
+    assert report.stopped_because == "schedule complete" and len(report.matches) == 2
+    for summary in report.matches:
+        faulted = [s != "ok" for s in summary.statuses]
+        assert any(faulted) and all(np.isfinite(summary.returns))
+        assert all((r < 0) if f else (r > 0) for r, f in zip(summary.returns, faulted))
