@@ -71,7 +71,12 @@ class GymGame:
 
     def __init__(self, env_id: str):
         _check_env_id(env_id)
-        env = gymnasium.make(env_id)
+        try:
+            env = gymnasium.make(env_id)
+        except gymnasium.error.DependencyNotInstalled as exc:
+            # e.g. LunarLander without Box2D: the message names the pip extra to install
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "a dependency is missing"
+            raise GameError(f"Gymnasium env {env_id!r} cannot be built here: {first}") from None
         if "ansi" in env.metadata.get("render_modes", ()):
             env.close()
             env = gymnasium.make(env_id, render_mode="ansi")

@@ -256,3 +256,17 @@ def test_gym_bad_ids_raise_game_error(game_id, hint):
     with pytest.raises(GameError) as info:
         registry.make(game_id)
     assert hint in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_gym_env_missing_its_dependency_is_one_line():
+    """gym:LunarLander-v3 needs Box2D, which Ludus does not install: exit 2 and one line with the hint."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    assert importlib.util.find_spec("Box2D") is None, "Box2D is installed here: pick another env for this test"
+    result = subprocess.run([sys.executable, "-m", "ludus", "games", "--check", "gym:LunarLander-v3"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "LunarLander-v3" in lines[0] and "box2d" in lines[0].lower(), result.stderr
