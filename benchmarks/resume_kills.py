@@ -80,17 +80,11 @@ def run_with_kills(run_dir: Path, overrides: list[str], kills: list[tuple[int, f
 
 
 def ledger_rows(run_dir: Path) -> list[tuple]:
-    """The ledger without wall-clock fields, and the ratings history."""
+    """The ledger without wall-clock fields, and the ratings history (`Store.comparable_rows`)."""
     from league.ledger import Store
 
     with Store.open(run_dir, mode="read") as store:
-        rows = []
-        for rec in store.iter_matches():
-            m = rec.result
-            rows.append((rec.seq, m.match_id, m.kind, m.seed, m.length, json.dumps(dict(m.metadata), sort_keys=True),
-                         tuple((s.player_id, s.player_version, s.episode_return, s.outcome) for s in m.seats)))
-        ratings = [(r.seq, r.player_id, r.mu, r.sigma) for r in store.ratings_history()]
-    return rows + ratings
+        return store.comparable_rows()
 
 
 def snapshot_ids(run_dir: Path) -> dict[str, str]:

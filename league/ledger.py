@@ -531,6 +531,17 @@ class Store:
         """The `seq` the next recorded match will get (the writer is exclusive, so this is stable)."""
         return self.last_seq() + 1
 
+    def comparable_rows(self) -> list[tuple]:
+        """The whole ledger without wall-clock fields (seq, id, kind, seed, length, metadata, seats),
+        then the ratings history: what two runs that played the same games have in common, so that
+        equality of these lists is equality of the runs (resume, backends, reproducibility)."""
+        rows: list[tuple] = []
+        for rec in self.iter_matches():
+            m = rec.result
+            rows.append((rec.seq, m.match_id, m.kind, m.seed, m.length, json.dumps(dict(m.metadata), sort_keys=True),
+                         tuple((s.player_id, s.player_version, s.episode_return, s.outcome) for s in m.seats)))
+        return rows + [(r.seq, r.player_id, r.mu, r.sigma) for r in self.ratings_history()]
+
     def count_matches_up_to(self, seq: int) -> int:
         """Rows with seq <= `seq`."""
         return self._connection().execute("SELECT COUNT(*) FROM matches WHERE seq <= ?", (int(seq),)).fetchone()[0]
