@@ -858,10 +858,7 @@ class League:
             raise RunError(f"checkpoint {directory} is unreadable ({exc}); cannot resume") from None
         if state.get("format_version") != FORMAT_VERSION:
             raise RunError(f"checkpoint {directory} has format {state.get('format_version')}, expected {FORMAT_VERSION}")
-        if state["config_digest"] != config_digest(config_to_dict(self.config)):
-            raise RunError(f"{self.run_dir}/{CONFIG_FILE} differs from the config the checkpoint was written with "
-                           f"(only 'iterations' may change, through `ludus resume --iterations N`)")
-        check_ledger(self.store, LedgerMark.from_json(state["ledger"]), self.run_dir)
+        # config, ledger and snapshots were checked against this state by _check_before_writing
         self.iteration = state["iteration"]
         self._checkpoint_seq = state["ledger_last_seq"]
         self.next_match_id = state["next_match_id"]
@@ -883,8 +880,6 @@ class League:
                               dropped_stale=info["dropped_stale"])
             learner.window_wins, learner.window_draws, learner.window_games = info["window"]
             self.learners[role.name] = learner
-        for member in self.population.snapshots():
-            _check_snapshot(self.run_dir, member)
         self._in_flight = PendingPlay.load(directory)
 
     def close(self) -> None:
@@ -906,11 +901,18 @@ def _check_before_writing(run_dir: Path, directory: Path, config: LeagueConfig) 
     the ledger is opened for writing: a refused resume leaves every file as it was."""
     try:
         state = json.loads((directory / "state.json").read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunError(f"checkpoint {directory} is unreadable ({type(exc).__name__}); cannot resume") from None
+    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+        found = state.get("format_version") if isinstance(state, dict) else None
+        raise RunError(f"checkpoint {directory} has format {found}, expected {FORMAT_VERSION}; it was written by "
+                       f"another version of Ludus")
+    try:
         mark = LedgerMark.from_json(state["ledger"])
         digest = state["config_digest"]
         members = Population.from_json(state["population"]).snapshots()
-    except Exception:  # unreadable or of another format: _restore says what is wrong with it
-        return
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RunError(f"checkpoint {directory} is damaged ({type(exc).__name__}: {exc}); cannot resume") from None
     if digest != config_digest(config_to_dict(config)):
         raise RunError(f"{run_dir}/{CONFIG_FILE} differs from the config the checkpoint was written with "
                        f"(only 'iterations' may change, through `ludus resume --iterations N`)")
