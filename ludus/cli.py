@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import sqlite3
 import sys
 
 from ludus import __version__
@@ -45,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         # one line, and no terminal control from text a submission or a file put in the message
         print(f"ludus: error: {printable(str(exc)).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+    except (OSError, sqlite3.OperationalError) as exc:
+        full = isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc)
+        if not full and getattr(exc, "errno", None) not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
+                                                            errno.EPERM):
             raise
         # the disk, not Ludus: writes are atomic (temporary file, then rename), so nothing stored is damaged
         print(f"ludus: error: {printable(str(exc))} (nothing stored was changed; free space or fix permissions, "
