@@ -43,7 +43,7 @@ def run_seed(seed: int, budget: float, run_dir: Path, overrides: list[str], eval
     import torch
 
     from league.api import League, load_config
-    from league.psro import exploitability_metrics
+    from evaluation.league_hooks import exploitability_metrics
 
     torch.set_num_threads(1)
     config = load_config("kuhn_poker", [f"seed={seed}", "iterations=1000000", "log.progress=false",
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from agents.policy import RandomPolicy
-    from evaluation.exploitability import exploitability
+    from agents.exploitability import exploitability
 
     uniform = exploitability(GAME, RandomPolicy())
     loads = [os.getloadavg()]

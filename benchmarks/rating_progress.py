@@ -90,7 +90,7 @@ def round_robin(run_dir: Path, players: list[str], games_per_pair: int, seed: in
     played matches, the ratings continued from the run's stored ones with these games, and the
     ratings from these games alone (every player from the prior: an independent check)."""
     from evaluation.evaluate import pair_seed, play_assignments
-    from evaluation.rundata import open_ledger, read_run, trueskill_params
+    from league.rundata import open_ledger, read_run, trueskill_params
     from games.registry import spec as game_spec
     from league.api import stored_ratings
     from league.ledger import MatchResult, SeatResult, outcomes_from_returns
@@ -160,7 +160,7 @@ def main() -> int:
                         help="do not train: rate the main snapshots of this existing run")
     args = parser.parse_args()
 
-    from evaluation.rundata import read_run
+    from league.rundata import read_run
     from league.api import League, load_config, stored_ratings
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -49,7 +49,7 @@ def main() -> None:
     from games.registry import spec as game_spec
     from league.backends import LearnerWeights, ProcessBackend
     from league.learners import PolicyArchitecture
-    from league.manager import match_seed
+    from league.seeds import match_seed
     from league.population import Member
     from league.ray_backend import RayBackend
     from league.runner import MatchAssignment, PlayTask

@@ -1,9 +1,11 @@
-"""Evaluation: checkpoints against a run's population, exploitability, meta-game, exploiter probe, reports.
+"""Evaluation: checkpoints against a run's population, meta-game, exploiter probe, reports.
 
 * evaluate.py — `evaluate_checkpoint` (W/D/L, Wilson intervals, TrueSkill placement vs frozen ratings)
-* exploitability.py — `SpielPolicyAdapter`, `exploitability`, `nash_conv`, `aggregate_mixture`
 * metagame.py — empirical payoff matrix, Nash mixture, alpha-rank, 3-cycles
 * probe.py — a fresh PPO exploiter trained against a frozen checkpoint
 * report.py — `ludus report`: one self-contained HTML page plus PNG plots
-* charts.py — dependency-free SVG charts (PNG via matplotlib), shared with the arena's leaderboard
+* league_hooks.py — measurements attached to a running league (PSRO's exploitability)
+
+Exact exploitability and the zero-sum solver live below the league, in agents/exploitability.py,
+because PSRO's matchmaking needs them too; the charts are in ludus/charts.py, shared with the arena.
 """

@@ -55,7 +55,7 @@ def _evaluate(args) -> int:
         output["evaluation"] = report.to_json()
         text.append(format_evaluation(report))
     if args.exploitability:
-        from evaluation.exploitability import exploitability_of
+        from agents.exploitability import exploitability_of
 
         result = exploitability_of(args.checkpoint)
         output["exploitability"] = result.to_json()

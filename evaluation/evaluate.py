@@ -333,7 +333,7 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
     from games.registry import spec as game_spec
     from league.api import stored_ratings
     from league.backends import ProcessBackend, SerialBackend
-    from evaluation.rundata import open_ledger, read_run, trueskill_params
+    from league.rundata import open_ledger, read_run, trueskill_params
 
     start = time.perf_counter()
     if backend not in BACKENDS:

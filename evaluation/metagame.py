@@ -5,8 +5,8 @@ payoff is the empirical head-to-head score (Wellman 2006, empirical game-theoret
 
 * `payoff_matrix_from_ledger` — mean outcome (win 1, draw .5, loss 0) of row vs column over the
   ledger's matches (undecayed, unlike the league's PFSP payoff table);
-* `nash_mixture` — the maximin strategy of the zero-sum game A = 2P - 1 (what PSRO's meta-solver
-  computes, Lanctot et al. 2017), as the linear program that OpenSpiel's
+* `agents.exploitability.nash_mixture` — the maximin strategy of the zero-sum game A = 2P - 1
+  (what PSRO's meta-solver computes, Lanctot et al. 2017), as the linear program that OpenSpiel's
   `lp_solver.solve_zero_sum_matrix_game` states, solved with scipy's HiGHS (OpenSpiel's solver
   needs cvxpy, which Ludus does not install);
 * `alpha_rank` — OpenSpiel's `egt.alpharank` (Omidshafiei et al. 2019): the stationary
@@ -27,10 +27,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ludus.errors import UserError
+from agents.exploitability import MatrixGameError, nash_mixture
 
 
-class MetaGameError(UserError):
+class MetaGameError(MatrixGameError):
     """A payoff matrix the meta-game solvers cannot use."""
 
 
@@ -133,7 +133,7 @@ def payoff_matrix_from_ledger(run_dir: str | os.PathLike, kinds: Sequence[str] =
         include_learners: a learner's row mixes all its versions, so it is not a strategy of the
             meta-game; include it to see whom it played and how it fared.
     """
-    from evaluation.rundata import open_ledger, read_run
+    from league.rundata import open_ledger, read_run
 
     run = read_run(run_dir)
     if players is None:
@@ -144,33 +144,6 @@ def payoff_matrix_from_ledger(run_dir: str | os.PathLike, kinds: Sequence[str] =
 
 # ---------------------------------------------------------------------------------------------
 # Solvers
-
-
-def nash_mixture(payoff: np.ndarray) -> tuple[np.ndarray, float]:
-    """Maximin mixture of the row player of a zero-sum matrix game and its value.
-
-    max_x v  s.t.  sum_i x_i A[i, j] >= v for every column j,  sum_i x_i = 1,  x >= 0
-    (von Neumann's minimax theorem: for a symmetric game, A = -A^T, this is a symmetric Nash
-    equilibrium and v = 0). Solved with scipy's HiGHS; `lp_solver.solve_zero_sum_matrix_game`
-    states the same program.
-    """
-    from scipy.optimize import linprog
-
-    a = np.asarray(payoff, dtype=np.float64)
-    if a.ndim != 2 or a.shape[0] == 0:
-        raise MetaGameError(f"need a non-empty payoff matrix, got shape {a.shape}")
-    n_rows, n_cols = a.shape
-    # Variables (x_1..x_n, v); minimise -v.
-    cost = np.zeros(n_rows + 1)
-    cost[-1] = -1.0
-    a_ub = np.hstack([-a.T, np.ones((n_cols, 1))])  # v - sum_i x_i A[i, j] <= 0
-    a_eq = np.hstack([np.ones((1, n_rows)), np.zeros((1, 1))])
-    bounds = [(0.0, None)] * n_rows + [(None, None)]
-    solution = linprog(cost, A_ub=a_ub, b_ub=np.zeros(n_cols), A_eq=a_eq, b_eq=[1.0], bounds=bounds, method="highs")
-    if not solution.success:
-        raise MetaGameError(f"the meta-game LP failed: {solution.message}")
-    x = np.clip(solution.x[:n_rows], 0.0, None)
-    return x / x.sum(), float(solution.x[-1])
 
 
 def alpha_rank(win_probability: np.ndarray, alpha: float = 100.0, population_size: int = 50) -> np.ndarray:

@@ -4,7 +4,7 @@ The page shows the ratings over time with 95% intervals (from the ledger's ratin
 leaderboard, the empirical payoff heatmap, the meta-game (Nash mixture, alpha-rank, 3-cycles), the
 snapshot genealogy (parents and roles from the population), the exploitability curve where the run
 logged ``eval/exploitability`` in metrics.jsonl, and the matchmaking mix (whom each learner trained
-against). Charts are inline SVG from evaluation/charts.py; the page has no scripts and no external
+against). Charts are inline SVG from ludus/charts.py; the page has no scripts and no external
 ``src``/``href``, so it opens anywhere, offline. The same charts are written as PNG files into
 ``<FILE stem>_png/`` beside it (matplotlib).
 
@@ -22,7 +22,7 @@ from typing import Mapping
 
 import numpy as np
 
-from evaluation import charts
+from ludus import charts
 from evaluation.metagame import MetaGameReport, PayoffMatrix, PayoffRecorder, solve_metagame
 from league.population import Member
 from league.ratings import Rating
@@ -112,7 +112,7 @@ def read_metric(run_dir: Path, key: str) -> tuple[tuple[float, float], ...]:
 
 def build_report(run_dir: str | os.PathLike) -> RunReport:
     """Read everything the report shows (read-only)."""
-    from evaluation.rundata import open_ledger, read_run
+    from league.rundata import open_ledger, read_run
 
     run = read_run(run_dir)
     learners = [m.player_id for m in run.members if m.kind == "learner"]

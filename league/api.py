@@ -15,8 +15,8 @@ from pathlib import Path
 from league.config import LeagueConfig, load_config, preset_names
 from league.configio import describe
 from league.ledger import Store
-from league.manager import CHECKPOINT_POINTER, CONFIG_FILE, League, RunError
-from league.population import Population
+from league.manager import League, RunError
+from league.rundata import read_run
 from league.ratings import Rating, RatingTable, load_params, rebuild_ratings
 
 __all__ = ["League", "LeagueConfig", "load_config", "preset_names", "status", "format_status", "format_config",
@@ -85,25 +85,10 @@ class StatusReport:
         }
 
 
-def _read_state(run_dir: Path) -> tuple[dict, dict]:
-    if not run_dir.is_dir():
-        raise RunError(f"run directory {run_dir} does not exist")
-    try:
-        config = json.loads((run_dir / CONFIG_FILE).read_text())
-        pointer = json.loads((run_dir / CHECKPOINT_POINTER).read_text())
-        state = json.loads((run_dir / pointer["path"] / "state.json").read_text())
-    except FileNotFoundError as exc:
-        raise RunError(f"{run_dir} is not a Ludus run directory (missing {Path(exc.filename).name})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError) as exc:
-        raise RunError(f"{run_dir}: damaged run files ({exc.__class__.__name__}); cannot read status") from None
-    return config, state
-
-
 def status(run_dir: str | Path) -> StatusReport:
     """The population table, read-only (works while the run trains)."""
-    run_dir = Path(run_dir)
-    config, state = _read_state(run_dir)
-    with Store.open(run_dir, mode="read") as store:
+    run = read_run(Path(run_dir))
+    with Store.open(run.run_dir, mode="read") as store:
         latest = store.latest_ratings()
         games: dict[str, int] = {}
         score: dict[str, float] = {}
@@ -115,16 +100,15 @@ def status(run_dir: str | Path) -> StatusReport:
                 seen.add(seat.player_id)
                 games[seat.player_id] = games.get(seat.player_id, 0) + 1
                 score[seat.player_id] = score.get(seat.player_id, 0.0) + seat.outcome
-    population = Population.from_json(state["population"])
     members = []
-    for m in population.members():
+    for m in run.members:
         r = latest.get(m.player_id)
         n = games.get(m.player_id, 0)
         members.append(MemberStatus(m.player_id, m.kind, m.role, r.mu if r else None, r.sigma if r else None, n,
                                     score[m.player_id] / n if n else None, m.parent, m.iteration))
     members.sort(key=lambda m: (m.conservative is None, -(m.conservative or 0.0), m.player_id))
-    return StatusReport(str(run_dir), config["game"], state["iteration"], config["iterations"],
-                        state["total_matches"], state["total_env_steps"], tuple(members))
+    return StatusReport(str(run_dir), run.game_id, run.iteration, run.config["iterations"], run.total_matches,
+                        run.total_env_steps, tuple(members))
 
 
 def format_status(report: StatusReport) -> str:

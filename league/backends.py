@@ -13,28 +13,16 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
 
 from agents.policy import Policy
 from games.core import GameSpec
 from league.learners import PolicyArchitecture, build_policy
 from league.population import Member, PolicyCache, load_member_policy
-from league.runner import PlayResult, PlayTask, Runner
+from league.runner import LearnerWeights, PlayResult, PlayTask, Runner
 from ludus.errors import UserError
 
-Weights = dict[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class LearnerWeights:
-    """A learner's weights at one policy version, as numpy arrays (cheap to send to workers)."""
-
-    player_id: str
-    version: int
-    arrays: Weights
 
 
 class RunnerCrashLoop(UserError):
@@ -312,3 +300,20 @@ class ProcessBackend:
                 process.kill()
                 process.join()
             conn.close()
+
+
+def make_backend(config, spec: GameSpec, architecture: PolicyArchitecture, members: list[Member],
+                 log_dir: str) -> Backend:
+    """The backend `config.backend` names (a LeagueConfig), holding `members` for its runners."""
+    common = dict(game_id=config.game, spec=spec, architecture=architecture, num_envs=config.num_envs,
+                  cache_size=config.policy_cache_size, seed=config.seed)
+    if config.backend == "serial":
+        backend: Backend = SerialBackend(**common)
+    elif config.backend == "process":
+        backend = ProcessBackend(**common, num_workers=config.num_runners, log_dir=log_dir)
+    else:
+        from league.ray_backend import RayBackend
+
+        backend = RayBackend(**common, num_workers=config.num_runners, address=config.ray_address)
+    backend.set_population(members)
+    return backend

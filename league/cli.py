@@ -60,6 +60,7 @@ def _train(args) -> int:
     config = api.load_config(args.config, overrides)
     run_dir = args.run_dir or api.default_run_dir(args.config, config)
     league = api.League.create(config, run_dir)
+    league.on_population_change.extend(args.league_hooks(config))
     try:
         league.run()
     finally:
@@ -72,6 +73,7 @@ def _resume(args) -> int:
     from league import api
 
     league = api.League.resume(args.run_dir)
+    league.on_population_change.extend(args.league_hooks(league.config))
     try:
         league.run(until_iteration=args.iterations)
     finally:

@@ -7,11 +7,107 @@ This is the one module that imports wandb. Keys are grouped like CleanRL's: `cha
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Mapping
 
 from ludus.errors import UserError
+
+
+PHASES = ("matchmaking", "play", "record", "learn", "snapshot", "checkpoint")
+
+
+class PhaseClock:
+    """Wall time per phase of one iteration (Sample Factory's timed loop): `with clock("learn"): ...`."""
+
+    def __init__(self) -> None:
+        self.phases = dict.fromkeys(PHASES, 0.0)
+        self._start = time.perf_counter()
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[phase] += time.perf_counter() - begin
+
+    def total(self) -> float:
+        return time.perf_counter() - self._start
+
+
+@dataclass(frozen=True)
+class IterationSummary:
+    """What one league iteration did (returned by `League.step`, logged as metrics)."""
+
+    iteration: int
+    training_matches: int
+    rating_matches: int
+    env_steps: int
+    seconds: float
+    phase_seconds: dict[str, float]
+    """Wall time per phase: matchmaking, play, record (ledger, ratings, payoff), learn, snapshot,
+    checkpoint."""
+    steps_per_second: float
+    policy_lag: float
+    dropped_transitions: int
+    snapshots: tuple[str, ...]
+    losses: dict[str, dict[str, float]]
+    main_rating: tuple[float, float] | None
+    """(mu, sigma) of the first role's newest snapshot, once it is rated."""
+
+
+@dataclass(frozen=True)
+class LeagueTotals:
+    """Counts over the whole run at the end of an iteration."""
+
+    iterations: int
+    """The run's target number of iterations."""
+    env_steps: int
+    matches: int
+    population: int
+    runner_restarts: int
+    queue_depth: int
+
+
+def iteration_metrics(s: IterationSummary, totals: LeagueTotals, ratings: Mapping[str, float],
+                      extra: Mapping[str, float]) -> dict[str, float]:
+    """One iteration's scalars, keyed like CleanRL's (`ratings`: mu per rated player)."""
+    metrics = {
+        **extra,
+        "charts/steps_per_second": s.steps_per_second,
+        "charts/env_steps": float(totals.env_steps),
+        "charts/matches": float(totals.matches),
+        "charts/iteration_seconds": s.seconds,
+        **{f"charts/{phase}_seconds": value for phase, value in s.phase_seconds.items()},
+        "league/policy_lag": s.policy_lag,
+        "league/dropped_transitions": float(s.dropped_transitions),
+        "league/population": float(totals.population),
+        "league/runner_restarts": float(totals.runner_restarts),
+        "league/queue_depth": float(totals.queue_depth),
+    }
+    for pid, st in s.losses.items():
+        for key, value in st.items():
+            metrics[f"losses/{pid}/{key}"] = value
+    for pid, mu in ratings.items():
+        metrics[f"league/rating/{pid}"] = mu
+    if s.main_rating:
+        metrics["league/main_mu"] = s.main_rating[0]
+    return metrics
+
+
+def progress_line(s: IterationSummary, totals: LeagueTotals, width: int = 24) -> str:
+    """The one-line progress bar `ludus train` redraws on stderr."""
+    rating = f"{s.main_rating[0]:.1f}±{s.main_rating[1]:.1f}" if s.main_rating else "-"
+    done = int(width * s.iteration / totals.iterations)
+    return (f"\r[{'#' * done}{'.' * (width - done)}] it {s.iteration}/{totals.iterations} "
+            f"{s.steps_per_second:,.0f} steps/s  games {totals.matches:,}  lag {s.policy_lag:.1f}  "
+            f"main {rating}  pop {totals.population}   ")
 
 
 class MetricsLogger:
@@ -60,3 +156,53 @@ class MetricsLogger:
             self.tb.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
+
+
+class RunLog:
+    """Where a league run reports: ``logs/manager.log``, the metric sinks (started on the first
+    iteration, so creating or refusing a run never starts wandb) and the progress line."""
+
+    def __init__(self, run_dir: Path, log_config: Any, run_config: dict, logger: logging.Logger):
+        self.run_dir = run_dir
+        self.log_config = log_config
+        self.run_config = run_config
+        self.logger = logger
+        (run_dir / "logs").mkdir(exist_ok=True)
+        self.handler = logging.FileHandler(run_dir / "logs" / "manager.log")
+        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(self.handler)
+        logger.setLevel(logging.INFO)
+        self.sinks: MetricsLogger | None = None
+
+    def start(self, resume: bool) -> None:
+        if self.sinks is None:
+            c = self.log_config
+            self.sinks = MetricsLogger(self.run_dir, wandb_mode=c.wandb, wandb_project=c.wandb_project,
+                                       tensorboard=c.tensorboard, run_name=self.run_dir.name, config=self.run_config,
+                                       resume=resume)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Extra scalars (e.g. a benchmark's evaluation) into the run's metric sinks."""
+        if self.sinks is not None:
+            self.sinks.log(step, metrics)
+
+    def iteration(self, s: IterationSummary, totals: LeagueTotals, ratings: Mapping[str, float],
+                  extra: Mapping[str, float]) -> None:
+        self.log(totals.env_steps, iteration_metrics(s, totals, ratings, extra))
+        self.logger.info("iteration %d: %d training + %d rating matches, %d steps, %.0f steps/s, lag %.2f, "
+                         "snapshots %s", s.iteration, s.training_matches, s.rating_matches, s.env_steps,
+                         s.steps_per_second, s.policy_lag, list(s.snapshots))
+        if self.log_config.progress:
+            sys.stderr.write(progress_line(s, totals))
+            sys.stderr.flush()
+
+    def end_progress(self) -> None:
+        if self.log_config.progress:
+            sys.stderr.write("\n")
+
+    def close(self) -> None:
+        if self.sinks is not None:
+            self.sinks.close()
+            self.sinks = None
+        self.logger.removeHandler(self.handler)
+        self.handler.close()

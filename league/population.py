@@ -6,8 +6,9 @@ hundreds of snapshots costs only the memory of the few being played.
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Iterable, Literal
 
 from agents.policy import Policy
@@ -90,6 +91,13 @@ class Population:
     @staticmethod
     def from_json(data: list[dict]) -> "Population":
         return Population(Member.from_json(d) for d in data)
+
+
+def with_absolute_paths(members: Iterable[Member], run_dir: str | os.PathLike) -> list[Member]:
+    """The members with snapshot paths made absolute (a run stores its own ones relative to its
+    directory; runners, readers and evaluators may work from anywhere)."""
+    return [replace(m, snapshot_path=os.path.join(run_dir, m.snapshot_path))
+            if m.snapshot_path and not os.path.isabs(m.snapshot_path) else m for m in members]
 
 
 def load_member_policy(member: Member, spec: GameSpec) -> Policy:

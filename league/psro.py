@@ -10,19 +10,20 @@ the learner is one PSRO iteration's (approximate, PPO-trained) best response.
 The meta-game here is exact, not empirical: entry (i, j) is the expected return of member i
 against member j computed by walking the whole game tree with OpenSpiel's
 `expected_game_score.policy_value`, over each member's explicit action probabilities
-(`evaluation.exploitability.SpielPolicyAdapter`: net snapshots and the random bot). The game's two
+(`agents.exploitability.SpielPolicyAdapter`: net snapshots and the random bot). The game's two
 seats differ (Kuhn poker's first player is at a disadvantage of 1/18 at equilibrium), so each entry
 is symmetrised over seat orders,
 
     A[i, j] = 1/2 (u_0(i, j) + u_1(j, i)) - utility_sum / 2,
 
 where u_p(a, b) is seat p's expected return with a on seat 0 and b on seat 1. A is antisymmetric,
-and its maximin mixture (`evaluation.metagame.nash_mixture`, the zero-sum LP) is a symmetric Nash
+and its maximin mixture (`agents.exploitability.nash_mixture`, the zero-sum LP) is a symmetric Nash
 equilibrium of the meta-game.
 
 The league's output is that mixture played as one policy: "draw member k with probability x_k,
 then play it for the whole game", aggregated into a single behaviour policy by reach-weighting
-(`evaluation.exploitability.aggregate_mixture`). Its exploitability is what PSRO reports.
+(`agents.exploitability.aggregate_mixture`). Its exploitability is what PSRO reports; evaluation
+attaches that measurement to a running league (evaluation/league_hooks.py).
 
 Entries are cached per pair of members' identities (snapshot content hash, or bot name), in memory
 per run directory and in ``<run>/psro_cache.json`` (written atomically): every iteration computes
@@ -36,14 +37,14 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from games.core import GameSpec
-from league.population import Member
+from league.population import Member, with_absolute_paths
 from ludus.errors import UserError
 
 CACHE_FILE = "psro_cache.json"
@@ -152,19 +153,12 @@ def _check_game(spec: GameSpec) -> None:
                         f"spiel:kuhn_poker, not {spec.id!r}; set the role's meta_nash to 0 for this game")
 
 
-def _resolved(member: Member, run_dir: str | os.PathLike | None) -> Member:
-    """The member with its snapshot path made absolute (the manager stores its own ones relative)."""
-    if member.snapshot_path and not os.path.isabs(member.snapshot_path) and run_dir is not None:
-        return replace(member, snapshot_path=str(Path(run_dir) / member.snapshot_path))
-    return member
-
-
 def member_table(spec: GameSpec, member: Member, cache: PayoffCache):
     """A frozen member's policy as an OpenSpiel TabularPolicy (built once per key and cache)."""
     key = member_key(member)
     table = cache.tables.get(key)
     if table is None:
-        from evaluation.exploitability import as_tabular
+        from agents.exploitability import as_tabular
         from league.population import load_member_policy
 
         table = as_tabular(spec.id, load_member_policy(member, spec))
@@ -176,7 +170,7 @@ def _seat_returns(spec: GameSpec, first, second) -> tuple[float, float]:
     """Exact expected returns of both seats with `first` on seat 0 and `second` on seat 1."""
     from open_spiel.python.algorithms.expected_game_score import policy_value
 
-    from evaluation.exploitability import spiel_game_of
+    from agents.exploitability import spiel_game_of
 
     game = spiel_game_of(spec.id)
     values = policy_value(game.new_initial_state(), [first, second])
@@ -194,13 +188,13 @@ def meta_game(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathL
         save_cache: write new entries to ``<run_dir>/psro_cache.json``; readers of a run that
             another process writes pass False (only the manager writes to a run directory).
     """
-    from evaluation.metagame import nash_mixture
+    from agents.exploitability import nash_mixture
 
     _check_game(spec)
     if not members:
         raise PSROError("the meta-game needs at least one frozen member")
     cache = payoff_cache(spec.id, run_dir)
-    resolved = [_resolved(m, run_dir) for m in members]
+    resolved = with_absolute_paths(members, run_dir) if run_dir is not None else list(members)
     keys = [member_key(m) for m in resolved]
     by_key = dict(zip(keys, resolved))
     computed_before = cache.computed
@@ -233,38 +227,12 @@ def meta_nash_distribution(spec: GameSpec, members: list[Member], run_dir: Path)
 def league_output_policy(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathLike | None,
                          save_cache: bool = True):
     """The league's output policy: the meta-Nash mixture of `members` aggregated reach-weighted
-    into one OpenSpiel TabularPolicy (`evaluation.exploitability.aggregate_mixture`)."""
-    from evaluation.exploitability import aggregate_mixture
+    into one OpenSpiel TabularPolicy (`agents.exploitability.aggregate_mixture`)."""
+    from agents.exploitability import aggregate_mixture
 
     game = meta_game(spec, members, run_dir, save_cache)
     cache = payoff_cache(spec.id, run_dir)
     support = [i for i, w in enumerate(game.nash) if w > 0]
-    tables = [member_table(spec, _resolved(members[i], run_dir), cache) for i in support]
+    resolved = with_absolute_paths(members, run_dir) if run_dir is not None else list(members)
+    tables = [member_table(spec, resolved[i], cache) for i in support]
     return aggregate_mixture(spec.id, tables, [float(game.nash[i]) for i in support])
-
-
-def output_exploitability(run_dir: str | os.PathLike) -> float:
-    """Exploitability (NashConv / 2) of the output policy of a run's population at its latest
-    checkpoint: the meta-Nash mixture of all its frozen members (read-only: safe while it trains)."""
-    from evaluation.exploitability import exploitability
-    from evaluation.rundata import read_run
-    from games.registry import spec as game_spec
-
-    run = read_run(Path(run_dir).resolve())  # member paths come back absolute, not cwd-relative
-    spec = game_spec(run.game_id)
-    return exploitability(spec.id, league_output_policy(spec, run.frozen(), run.run_dir, save_cache=False))
-
-
-def exploitability_metrics(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathLike,
-                           role: str = "main") -> dict[str, float]:
-    """Per-iteration metrics of a PSRO league: ``eval/exploitability`` of the output policy (the
-    meta-Nash mixture of `members`) and ``eval/main_exploitability`` of `role`'s newest snapshot
-    (its last best response). They change only when a snapshot joins the population."""
-    from evaluation.exploitability import exploitability
-
-    metrics = {"eval/exploitability": exploitability(spec.id, league_output_policy(spec, members, run_dir))}
-    newest = next((m for m in reversed(members) if m.kind == "snapshot" and m.role == role), None)
-    if newest is not None:
-        table = member_table(spec, _resolved(newest, run_dir), payoff_cache(spec.id, run_dir))
-        metrics["eval/main_exploitability"] = exploitability(spec.id, table)
-    return metrics

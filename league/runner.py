@@ -60,6 +60,15 @@ class PlayTask:
 
 
 @dataclass(frozen=True)
+class LearnerWeights:
+    """A learner's weights at one policy version, as numpy arrays (cheap to send to runners)."""
+
+    player_id: str
+    version: int
+    arrays: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
 class PlayedMatch:
     """A finished match."""
 

@@ -34,7 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    # The league does not import evaluation (the layers point one way); the CLI, above both,
+    # hands a run the measurements evaluation attaches to it.
+    parser.set_defaults(league_hooks=_league_hooks)
     return parser
+
+
+def _league_hooks(config):
+    from evaluation.league_hooks import league_hooks
+
+    return league_hooks(config)
 
 
 def main(argv: list[str] | None = None) -> int:

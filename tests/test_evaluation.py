@@ -21,9 +21,9 @@ from agents.policy import RandomPolicy
 from agents.snapshot import Lineage, SnapshotError, save_snapshot
 from agents.torch_policy import TorchPolicy
 from evaluation.evaluate import evaluate_checkpoint, evaluate_policies, paired_assignments
-from evaluation.exploitability import (SpielPolicyAdapter, aggregate_mixture, exploitability, exploitability_of,
-                                       nash_conv)
-from evaluation.metagame import (PayoffMatrix, nash_mixture, payoff_matrix_from_ledger, solve_metagame,
+from agents.exploitability import (SpielPolicyAdapter, aggregate_mixture, exploitability, exploitability_of,
+                                   nash_conv, nash_mixture)
+from evaluation.metagame import (PayoffMatrix, payoff_matrix_from_ledger, solve_metagame,
                                  three_cycles)
 from evaluation.probe import ProbeConfig, probe_checkpoint
 from games.registry import make, spec as game_spec
@@ -314,7 +314,7 @@ def test_aggregate_mixture_realises_the_mixture():
 
 
 def test_exploitability_refuses_games_it_cannot_measure():
-    from evaluation.exploitability import ExploitabilityError
+    from agents.exploitability import ExploitabilityError
 
     with pytest.raises(ExploitabilityError, match="spiel:kuhn_poker"):
         exploitability("tic_tac_toe", RandomPolicy())

@@ -11,15 +11,15 @@ import torch
 
 from agents.nets import ActorCritic, NetConfig
 from agents.policy import RandomPolicy
+from agents.exploitability import exploitability, nash_mixture
 from agents.snapshot import Lineage, save_snapshot
-from evaluation.exploitability import exploitability
-from evaluation.metagame import nash_mixture
+from evaluation.league_hooks import output_exploitability
 from games.registry import spec as game_spec
 from league.api import League, load_config
 from league.ledger import Store
 from league.population import Member
 from league.psro import (CACHE_FILE, PSROError, clear_payoff_caches, league_output_policy, meta_game,
-                         meta_nash_distribution, output_exploitability, payoff_cache)
+                         meta_nash_distribution, payoff_cache)
 
 KUHN = "spiel:kuhn_poker"
 UNIFORM_EXPLOITABILITY = 11 / 24

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from evaluation import charts
+from ludus import charts
 from evaluation.report import build_report, report_charts, write_report
 from league.api import League, load_config
 from ludus.cli import main

@@ -13,7 +13,7 @@ Builders for the charts a league needs: `line_chart` (series with interval bands
 `bar_chart` (optionally with interval whiskers) and `lineage_tree` (a genealogy laid out on a time
 axis with one lane per branch). The arena's leaderboard page reuses them.
 
-    from evaluation.charts import Series, line_chart
+    from ludus.charts import Series, line_chart
     chart = line_chart([Series("main@3", (0, 1, 2), (25, 27, 28), lower=(20, 24, 26), upper=(30, 30, 30))],
                        title="TrueSkill mu", x_label="matches", y_label="mu")
     html = f"<figure>{chart.svg()}</figure>"

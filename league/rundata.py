@@ -1,4 +1,5 @@
-"""Read-only views of a league run directory (safe while the run trains).
+"""Read-only views of a league run directory (safe while the run trains): the one reader of run
+directories that the league's status, evaluation and reports share.
 
 Everything here reads: `config.json`, the checkpoint pointer and the `state.json` it points to
 (all written atomically by the manager), and the ledger through `Store.open(mode="read")`. Nothing
@@ -9,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from league.checkpoint import CHECKPOINT_POINTER, CONFIG_FILE, STATE_FILE, CheckpointState, RunError
 from league.ledger import Store
-from league.manager import CHECKPOINT_POINTER, CONFIG_FILE, RunError
-from league.population import Member, Population
+from league.population import Member, with_absolute_paths
 from league.ratings import TrueSkillParams, load_params
 
 _POINTER_RETRIES = 3
@@ -59,30 +60,22 @@ def read_run(run_dir: str | os.PathLike) -> RunView:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunError(f"run directory {run_dir} does not exist; pass the directory `ludus train` wrote")
-    state: dict | None = None
     try:
         config = _load_json(run_dir / CONFIG_FILE)
         for attempt in range(_POINTER_RETRIES):
             pointer = _load_json(run_dir / CHECKPOINT_POINTER)
-            state_path = run_dir / pointer["path"] / "state.json"
+            state_path = run_dir / pointer["path"] / STATE_FILE
             if state_path.is_file() or attempt == _POINTER_RETRIES - 1:
-                state = _load_json(state_path)
                 break
+        checkpoint = CheckpointState.from_json(_load_json(state_path))
     except FileNotFoundError as exc:
         raise RunError(f"{run_dir} is not a Ludus run directory (missing {Path(exc.filename).name})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
         raise RunError(f"{run_dir}: damaged run files ({exc.__class__.__name__}); cannot read the run") from None
-    assert state is not None
-    members = []
-    for member in Population.from_json(state["population"]).members():
-        if member.snapshot_path and not os.path.isabs(member.snapshot_path):
-            member = replace(member, snapshot_path=str(run_dir / member.snapshot_path))
-        members.append(member)
-    return RunView(run_dir=run_dir, game_id=config["game"], config=config, iteration=int(state["iteration"]),
-                   total_matches=int(state["total_matches"]), total_env_steps=int(state["total_env_steps"]),
-                   members=tuple(members),
-                   learner_snapshots={pid: info.get("last_snapshot")
-                                      for pid, info in state.get("learners", {}).items()})
+    return RunView(run_dir=run_dir, game_id=config["game"], config=config, iteration=checkpoint.iteration,
+                   total_matches=checkpoint.total_matches, total_env_steps=checkpoint.total_env_steps,
+                   members=tuple(with_absolute_paths(checkpoint.population.members(), run_dir)),
+                   learner_snapshots={pid: s.last_snapshot for pid, s in checkpoint.learners.items()})
 
 
 def open_ledger(run_dir: str | os.PathLike) -> Store:

@@ -1,0 +1,140 @@
+"""The live learners of a league: their bookkeeping, the learn phase and the snapshot phase.
+
+A `Learner` wraps one role's `LeagueLearner` (the pure compute: `update(batch)`, `freeze`,
+`state_dict`) with what the league counts about it: env steps trained on, snapshots taken,
+resets, and its score against the pool since its last snapshot (the window that AlphaStar's
+freezing rule reads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from agents.rollout import RolloutBatch
+from agents.snapshot import Lineage
+from league.checkpoint import LearnerState
+from league.config import LeagueConfig, RoleConfig
+from league.learners import LeagueLearner, module_weights
+from league.matchmaking import snapshot_due
+from league.population import Member
+from league.runner import LearnerWeights, PlayResult
+
+MIN_WINDOW_GAMES = 20
+"""Games against the pool before the win-rate rule may freeze a learner (too few: pure noise)."""
+
+
+@dataclass
+class Learner:
+    """A live learner: one role's learner and its league bookkeeping (mutable, loop-internal)."""
+
+    role: RoleConfig
+    impl: LeagueLearner
+    state: LearnerState
+
+    @property
+    def player_id(self) -> str:
+        return self.role.name
+
+    @property
+    def version(self) -> int:
+        return self.impl.updates
+
+    @property
+    def last_snapshot(self) -> str | None:
+        """player_id of its latest snapshot."""
+        return self.state.last_snapshot
+
+    def weights(self) -> LearnerWeights:
+        return LearnerWeights(self.player_id, self.version, module_weights(self.impl.module))
+
+    def count_game(self, score: float) -> None:
+        """One game against the pool: 1 win, 0.5 draw, 0 loss (the freezing window)."""
+        wins, draws, games = self.state.window
+        self.state = self.state.replace(window=(wins + (score == 1.0), draws + (score == 0.5), games + 1))
+
+
+@dataclass(frozen=True)
+class LearnReport:
+    losses: dict[str, dict[str, float]]
+    """Per learner, the update's statistics by name."""
+    policy_lag: float
+    """Mean versions between the weights that played a row and the weights it trained."""
+    dropped: int
+    """Rows older than `max_policy_lag`, not trained on."""
+
+
+def learn(learners: Mapping[str, Learner], results: list[PlayResult], max_policy_lag: int,
+          progress: float) -> LearnReport:
+    """One update per learner on the rows its runners recorded this iteration (stale rows dropped)."""
+    losses: dict[str, dict[str, float]] = {}
+    lags, dropped_total = [], 0
+    for player_id, learner in learners.items():
+        batch = _concat([r.rollouts[player_id] for r in results if player_id in r.rollouts])
+        if batch is None or len(batch) == 0:
+            continue
+        lag = learner.version - batch.policy_version
+        keep = lag <= max_policy_lag
+        dropped = int((~keep).sum())
+        if dropped:
+            batch = _select(batch, keep)
+            dropped_total += dropped
+            learner.state = learner.state.replace(dropped_stale=learner.state.dropped_stale + dropped)
+        if len(batch) == 0:
+            continue
+        losses[player_id] = learner.impl.update(batch, progress=progress)
+        learner.state = learner.state.replace(steps=learner.state.steps + len(batch))
+        lags.append(float(lag[keep].mean()))
+    return LearnReport(losses, float(np.mean(lags)) if lags else 0.0, dropped_total)
+
+
+def due_for_snapshot(learner: Learner, config: LeagueConfig) -> bool:
+    """The one freezing rule (matchmaking.snapshot_due) with this league's thresholds."""
+    s = learner.state
+    wins, draws, games = s.window
+    threshold = config.snapshot_win_rate_lcb if config.snapshot_win_rate_lcb > 0 and games >= MIN_WINDOW_GAMES else None
+    return snapshot_due(s.steps - s.steps_at_snapshot, config.snapshot_every_steps, wins, draws, games, threshold)
+
+
+def freeze(learner: Learner, run_dir: Path, iteration: int, parent_snapshot_id: str | None) -> Member:
+    """Freeze the learner's current weights into `snapshots/<role>@<n>`; the new member."""
+    s = learner.state
+    player_id = f"{learner.player_id}@{s.snapshots}"
+    directory = run_dir / "snapshots" / player_id
+    ref = learner.impl.freeze(directory, Lineage(parent=parent_snapshot_id, role=learner.role.name, steps=s.steps,
+                                                 created_by="ludus train"))
+    member = Member(player_id, "snapshot", learner.role.name, snapshot_path=str(directory.relative_to(run_dir)),
+                    snapshot_id=ref.snapshot_id, parent=s.last_snapshot, iteration=iteration, steps=s.steps)
+    learner.state = s.replace(snapshots=s.snapshots + 1, last_snapshot=player_id, steps_at_snapshot=s.steps,
+                              window=(0.0, 0.0, 0.0))
+    return member
+
+
+def reset_due(learner: Learner) -> bool:
+    """AlphaStar resets a league exploiter to its initial weights after every `reset_every` snapshots."""
+    every = learner.role.reset_every_snapshots
+    n = learner.state.snapshots
+    return bool(every) and n > 1 and (n - 1) % every == 0
+
+
+def reset(learner: Learner, run_dir: Path, seed: int) -> None:
+    """Back to the role's first snapshot with a fresh optimizer."""
+    learner.impl.reset_to(run_dir / "snapshots" / f"{learner.player_id}@0", seed=seed)
+    learner.state = learner.state.replace(resets=learner.state.resets + 1)
+
+
+def _concat(batches: list[RolloutBatch]) -> RolloutBatch | None:
+    if not batches:
+        return None
+    if len(batches) == 1:
+        return batches[0]
+    fields = RolloutBatch.__dataclass_fields__
+    return RolloutBatch(**{name: np.concatenate([getattr(b, name) for b in batches]) for name in fields})
+
+
+def _select(batch: RolloutBatch, keep: np.ndarray) -> RolloutBatch:
+    fields = RolloutBatch.__dataclass_fields__
+    return RolloutBatch(**{name: getattr(batch, name)[keep] for name in fields})
