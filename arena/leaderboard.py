@@ -7,7 +7,7 @@ settles. The 95% interval is mu +- 1.96 sigma. Forfeits count as losses: an agen
 or times out is rated by what it did.
 
 The page (`write_page`) is one self-contained HTML file: inline CSS, inline SVG charts from
-`evaluation.charts` (ratings over time with interval bands, a bar chart of mu with its
+`ludus.charts` (ratings over time with interval bands, a bar chart of mu with its
 interval, the head-to-head heatmap), no scripts, no external ``src`` or ``href``. Its match list
 links each match to a replay transcript written beside it, ``<page stem>_replays/match-<id>.txt``.
 """
@@ -228,7 +228,7 @@ def replay_file_name(match_id: int) -> str:
 
 
 def _charts(board: Leaderboard) -> list[str]:
-    from evaluation import charts
+    from ludus import charts
 
     parts = []
     tracked = [r for r in board.rows if board.history.get(r.player_id)][:MAX_RATING_LINES]
@@ -329,7 +329,7 @@ def _matches_table(board: Leaderboard, replay_dir: str) -> str:
 
 def render_html(board: Leaderboard, replay_dir: str) -> str:
     """The self-contained page; `replay_dir` is the directory (relative to the page) of the replays."""
-    from evaluation import charts
+    from ludus import charts
 
     forfeits = sum(sum(r.faults.values()) for r in board.rows)
     sections = [
