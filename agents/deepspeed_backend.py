@@ -1,5 +1,4 @@
-"""A DeepSpeed engine behind the learners' update seam (agents/ppo.py `UpdateBackend`,
-agents/token_ppo.py `OptimizerBackend`).
+"""A DeepSpeed engine behind the learners' update seam (agents/ppo_core.py `UpdateBackend`).
 
 `DeepSpeedBackend.step(loss)` is `engine.backward(loss); engine.step()` with DeepSpeed doing the
 gradient clipping; the client optimizer is the same `torch.optim.Adam` the plain torch backends
@@ -38,6 +37,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from agents.ppo_core import TorchAdam, flat_optimizer_state, load_flat_optimizer_state
 from ludus.errors import UserError
 
 
@@ -197,12 +197,9 @@ class DeepSpeedBackend:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Optimizer state as named tensors, per parameter in model order (the torch backend's layout)."""
-        flat = {"lr": torch.tensor(self.learning_rate(), dtype=torch.float64)}
         if not self.zero:
-            for index, param_state in self.optimizer.state_dict()["state"].items():
-                for name, value in param_state.items():
-                    flat[f"state.{index}.{name}"] = value.detach().clone()
-            return flat
+            return flat_optimizer_state(self.optimizer)
+        flat = {"lr": torch.tensor(self.learning_rate(), dtype=torch.float64)}
         from deepspeed.utils import (
             safe_get_full_fp32_param,
             safe_get_full_optimizer_state,
@@ -223,14 +220,7 @@ class DeepSpeedBackend:
         (PPOLearner.load_state_dict does): without ``master.<i>`` entries the fp32 masters are
         taken from the model."""
         if not self.zero:
-            param_state: dict[int, dict[str, torch.Tensor]] = {}
-            for key, value in state.items():
-                if key.startswith("state."):
-                    _, index, name = key.split(".", 2)
-                    param_state.setdefault(int(index), {})[name] = value.clone()
-            template = self.optimizer.state_dict()
-            template["param_groups"][0]["lr"] = float(state["lr"])
-            self.optimizer.load_state_dict({"state": param_state, "param_groups": template["param_groups"]})
+            load_flat_optimizer_state(self.optimizer, state)
             return
         from deepspeed.utils import (
             safe_set_full_fp32_param,
@@ -332,25 +322,22 @@ def as_backend_config(config: Any) -> LearnerBackendConfig:
 
 def make_update_backend(net: nn.Module, ppo_config, backend_config: Any):
     """The `UpdateBackend` of a `PPOLearner` (agents/ppo.py) over `net`."""
-    from agents.ppo import TorchOptimizerBackend
-
     backend_config = as_backend_config(backend_config)
     if backend_config.backend == "torch":
-        return TorchOptimizerBackend(net.parameters(), ppo_config.learning_rate, ppo_config.adam_eps,
-                                     ppo_config.max_grad_norm)
+        return TorchAdam(net.parameters(), ppo_config.learning_rate, ppo_config.adam_eps, ppo_config.max_grad_norm)
     return DeepSpeedBackend(net, backend_config, micro_batch_size(backend_config, ppo_config.minibatch_size),
                             ppo_config.learning_rate, ppo_config.adam_eps, ppo_config.max_grad_norm)
 
 
 def make_token_update_backend(model: nn.Module, token_config, backend_config: Any):
-    """The `OptimizerBackend` of a `TokenPPOLearner` (agents/token_ppo.py) over `model`.
+    """The `UpdateBackend` of a `TokenPPOLearner` (agents/token_ppo.py) over `model`.
 
     Build the learner with an explicit `ref_model` (or copy the reference before this call): the
     engine attaches DeepSpeed state to the model's parameters, which a deep copy would drag along."""
-    from agents.token_ppo import TorchAdamBackend
+    from agents.token_ppo import token_adam
 
     backend_config = as_backend_config(backend_config)
     if backend_config.backend == "torch":
-        return TorchAdamBackend(model.parameters(), token_config.lr, token_config.max_grad_norm, token_config.adam_eps)
+        return token_adam(model, token_config)
     return DeepSpeedBackend(model, backend_config, micro_batch_size(backend_config, token_config.minibatch_size),
                             token_config.lr, token_config.adam_eps, token_config.max_grad_norm)

@@ -29,8 +29,9 @@ T steps and builds one `MAPPOBatch` per team; `train_cooperative` is the loop ar
 Reused from agents.rollout: `compute_gae` (run once per (slot, seat) sequence of the [T, B, P]
 rollout). Not reused: `SeatTrajectoryBuilder`, whose flat rows of closed transitions carry one
 input per row (MAPPO needs the actor's and the critic's) and drop seats that are not acting
-(MAPPO keeps them as masked rows). From agents.ppo: `TorchOptimizerBackend` (Adam + gradient
-clipping with tensor-only state) for each of the actor and the critic.
+(MAPPO keeps them as masked rows). From agents.ppo_core: the PPO loss (`ppo_terms`, weighted by
+the active-seat mask) and `TorchAdam` (Adam + gradient clipping with tensor-only state) for each
+of the actor and the critic.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from torch import nn
 
 from agents.nets import layer_init, masked_logits
 from agents.policy import ActBatch, ActOutput, Policy
-from agents.ppo import TorchOptimizerBackend
+from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms, prefixed
 from agents.rollout import compute_gae
 from games.core import GameError, GameSpec, LoopVectorGame, TimeStep, VectorGame
 
@@ -390,18 +391,6 @@ class MAPPOStats:
     minibatch_steps: int
 
 
-def masked_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """sum(x * w) / sum(w): rows with weight 0 carry no loss (the authors' active_masks)."""
-    return (x * weights).sum() / weights.sum().clamp(min=1.0)
-
-
-def huber_loss(error: torch.Tensor, delta: float) -> torch.Tensor:
-    """Elementwise Huber loss: error^2 / 2 inside |error| <= delta, linear outside."""
-    abs_error = error.abs()
-    quadratic = abs_error.clamp(max=delta)
-    return 0.5 * quadratic ** 2 + delta * (abs_error - quadratic)
-
-
 class MAPPOLearner:
     """Owns one team's shared actor, its critic, their optimizers, ValueNorm and the minibatch RNG."""
 
@@ -409,10 +398,10 @@ class MAPPOLearner:
         self.actor = actor
         self.critic = critic
         self.config = config
-        self.actor_backend = TorchOptimizerBackend(actor.parameters(), config.actor_learning_rate, config.adam_eps,
-                                                   config.max_grad_norm)
-        self.critic_backend = TorchOptimizerBackend(critic.parameters(), config.critic_learning_rate,
-                                                    config.adam_eps, config.max_grad_norm)
+        self.actor_backend = TorchAdam(actor.parameters(), config.actor_learning_rate, config.adam_eps,
+                                       config.max_grad_norm)
+        self.critic_backend = TorchAdam(critic.parameters(), config.critic_learning_rate, config.adam_eps,
+                                        config.max_grad_norm)
         self.value_norm = ValueNorm(config.value_norm_beta) if config.use_value_norm else None
         self.generator = torch.Generator().manual_seed(seed)
         self.updates = 0
@@ -470,50 +459,25 @@ class MAPPOLearner:
         else:
             targets, anchors = returns, old_values
 
-        totals = torch.zeros(7, dtype=torch.float64)
-        steps = 0
+        means = StatMeans()
+        value_clip = config.clip_coef if config.clip_value_loss else None
+        huber_delta = config.huber_delta if config.use_huber_loss else None
         for _ in range(config.update_epochs):
             order = torch.randperm(len(batch), generator=self.generator)
             for rows in torch.tensor_split(order, min(config.num_minibatches, len(batch))):
-                weights = active[rows]
                 log_pi = torch.log_softmax(self.actor(actor_obs[rows], mask[rows]), dim=-1)
                 new_logprob = log_pi.gather(1, actions[rows].unsqueeze(1)).squeeze(1)
-                entropy = -(log_pi.exp() * log_pi).sum(dim=1)
-                log_ratio = new_logprob - old_logprobs[rows]
-                ratio = log_ratio.exp()
-                # PPO's clipped surrogate (Schulman et al. 2017, eq. 7), weighted by `active`.
-                surrogate = torch.min(ratio * advantages[rows],
-                                      ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef) * advantages[rows])
-                policy_loss = -masked_mean(surrogate, weights)
-                entropy_mean = masked_mean(entropy, weights)
-                actor_grad_norm = self.actor_backend.step(policy_loss - config.ent_coef * entropy_mean)
-
-                new_values = self.critic(critic_obs[rows])
-                errors = targets[rows] - new_values
-                if config.clip_value_loss:
-                    clipped = anchors[rows] + (new_values - anchors[rows]).clamp(-config.clip_coef, config.clip_coef)
-                    clipped_errors = targets[rows] - clipped
-                if config.use_huber_loss:
-                    losses = huber_loss(errors, config.huber_delta)
-                    if config.clip_value_loss:
-                        losses = torch.max(losses, huber_loss(clipped_errors, config.huber_delta))
-                else:
-                    losses = 0.5 * errors ** 2
-                    if config.clip_value_loss:
-                        losses = torch.max(losses, 0.5 * clipped_errors ** 2)
-                value_loss = masked_mean(losses, weights)
-                critic_grad_norm = self.critic_backend.step(config.value_loss_coef * value_loss)
-
-                with torch.no_grad():
-                    approx_kl = masked_mean((ratio - 1) - log_ratio, weights)
-                    clipfrac = masked_mean(((ratio - 1).abs() > config.clip_coef).float(), weights)
-                totals += torch.tensor([policy_loss.item(), value_loss.item(), entropy_mean.item(),
-                                        approx_kl.item(), clipfrac.item(), actor_grad_norm, critic_grad_norm],
-                                       dtype=torch.float64)
-                steps += 1
+                # One PPO loss, weighted by `active` (the authors' active_masks); the actor and the
+                # critic are separate nets with separate optimizers, so each steps on its own term.
+                terms = ppo_terms(new_logprob, old_logprobs[rows], advantages[rows], categorical_entropy(log_pi),
+                                  self.critic(critic_obs[rows]), anchors[rows], targets[rows], config.clip_coef,
+                                  value_clip, weights=active[rows], huber_delta=huber_delta)
+                actor_grad_norm = self.actor_backend.step(terms.policy_loss - config.ent_coef * terms.entropy)
+                critic_grad_norm = self.critic_backend.step(config.value_loss_coef * terms.value_loss)
+                means.add({**terms.stats(), "actor_grad_norm": actor_grad_norm, "critic_grad_norm": critic_grad_norm})
         self.updates += 1
 
-        means = (totals / steps).tolist()
+        m = means.means()
         live_np = np.asarray(batch.active) > 0
         var_returns = float(np.var(batch.returns[live_np]))
         explained = (float("nan") if var_returns == 0
@@ -523,10 +487,11 @@ class MAPPOLearner:
             norm_mean, norm_std = float(norm_mean), float(norm_var.sqrt())
         else:
             norm_mean, norm_std = 0.0, 1.0
-        return MAPPOStats(policy_loss=means[0], value_loss=means[1], entropy=means[2], approx_kl=means[3],
-                          clipfrac=means[4], actor_grad_norm=means[5], critic_grad_norm=means[6],
-                          explained_variance=explained, value_norm_mean=norm_mean, value_norm_std=norm_std,
-                          active_rows=active_rows, minibatch_steps=steps)
+        return MAPPOStats(policy_loss=m["policy_loss"], value_loss=m["value_loss"], entropy=m["entropy"],
+                          approx_kl=m["approx_kl"], clipfrac=m["clipfrac"], actor_grad_norm=m["actor_grad_norm"],
+                          critic_grad_norm=m["critic_grad_norm"], explained_variance=explained,
+                          value_norm_mean=norm_mean, value_norm_std=norm_std, active_rows=active_rows,
+                          minibatch_steps=means.count)
 
     def policy(self, num_players: int) -> SharedActorPolicy:
         """The actor as a `Policy` for `num_players`-seat games (follows the learner's updates)."""
@@ -545,15 +510,12 @@ class MAPPOLearner:
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        def part(prefix: str) -> dict[str, torch.Tensor]:
-            return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-
-        self.actor.load_state_dict(part("actor."))
-        self.critic.load_state_dict(part("critic."))
-        self.actor_backend.load_state_dict(part("actor_optimizer."))
-        self.critic_backend.load_state_dict(part("critic_optimizer."))
+        self.actor.load_state_dict(prefixed(state, "actor."))
+        self.critic.load_state_dict(prefixed(state, "critic."))
+        self.actor_backend.load_state_dict(prefixed(state, "actor_optimizer."))
+        self.critic_backend.load_state_dict(prefixed(state, "critic_optimizer."))
         if self.value_norm is not None:
-            self.value_norm.load_state_dict(part("value_norm."))
+            self.value_norm.load_state_dict(prefixed(state, "value_norm."))
         self.generator.set_state(state["generator"].clone())
         self.updates = int(state["updates"])
 

@@ -18,14 +18,13 @@ import copy
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable, Protocol
 
 import numpy as np
 import torch
-from torch import nn
 
 from agents.nets import ActorCritic, NetConfig
 from agents.policy import ActBatch
+from agents.ppo_core import StatMeans, TorchAdam, UpdateBackend, categorical_entropy, ppo_terms, prefixed
 from agents.rollout import RolloutBatch, SeatTrajectoryBuilder
 from agents.torch_policy import TorchPolicy
 from games.core import GameError
@@ -116,68 +115,6 @@ class PPOStats:
     """Mean of (learner version - policy_version) over the batch: how stale the data was."""
 
 
-class UpdateBackend(Protocol):
-    """How a loss becomes a parameter update: the seam a DeepSpeed engine plugs into."""
-
-    def step(self, loss: torch.Tensor) -> float:
-        """Backpropagate `loss`, clip and apply one optimizer step; return the gradient norm before clipping."""
-        ...
-
-    def set_learning_rate(self, learning_rate: float) -> None: ...
-
-    def learning_rate(self) -> float: ...
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The optimizer's state as named tensors only (safetensors can store it)."""
-        ...
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
-
-
-class TorchOptimizerBackend:
-    """Adam on one parameter group, with global gradient-norm clipping (CleanRL's update step)."""
-
-    def __init__(self, parameters: Iterable[nn.Parameter], learning_rate: float, adam_eps: float,
-                 max_grad_norm: float):
-        self.parameters = list(parameters)
-        # fused=True: one kernel for the whole Adam update instead of a handful of ops per
-        # parameter tensor; same algorithm, ~25% less time per minibatch step for small nets on CPU.
-        self.optimizer = torch.optim.Adam(self.parameters, lr=learning_rate, eps=adam_eps, fused=True)
-        self.max_grad_norm = max_grad_norm
-
-    def step(self, loss: torch.Tensor) -> float:
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
-        self.optimizer.step()
-        return float(grad_norm)
-
-    def set_learning_rate(self, learning_rate: float) -> None:
-        self.optimizer.param_groups[0]["lr"] = learning_rate
-
-    def learning_rate(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        # Per-parameter state (Adam: step, exp_avg, exp_avg_sq) is all tensors; of the group's
-        # hyperparameters only the (annealed) learning rate changes, the rest come from the config.
-        flat = {"lr": torch.tensor(self.learning_rate(), dtype=torch.float64)}
-        for index, param_state in self.optimizer.state_dict()["state"].items():
-            for name, value in param_state.items():
-                flat[f"state.{index}.{name}"] = value.detach().clone()
-        return flat
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        param_state: dict[int, dict[str, torch.Tensor]] = {}
-        for key, value in state.items():
-            if key.startswith("state."):
-                _, index, name = key.split(".", 2)
-                param_state.setdefault(int(index), {})[name] = value.clone()
-        template = self.optimizer.state_dict()
-        template["param_groups"][0]["lr"] = float(state["lr"])
-        self.optimizer.load_state_dict({"state": param_state, "param_groups": template["param_groups"]})
-
-
 def _minibatches(indices: torch.Tensor, config: PPOConfig) -> tuple[torch.Tensor, ...]:
     if config.minibatch_size is not None:
         return torch.split(indices, config.minibatch_size)
@@ -191,7 +128,7 @@ class PPOLearner:
                  backend: UpdateBackend | None = None):
         self.net = net
         self.config = config
-        self.backend = backend if backend is not None else TorchOptimizerBackend(
+        self.backend = backend if backend is not None else TorchAdam(
             net.parameters(), config.learning_rate, config.adam_eps, config.max_grad_norm)
         # Minibatch shuffling draws from this generator only; its state is part of state_dict.
         self.generator = torch.Generator().manual_seed(seed)
@@ -215,71 +152,43 @@ class PPOLearner:
             raise ValueError("PPO update on an empty batch: collect at least one closed transition first")
         mean_policy_lag = float(np.mean(self.updates - batch.policy_version))
 
-        totals = torch.zeros(8, dtype=torch.float64)  # sums of the per-minibatch statistics below
+        means = StatMeans()
         minibatch_steps, epochs = 0, 0
+        value_clip = config.clip_coef if config.clip_vloss else None
         for _ in range(config.update_epochs):
             epochs += 1
             b_inds = torch.randperm(batch_size, generator=self.generator)
             for mb_inds in _minibatches(b_inds, config):
                 logits, newvalue = self.net(b_obs[mb_inds], b_mask[mb_inds])
-                # Masked logits carry -1e9 on illegal actions: their probability is exactly 0 and
-                # 0 * log 0 contributes 0 to the entropy, so both are over legal actions only.
+                # Masked logits carry -1e9 on illegal actions: their probability is exactly 0, so
+                # the log-prob and the entropy are over legal actions only.
                 log_pi = torch.log_softmax(logits, dim=-1)
                 newlogprob = log_pi.gather(1, b_actions[mb_inds].unsqueeze(1)).squeeze(1)
-                entropy = -(log_pi.exp() * log_pi).sum(dim=1)
-                # r_t(theta) = pi_theta(a|s) / pi_behaviour(a|s): the denominator is the stored
-                # log-prob of the policy that acted, however many versions ago.
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
-
-                with torch.no_grad():
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfrac = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
-
                 mb_advantages = b_advantages[mb_inds]
                 if config.norm_adv and len(mb_inds) > 1:
                     mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-                # Clipped surrogate objective, eq. 7: E[min(r A, clip(r, 1-eps, 1+eps) A)], negated.
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - config.clip_coef, 1 + config.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                # Value loss (eq. 9's L^VF), clipped around the behaviour value as in baselines' ppo2.
-                mb_returns, mb_values = b_returns[mb_inds], b_values[mb_inds]
-                if config.clip_vloss:
-                    v_loss_unclipped = (newvalue - mb_returns) ** 2
-                    v_clipped = mb_values + torch.clamp(newvalue - mb_values, -config.clip_coef, config.clip_coef)
-                    v_loss_clipped = (v_clipped - mb_returns) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
-
-                entropy_loss = entropy.mean()
-                # Eq. 9, as a loss to minimise: -(L^CLIP - c1 L^VF + c2 S).
-                loss = pg_loss - config.ent_coef * entropy_loss + config.vf_coef * v_loss
-
-                grad_norm = self.backend.step(loss)
+                # The ratio's denominator is the stored log-prob of the policy that acted, however
+                # many versions ago; the value loss is clipped around the behaviour value (ppo2).
+                terms = ppo_terms(newlogprob, b_logprobs[mb_inds], mb_advantages, categorical_entropy(log_pi),
+                                  newvalue, b_values[mb_inds], b_returns[mb_inds], config.clip_coef, value_clip)
+                grad_norm = self.backend.step(terms.total(config.vf_coef, config.ent_coef))
                 minibatch_steps += 1
-                totals += torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl,
-                                       approx_kl, clipfrac, ratio.detach().mean(),
-                                       torch.tensor(grad_norm)]).double()
+                means.add({**terms.stats(), "grad_norm": grad_norm})
 
-            if config.target_kl is not None and approx_kl.item() > config.target_kl:
+            if config.target_kl is not None and terms.approx_kl.item() > config.target_kl:
                 break
 
         self.updates += 1
-        means = (totals / minibatch_steps).tolist()
+        m = means.means()
         var_returns = float(np.var(batch.returns))
         explained_variance = (float("nan") if var_returns == 0
                               else 1.0 - float(np.var(batch.returns - batch.values)) / var_returns)
         return PPOStats(
-            policy_loss=means[0], value_loss=means[1], entropy=means[2], old_approx_kl=means[3],
-            approx_kl=means[4], clipfrac=means[5], ratio_mean=means[6], explained_variance=explained_variance,
-            grad_norm=means[7], learning_rate=self.backend.learning_rate(), epochs=epochs,
-            minibatch_steps=minibatch_steps, batch_size=batch_size,
-            mean_policy_lag=mean_policy_lag)
+            policy_loss=m["policy_loss"], value_loss=m["value_loss"], entropy=m["entropy"],
+            old_approx_kl=m["old_approx_kl"], approx_kl=m["approx_kl"], clipfrac=m["clipfrac"],
+            ratio_mean=m["ratio_mean"], explained_variance=explained_variance, grad_norm=m["grad_norm"],
+            learning_rate=self.backend.learning_rate(), epochs=epochs, minibatch_steps=minibatch_steps,
+            batch_size=batch_size, mean_policy_lag=mean_policy_lag)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Everything an exact resume needs, as named tensors: net, optimizer, shuffling RNG, update count."""
@@ -290,9 +199,8 @@ class PPOLearner:
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.net.load_state_dict({key[4:]: value for key, value in state.items() if key.startswith("net.")})
-        self.backend.load_state_dict({key[10:]: value for key, value in state.items()
-                                      if key.startswith("optimizer.")})
+        self.net.load_state_dict(prefixed(state, "net."))
+        self.backend.load_state_dict(prefixed(state, "optimizer."))
         self.generator.set_state(state["generator"].clone())
         self.updates = int(state["updates"])
 

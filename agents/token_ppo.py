@@ -24,20 +24,21 @@ eq. 2) as implemented in TRL and OpenRLHF, with the game score as the reward mod
 Sequences in a `TokenBatch` are right-padded; a causal model needs no attention mask for that
 (real tokens never attend to later positions).
 
-The optimizer step goes through a backend object (`OptimizerBackend.step(loss)`), so a DeepSpeed
-engine (engine.backward(loss); engine.step()) can replace the plain torch Adam step.
+The loss is the one PPO loss of agents/ppo_core.py (`ppo_terms`, weighted by the own-token mask);
+the optimizer step goes through its `UpdateBackend`, so a DeepSpeed engine (engine.backward(loss);
+engine.step()) can replace the plain torch Adam step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Protocol
 
 import numpy as np
 import torch
 
 from agents.lm import LMWithValueHead, as_tensor, frozen_copy
 from agents.nets import masked_logits
+from agents.ppo_core import PPOTerms, StatMeans, TorchAdam, UpdateBackend, categorical_entropy, ppo_terms
 
 
 @dataclass(frozen=True)
@@ -266,53 +267,19 @@ def _legal_with_tokens(legal_mask: np.ndarray, input_ids: np.ndarray) -> np.ndar
     return legal
 
 
-@dataclass(frozen=True)
-class LossParts:
-    """The pieces of the token-PPO loss (tensors, for logging call .item())."""
-
-    total: torch.Tensor
-    policy_loss: torch.Tensor
-    value_loss: torch.Tensor
-    entropy: torch.Tensor
-    approx_kl: torch.Tensor
-    clip_fraction: torch.Tensor
-
-
 def token_ppo_loss(logits: torch.Tensor, values: torch.Tensor, tokens: torch.Tensor, own_mask: torch.Tensor,
                    old_log_probs: torch.Tensor, old_values: torch.Tensor, advantages: torch.Tensor,
                    returns: torch.Tensor, config: TokenPPOConfig,
-                   legal_mask: torch.Tensor | None = None) -> LossParts:
-    """Clipped PPO loss averaged over own tokens; every other position has weight exactly 0.
+                   legal_mask: torch.Tensor | None = None) -> PPOTerms:
+    """PPO's loss terms averaged over own tokens; every other position has weight exactly 0.
 
     All inputs are aligned by token position ([n, T] or [n, T, V]): `logits[:, t]` is the
     distribution token t was drawn from (see `aligned_outputs`).
     """
-    weight = own_mask.float()
-    count = weight.sum().clamp(min=1.0)
-
-    def mean(x: torch.Tensor) -> torch.Tensor:
-        # torch.where, not x * weight: off-own positions may hold inf/NaN-free garbage of any size.
-        return torch.where(own_mask, x, torch.zeros_like(x)).sum() / count
-
     log_pi = torch.log_softmax(_masked(logits.float(), legal_mask), dim=-1)
     new_log_probs = log_pi.gather(-1, tokens[..., None]).squeeze(-1)
-    log_ratio = torch.where(own_mask, new_log_probs - old_log_probs, torch.zeros_like(new_log_probs))
-    ratio = log_ratio.exp()
-    # Schulman et al. 2017, eq. 7 (as a loss: the max of the negated surrogates).
-    pg_loss = mean(torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - config.clip, 1 + config.clip)))
-    if config.value_clip is None:
-        v_loss = 0.5 * mean((values - returns) ** 2)
-    else:
-        clipped = old_values + (values - old_values).clamp(-config.value_clip, config.value_clip)
-        v_loss = 0.5 * mean(torch.max((values - returns) ** 2, (clipped - returns) ** 2))
-    probs = log_pi.exp()
-    # p * log p with p = 0 (masked tokens) is 0; where() avoids 0 * -1e9 rounding into the sum.
-    entropy = mean(-torch.where(probs > 0, probs * log_pi, torch.zeros_like(log_pi)).sum(-1))
-    total = pg_loss + config.vf_coef * v_loss - config.ent_coef * entropy
-    with torch.no_grad():
-        approx_kl = mean((ratio - 1) - log_ratio)
-        clip_fraction = mean(((ratio - 1).abs() > config.clip).float())
-    return LossParts(total, pg_loss, v_loss, entropy, approx_kl, clip_fraction)
+    return ppo_terms(new_log_probs, old_log_probs, advantages, categorical_entropy(log_pi), values, old_values,
+                     returns, config.clip, config.value_clip, weights=own_mask.float())
 
 
 # ---------------------------------------------------------------------------- KL control
@@ -335,33 +302,11 @@ class AdaptiveKLController:
         return self.value
 
 
-# ------------------------------------------------------------------------------ the seam
-
-
-class OptimizerBackend(Protocol):
-    """One optimizer step from a loss: backward, gradient clipping, step. Returns the pre-clip
-    gradient norm. A DeepSpeed backend implements it as engine.backward(loss); engine.step()."""
-
-    def step(self, loss: torch.Tensor) -> float: ...
-
-
-class TorchAdamBackend:
-    """Plain torch Adam with global gradient-norm clipping."""
-
-    def __init__(self, parameters: Iterable[torch.nn.Parameter], lr: float, max_grad_norm: float, eps: float = 1e-5):
-        self.parameters = [p for p in parameters if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self.parameters, lr=lr, eps=eps)
-        self.max_grad_norm = max_grad_norm
-
-    def step(self, loss: torch.Tensor) -> float:
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
-        self.optimizer.step()
-        return float(grad_norm)
-
-    def set_learning_rate(self, learning_rate: float) -> None:
-        self.optimizer.param_groups[0]["lr"] = learning_rate
+def token_adam(model: torch.nn.Module, config: TokenPPOConfig) -> TorchAdam:
+    """The torch backend of token PPO: Adam over the trainable parameters. The unfused kernel,
+    with which every negotiation figure in docs/reference.md was measured (the fused one rounds
+    differently in the last bits, which a seeded run would amplify into different ledgers)."""
+    return TorchAdam(model.parameters(), config.lr, config.adam_eps, config.max_grad_norm, fused=False)
 
 
 # ------------------------------------------------------------------------------ the learner
@@ -387,13 +332,12 @@ class TokenPPOLearner:
 
     def __init__(self, model: LMWithValueHead, ref_model: LMWithValueHead | None = None,
                  config: TokenPPOConfig = TokenPPOConfig(), seed: int = 0,
-                 backend: OptimizerBackend | None = None):
+                 backend: UpdateBackend | None = None):
         self.model = model.eval()
         self.ref_model = frozen_copy(ref_model if ref_model is not None else model)
         self.config = config
         self.rng = np.random.default_rng(seed)
-        self.backend = backend if backend is not None else TorchAdamBackend(
-            model.parameters(), config.lr, config.max_grad_norm, config.adam_eps)
+        self.backend = backend if backend is not None else token_adam(model, config)
         self.kl_controller = AdaptiveKLController(config.kl_beta, config.kl_target, config.kl_horizon)
         self.rl_updates = 0
         self.rl_updates_since_imitation = 0
@@ -433,8 +377,7 @@ class TokenPPOLearner:
         legal = (None if batch.legal_mask is None
                  else torch.from_numpy(_legal_with_tokens(np.asarray(batch.legal_mask)[:, :width], arrays["tokens"])))
         rows = np.flatnonzero(own.any(axis=1))
-        totals = np.zeros(6)
-        steps = 0
+        means = StatMeans()
         for _ in range(cfg.epochs):
             order = rows[self.rng.permutation(len(rows))]
             for start in range(0, len(order), cfg.minibatch_size):
@@ -444,11 +387,9 @@ class TokenPPOLearner:
                 parts = token_ppo_loss(logits, values, mb["tokens"], mb["own_mask"], mb["old_log_probs"],
                                        mb["old_values"], mb["advantages"], mb["returns"], cfg,
                                        None if legal is None else legal[index])
-                grad_norm = self.backend.step(parts.total)
-                totals += [parts.policy_loss.item(), parts.value_loss.item(), parts.entropy.item(),
-                           parts.approx_kl.item(), parts.clip_fraction.item(), grad_norm]
-                steps += 1
-        means = totals / max(steps, 1)
+                grad_norm = self.backend.step(parts.total(cfg.vf_coef, cfg.ent_coef))
+                means.add({**parts.stats(), "grad_norm": grad_norm})
+        m = means.means()
         old_values = np.asarray(batch.values, np.float64)[own]
         target = returns[own]
         variance = target.var() if target.size else 0.0
@@ -457,10 +398,10 @@ class TokenPPOLearner:
         self.rl_updates += 1
         self.rl_updates_since_imitation += 1
         return TokenPPOStats(
-            policy_loss=float(means[0]), value_loss=float(means[1]), entropy=float(means[2]),
-            approx_kl=float(means[3]), clip_fraction=float(means[4]), kl_to_reference=kl, kl_beta=beta,
+            policy_loss=m.get("policy_loss", 0.0), value_loss=m.get("value_loss", 0.0), entropy=m.get("entropy", 0.0),
+            approx_kl=m.get("approx_kl", 0.0), clip_fraction=m.get("clipfrac", 0.0), kl_to_reference=kl, kl_beta=beta,
             next_kl_beta=next_beta, mean_score=float(np.mean(batch.scores)) if len(batch) else 0.0,
-            explained_variance=explained, grad_norm=float(means[5]), own_tokens=int(own.sum()))
+            explained_variance=explained, grad_norm=m.get("grad_norm", 0.0), own_tokens=int(own.sum()))
 
     def imitation_update(self, batch: TokenBatch) -> ImitationStats:
         """One behaviour-cloning step: `imitation_coef` * cross-entropy of the own tokens (the

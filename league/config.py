@@ -196,6 +196,10 @@ class LeagueConfig:
         if len(set(names)) != len(names):
             raise ConfigError(f"config key 'roles': role names must be unique, got {names}")
         if self.learner_backend.backend == "deepspeed":
+            if self.learner != "ppo":
+                # never silently replaced by torch Adam: say so before anything runs
+                raise ConfigError(f"learner_backend.backend 'deepspeed' trains learner 'ppo' only, not "
+                                  f"{self.learner!r}; set learner_backend.backend=torch")
             micro_batch_size(self.learner_backend, self.ppo.minibatch_size)  # fixed-size minibatches agree
         if self.backend != "ray" and self.ray_address is not None:
             raise ConfigError("config key 'ray_address' needs backend 'ray'")

@@ -38,6 +38,7 @@ import torch
 
 from agents.lm import LMPolicy, LMWithValueHead, TinyLMConfig, build_tiny_lm, frozen_copy
 from agents.policy import ActBatch, Policy
+from agents.ppo_core import prefixed
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
 from agents.token_ppo import ImitationStats, TokenBatch, TokenPPOLearner
@@ -407,10 +408,7 @@ class TokenPPOLeagueLearner:
         learner = self._ready()
         state = {f"model.{k}": v.detach().clone() for k, v in learner.model.state_dict().items()}
         state.update({f"reference.{k}": v.detach().clone() for k, v in learner.ref_model.state_dict().items()})
-        optimizer = learner.backend.optimizer.state_dict()
-        for index, param_state in optimizer["state"].items():
-            for name, value in param_state.items():
-                state[f"optimizer.{index}.{name}"] = torch.as_tensor(value).detach().clone()
+        state.update({f"optimizer.{k}": v for k, v in learner.backend.state_dict().items()})
         state["ppo_rng"] = _generator_to_tensor(learner.rng)
         state["imitation_rng"] = _generator_to_tensor(self._imitation_rng)
         state["kl_beta"] = torch.tensor(learner.kl_controller.value, dtype=torch.float64)
@@ -419,20 +417,12 @@ class TokenPPOLeagueLearner:
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        def part(prefix: str) -> dict[str, torch.Tensor]:
-            return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-
-        self._model.load_state_dict(part("model."), strict=True)
+        self._model.load_state_dict(prefixed(state, "model."), strict=True)
         reference = build_tiny_lm(self.lm_config, seed=0)
-        reference.load_state_dict(part("reference."), strict=True)
+        reference.load_state_dict(prefixed(state, "reference."), strict=True)
         learner = TokenPPOLearner(self._model, ref_model=reference, config=self.dialogue.token_ppo,
                                   seed=self._ppo_seed)
-        param_state: dict[int, dict[str, torch.Tensor]] = {}
-        for key, value in part("optimizer.").items():
-            index, name = key.split(".", 1)
-            param_state.setdefault(int(index), {})[name] = value.clone()
-        template = learner.backend.optimizer.state_dict()
-        learner.backend.optimizer.load_state_dict({"state": param_state, "param_groups": template["param_groups"]})
+        learner.backend.load_state_dict(prefixed(state, "optimizer."))
         learner.rng = _generator_from_tensor(state["ppo_rng"])
         self._imitation_rng = _generator_from_tensor(state["imitation_rng"])
         learner.kl_controller.value = float(state["kl_beta"])

@@ -21,7 +21,8 @@ from agents.deepspeed_backend import (
     micro_batch_size,
 )
 from agents.nets import ActorCritic, NetConfig
-from agents.ppo import PPOConfig, PPOLearner, TorchOptimizerBackend
+from agents.ppo import PPOConfig, PPOLearner
+from agents.ppo_core import TorchAdam
 from agents.rollout import RolloutBatch
 from games.registry import spec as game_spec
 from ludus.errors import UserError
@@ -176,7 +177,7 @@ def test_state_dict_round_trip_through_safetensors(settings):
 def test_torch_backend_checkpoint_resumes_under_zero():
     original = learner(LearnerBackendConfig())
     trajectory(original, [0, 1])
-    assert isinstance(original.backend, TorchOptimizerBackend)
+    assert isinstance(original.backend, TorchAdam)
     state = original.state_dict()  # no fp32 masters: ZeRO takes them from the loaded weights
     restored = learner(deepspeed(1))
     restored.load_state_dict(state)

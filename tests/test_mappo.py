@@ -19,7 +19,6 @@ from agents.mappo import (
     critic_inputs,
     evaluate_policy,
     input_sizes,
-    masked_mean,
     train_cooperative,
     vector_global_states,
 )
@@ -29,6 +28,7 @@ from agents.mpe_scripted import (
     spread_scripted_actions,
 )
 from agents.policy import RandomPolicy
+from agents.ppo_core import weighted_mean
 from agents.rollout import compute_gae
 from games.core import GameSpec, TimeStep
 from games.registry import make_vector
@@ -135,13 +135,15 @@ def parameters(learner: MAPPOLearner) -> list[torch.Tensor]:
     return [p.detach().clone() for p in [*learner.actor.parameters(), *learner.critic.parameters()]]
 
 
-def test_masked_mean_gives_inactive_rows_no_weight_and_no_gradient():
+def test_weighted_mean_gives_inactive_rows_no_weight_and_no_gradient():
     x = torch.tensor([1.0, 2.0, 100.0, 3.0], requires_grad=True)
     active = torch.tensor([1.0, 1.0, 0.0, 1.0])
-    loss = masked_mean(x ** 2, active)
+    loss = weighted_mean(x ** 2, active)
     assert loss.item() == pytest.approx((1 + 4 + 9) / 3)
     loss.backward()
     assert x.grad[2].item() == 0.0 and x.grad[0].item() != 0.0
+    # padding may hold anything: a row of weight 0 never turns the mean into inf or NaN
+    assert weighted_mean(torch.tensor([2.0, float("inf"), float("nan")]), torch.tensor([1.0, 0.0, 0.0])).item() == 2.0
 
 
 def test_done_agents_carry_no_loss():

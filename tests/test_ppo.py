@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from agents.nets import ActorCritic, NetConfig
-from agents.ppo import PPOConfig, PPOLearner, TorchOptimizerBackend, train_single_player
+from agents.ppo import PPOConfig, PPOLearner, train_single_player
+from agents.ppo_core import TorchAdam
 from agents.rollout import RolloutBatch
 from games.core import GameSpec
 
@@ -161,7 +162,7 @@ def test_state_dict_resumes_exactly_through_safetensors():
 
 
 def test_backend_is_the_seam_for_the_optimizer_step():
-    class CountingBackend(TorchOptimizerBackend):
+    class CountingBackend(TorchAdam):
         steps = 0
 
         def step(self, loss: torch.Tensor) -> float:

@@ -85,7 +85,7 @@ def _loss(logits, tokens, old_log_probs, old_values, advantages, returns, values
     return token_ppo_loss(logits, values, tokens, own, torch.as_tensor(old_log_probs, dtype=torch.float32),
                           torch.as_tensor(old_values, dtype=torch.float32),
                           torch.as_tensor(advantages, dtype=torch.float32),
-                          torch.as_tensor(returns, dtype=torch.float32), config).total
+                          torch.as_tensor(returns, dtype=torch.float32), config).total(config.vf_coef, config.ent_coef)
 
 
 def test_partner_tokens_have_zero_loss_weight():
