@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.nets import layer_init, masked_logits
+from agents.nets import layer_init, masked_logits, shape_mismatch
 from agents.policy import ActBatch, ActOutput
 from ludus.errors import UserError
 
@@ -542,13 +542,7 @@ def lm_architecture_mismatch(architecture: Mapping[str, Any], shapes: Mapping[st
     hf_config = _hf_config_from_architecture(architecture)
     with torch.device("meta"):
         expected = {k: tuple(v.shape) for k, v in _build_from_hf_config(hf_config).state_dict().items()}
-    missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))
-    if missing or unexpected:
-        return f"missing tensors {missing[:3]}, unexpected tensors {unexpected[:3]}"
-    for name, shape in expected.items():
-        if tuple(shapes[name]) != shape:
-            return f"tensor {name} has shape {list(shapes[name])}, the architecture needs {list(shape)}"
-    return ""
+    return shape_mismatch(expected, shapes)
 
 
 def lm_from_snapshot_files(architecture: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],

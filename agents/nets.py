@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Mapping
 
 import numpy as np
 import torch
@@ -153,3 +154,14 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         hidden = run_sequential(self.critic_trunk, self._trunk_input(obs.float()))
         return F.linear(hidden, self.value_head.weight, self.value_head.bias).squeeze(-1)
+
+
+def shape_mismatch(expected: Mapping[str, tuple[int, ...]], shapes: Mapping[str, tuple[int, ...]]) -> str:
+    """Why tensors of `shapes` cannot be a state dict of `expected` shapes; '' if they can."""
+    missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))
+    if missing or unexpected:
+        return f"missing tensors {missing[:3]}, unexpected tensors {unexpected[:3]}"
+    for name, shape in expected.items():
+        if tuple(shapes[name]) != shape:
+            return f"tensor {name} has shape {list(shapes[name])}, the architecture needs {list(shape)}"
+    return ""

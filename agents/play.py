@@ -139,12 +139,8 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
                 print_fn(f"seat {seat} plays {actions[seat]}")
             game.step(actions)
     except EOFError:
-        print_fn("\nBye.")
-        return PlayResult(False, tuple(float(r) for r in game.returns()), tuple(game.history()), human_seat)
-    returns = np.asarray(game.returns(), dtype=np.float64)
-    print_fn(game.render())
-    print_fn(_verdict(returns, human_seat) + f" Returns per seat: {' '.join(f'{r:g}' for r in returns)}")
-    return PlayResult(True, tuple(float(r) for r in returns), tuple(game.history()), human_seat)
+        return _result(game, human_seat, print_fn, finished=False)
+    return _result(game, human_seat, print_fn, finished=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,6 +221,13 @@ def _play_text_dialogue(game, opponent: Policy, human_seat: int, rng: np.random.
                 said.append(token)
             print_fn(f"seat {seat} says: {decode(game.vocab, said)}")
     except EOFError:
+        return _result(game, human_seat, print_fn, finished=False)
+    return _result(game, human_seat, print_fn, finished=True)
+
+
+def _result(game: Game, human_seat: int, print_fn: Callable[[str], None], finished: bool) -> PlayResult:
+    """The game's outcome as the person sees it: the final board and a verdict, or a goodbye."""
+    if not finished:
         print_fn("\nBye.")
         return PlayResult(False, tuple(float(r) for r in game.returns()), tuple(game.history()), human_seat)
     returns = np.asarray(game.returns(), dtype=np.float64)

@@ -202,19 +202,25 @@ def play_negotiations(bots: Sequence[Policy], seeds: Sequence[int], rng: np.rand
         game = Negotiation(rules.max_utterances, rules.max_utterance_tokens)
         game.reset(int(seed))
         games.append(game)
+    return play_turns(games, bots, rng, greedy)
+
+
+def play_turns(games: list, seat_policies: Sequence[Policy], rng: np.random.Generator, greedy: bool = False) -> list:
+    """Play turn-based games (one seat to move at a time) to the end, `seat_policies[s]` in seat s;
+    each step batches the rows of every game where seat s is to move into one `act` call."""
     while True:
         running = [g for g in games if g.to_move()]
         if not running:
             return games
-        for seat, bot in enumerate(bots):
+        for seat, policy in enumerate(seat_policies):
             movers = [g for g in running if g.to_move() == (seat,)]
             if not movers:
                 continue
             batch = ActBatch(obs=np.stack([g.observation(seat) for g in movers]),
                              mask=np.stack([g.legal_mask(seat) for g in movers]),
                              seats=np.full(len(movers), seat, dtype=np.int64),
-                             histories=[g.history() for g in movers] if bot.needs_history else None)
-            out = bot.act(batch, rng, greedy=greedy)
+                             histories=[g.history() for g in movers] if policy.needs_history else None)
+            out = policy.act(batch, rng, greedy=greedy)
             for game, action in zip(movers, out.actions):
                 game.step({seat: int(action)})
 

@@ -45,7 +45,7 @@ from typing import Any, Mapping
 
 import torch
 
-from agents.nets import ActorCritic, NetConfig
+from agents.nets import ActorCritic, NetConfig, shape_mismatch
 from agents.policy import Policy
 from agents.torch_policy import TorchPolicy
 from games.core import GameSpec
@@ -344,14 +344,7 @@ def _architecture_mismatch(spec: GameSpec, config: NetConfig, shapes: Mapping[st
     (say hidden=(10**9,)) costs nothing before the weights prove it."""
     with torch.device("meta"):
         expected = {k: tuple(v.shape) for k, v in ActorCritic(spec, config).state_dict().items()}
-    missing = sorted(set(expected) - set(shapes))
-    unexpected = sorted(set(shapes) - set(expected))
-    if missing or unexpected:
-        return f"missing tensors {missing[:3]}, unexpected tensors {unexpected[:3]}"
-    for name, shape in expected.items():
-        if tuple(shapes[name]) != shape:
-            return f"tensor {name} has shape {list(shapes[name])}, the architecture needs {list(shape)}"
-    return ""
+    return shape_mismatch(expected, shapes)
 
 
 def load_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> LoadedSnapshot:

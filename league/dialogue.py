@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from agents.lm import LMPolicy, LMWithValueHead, TinyLMConfig, build_tiny_lm, frozen_copy
-from agents.policy import ActBatch, Policy
+from agents.policy import Policy
 from agents.ppo_core import prefixed
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
@@ -597,21 +597,9 @@ def play_contexts(seat_policies: Sequence[Policy], contexts: Sequence, rng: np.r
         game = registry.make(game_id)
         game.reset_context(context)
         games.append(game)
-    while True:
-        running = [g for g in games if g.to_move()]
-        if not running:
-            return [g.record() for g in games]
-        for seat, policy in enumerate(seat_policies):
-            movers = [g for g in running if g.to_move() == (seat,)]
-            if not movers:
-                continue
-            batch = ActBatch(obs=np.stack([g.observation(seat) for g in movers]),
-                             mask=np.stack([g.legal_mask(seat) for g in movers]),
-                             seats=np.full(len(movers), seat, dtype=np.int64),
-                             histories=[g.history() for g in movers] if policy.needs_history else None)
-            out = policy.act(batch, rng, greedy=greedy)
-            for game, action in zip(movers, out.actions):
-                game.step({seat: int(action)})
+    from agents.scripted_negotiator import play_turns
+
+    return [g.record() for g in play_turns(games, seat_policies, rng, greedy)]
 
 
 def held_out_contexts(num_contexts: int, seed: int = 2024) -> list:
