@@ -48,7 +48,7 @@ def main() -> None:
     from agents.snapshot import save_snapshot
     from games.registry import spec as game_spec
     from league.backends import LearnerWeights, ProcessBackend
-    from league.learners import PolicyArchitecture
+    from league.learners import ActorCriticArchitecture
     from league.seeds import match_seed
     from league.population import Member
     from league.ray_backend import RayBackend
@@ -56,7 +56,7 @@ def main() -> None:
 
     game = "connect_four"
     spec, net_config = game_spec(game), NetConfig(hidden=(64, 64))
-    architecture = PolicyArchitecture("actor_critic", net_config.to_json())
+    architecture = ActorCriticArchitecture(net_config)
     torch.manual_seed(0)
     learner = ActorCritic(spec, net_config)
     scratch = Path(tempfile.mkdtemp(prefix="ludus-bench-"))

@@ -87,12 +87,12 @@ def runner_rate(workers: int, members, spec, matches: int, boards: int, rounds: 
 
     from agents.nets import ActorCritic, NetConfig
     from league.backends import LearnerWeights, ProcessBackend
-    from league.learners import PolicyArchitecture, module_weights
+    from league.learners import ActorCriticArchitecture, module_weights
 
     torch.manual_seed(123)
     learner = ActorCritic(spec, NetConfig())
     weights = [LearnerWeights("learner", 0, module_weights(learner))]
-    backend = ProcessBackend("connect_four", spec, PolicyArchitecture("actor_critic", NetConfig().to_json()),
+    backend = ProcessBackend("connect_four", spec, ActorCriticArchitecture(NetConfig()),
                              boards, 32, num_workers=workers)
     try:
         backend.set_population(members)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from agents.policy import Policy
 from games.core import GameSpec
-from league.learners import PolicyArchitecture, build_policy
+from league.learners import PolicyArchitecture
 from league.population import Member, PolicyCache, load_member_policy
 from league.runner import LearnerWeights, PlayResult, PlayTask, Runner
 from ludus.errors import UserError
@@ -59,7 +59,7 @@ class PolicyProvider:
         current = self.learners.get(weights.player_id)
         if current is not None and current[0] == weights.version:
             return
-        module, policy = current[1] if current is not None else build_policy(self.spec, self.architecture)
+        module, policy = current[1] if current is not None else self.architecture.build(self.spec)
         module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.arrays.items()})
         module.eval()
         self.learners[weights.player_id] = (weights.version, (module, policy))

@@ -5,7 +5,7 @@ A dialogue game (games/dialogue.py) is played one word token per action, so a ca
 model is a policy (agents/lm.py) and token-level PPO (agents/token_ppo.py) trains it. This module
 connects them to the league:
 
-* `build_lm_policy` rebuilds a learner's LM in a runner (`league.learners.build_policy`, kind "lm").
+* `LMArchitecture.build` rebuilds a learner's LM in a runner.
 * `dialogue_episodes` turns the runner's per-decision rows (`RolloutBatch`: the seat's token-id
   observation, the token it emitted, behaviour log-prob and value) back into whole dialogues, one
   row per (slot, seat) game, aligned by token position as `TokenBatch` expects. A seat's
@@ -44,7 +44,6 @@ from agents.snapshot import Lineage, SnapshotRef
 from agents.token_ppo import ImitationStats, TokenBatch, TokenPPOLearner
 from games.core import GameSpec
 from league.configio import ConfigError
-from league.learners import PolicyArchitecture
 
 PAD_ID = 0
 """Every dialogue vocabulary has <pad> at id 0 (games.dialogue.Vocabulary); LM rows are right-padded with it."""
@@ -67,18 +66,22 @@ def lm_config_for_game(spec: GameSpec, lm: TinyLMConfig) -> TinyLMConfig:
     return config
 
 
-def lm_architecture(spec: GameSpec, lm: TinyLMConfig) -> PolicyArchitecture:
-    return PolicyArchitecture("lm", {"tiny_lm": lm_config_for_game(spec, lm).to_json()})
+@dataclass(frozen=True)
+class LMArchitecture:
+    """A tiny LM with a value head acting through `LMPolicy` (learner 'token_ppo')."""
+
+    tiny_lm: TinyLMConfig
+
+    def build(self, spec: GameSpec) -> tuple[LMWithValueHead, LMPolicy]:
+        if self.tiny_lm.vocab_size != spec.num_actions:
+            raise ConfigError(f"LM architecture has {self.tiny_lm.vocab_size} tokens, {spec.id!r} has "
+                              f"{spec.num_actions}")
+        model = build_tiny_lm(self.tiny_lm, seed=0)
+        return model, LMPolicy(model, pad_id=PAD_ID)
 
 
-def build_lm_policy(spec: GameSpec, architecture_config: dict) -> tuple[LMWithValueHead, LMPolicy]:
-    """A tiny LM of `architecture_config` ({"tiny_lm": TinyLMConfig JSON}) and the LMPolicy acting
-    with it; its weights are whatever the caller loads next (a runner loads the learner's)."""
-    config = TinyLMConfig.from_json(architecture_config["tiny_lm"])
-    if config.vocab_size != spec.num_actions:
-        raise ConfigError(f"LM architecture has {config.vocab_size} tokens, {spec.id!r} has {spec.num_actions}")
-    model = build_tiny_lm(config, seed=0)
-    return model, LMPolicy(model, pad_id=PAD_ID)
+def lm_architecture(spec: GameSpec, lm: TinyLMConfig) -> LMArchitecture:
+    return LMArchitecture(lm_config_for_game(spec, lm))
 
 
 # --------------------------------------------------------------------- rows -> dialogues
@@ -640,7 +643,7 @@ def lm_policy_of(learner: TokenPPOLeagueLearner | LMWithValueHead) -> LMPolicy:
     return LMPolicy(frozen_copy(model), pad_id=PAD_ID)
 
 
-__all__ = ["PAD_ID", "build_lm_policy", "lm_architecture", "lm_config_for_game", "DialogueEpisodes",
+__all__ = ["PAD_ID", "LMArchitecture", "lm_architecture", "lm_config_for_game", "DialogueEpisodes",
            "dialogue_episodes", "ImitationData", "imitation_data", "require_demonstrators", "fit_value_head",
            "TokenPPOLeagueLearner", "WarmStartReport", "negotiation_episode_stats", "Interval", "mean_interval",
            "rate_interval", "NegotiationEval", "play_contexts", "held_out_contexts", "evaluate_negotiators",

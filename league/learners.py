@@ -3,7 +3,8 @@
 The manager only needs a learner to (1) ship its policy weights to runners with a version,
 (2) take an update from the trajectories the runners recorded, (3) freeze itself into a
 snapshot, (4) checkpoint and restore exactly, and (5) reset to a snapshot (exploiters).
-Runners rebuild a learner's policy from `PolicyArchitecture` + weights (`build_policy`).
+Runners rebuild a learner's policy from its `PolicyArchitecture` record + weights. Token PPO's
+learner and architecture live in league/dialogue.py; `league.learning.make_learner` picks one.
 """
 
 from __future__ import annotations
@@ -21,31 +22,29 @@ from agents.policy import Policy
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
 from games.core import GameSpec
-from ludus.errors import UserError
+
+
+class PolicyArchitecture(Protocol):
+    """Enough to rebuild a learner's policy module anywhere (a runner process, a Ray actor): a
+    frozen record of our own types, sent to our own runners."""
+
+    def build(self, spec: GameSpec) -> tuple[nn.Module, Policy]:
+        """A fresh policy module and the Policy acting with it; its weights are whatever the
+        caller loads next (a runner loads the learner's)."""
+        ...
 
 
 @dataclass(frozen=True)
-class PolicyArchitecture:
-    """Enough to rebuild a learner's policy module anywhere (a runner process, a Ray actor)."""
+class ActorCriticArchitecture:
+    """An `ActorCritic` net acting through `TorchPolicy` (learner 'ppo')."""
 
-    kind: str
-    """'actor_critic' (ActorCritic + TorchPolicy) or 'lm' (a language model with a value head)."""
-    config: dict
-    """The architecture record: NetConfig JSON, or the LM's config JSON."""
+    net: NetConfig
 
-
-def build_policy(spec: GameSpec, architecture: PolicyArchitecture) -> tuple[nn.Module, Policy]:
-    """A fresh policy module of `architecture` and the Policy acting with it."""
-    if architecture.kind == "actor_critic":
+    def build(self, spec: GameSpec) -> tuple[nn.Module, Policy]:
         from agents.torch_policy import TorchPolicy
 
-        net = ActorCritic(spec, NetConfig.from_json(architecture.config))
+        net = ActorCritic(spec, self.net)
         return net, TorchPolicy(net)
-    if architecture.kind == "lm":
-        from league.dialogue import build_lm_policy
-
-        return build_lm_policy(spec, architecture.config)
-    raise UserError(f"unknown policy architecture {architecture.kind!r}: use 'actor_critic' or 'lm'")
 
 
 class LeagueLearner(Protocol):
@@ -93,7 +92,7 @@ class PPOLeagueLearner:
         torch.manual_seed(init_seed)  # initial weights (ActorCritic draws from torch's generator)
         net = ActorCritic(spec, net_config)
         self.ppo = PPOLearner(net, ppo_config, seed=seed, backend=self._backend(net))
-        self.architecture = PolicyArchitecture("actor_critic", net_config.to_json())
+        self.architecture = ActorCriticArchitecture(net_config)
 
     def _backend(self, net: ActorCritic):
         return self.backend_factory(net) if self.backend_factory is not None else None
@@ -134,20 +133,3 @@ class PPOLeagueLearner:
         updates = self.ppo.updates
         self.ppo = PPOLearner(net, self.ppo_config, seed=seed, backend=self._backend(net))
         self.ppo.updates = updates  # versions keep increasing: runners key weights by version
-
-
-def make_learner(spec: GameSpec, config, role_index: int, seed: int, init_seed: int) -> LeagueLearner:
-    """The learner of role `role_index` for `config.learner` (a LeagueConfig)."""
-    if config.learner == "ppo":
-        backend_factory = None
-        if config.learner_backend.backend == "deepspeed":
-            from agents.deepspeed_backend import make_update_backend
-
-            def backend_factory(net, _cfg=config):
-                return make_update_backend(net, _cfg.ppo, _cfg.learner_backend)
-        return PPOLeagueLearner(spec, config.net, config.ppo, seed, init_seed, backend_factory)
-    if config.learner == "token_ppo":
-        from league.dialogue import TokenPPOLeagueLearner
-
-        return TokenPPOLeagueLearner(spec, config, role_index, seed, init_seed)
-    raise UserError(f"unknown learner {config.learner!r}: use 'ppo' or 'token_ppo'")

@@ -18,7 +18,8 @@ from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage
 from league.checkpoint import LearnerState
 from league.config import LeagueConfig, RoleConfig
-from league.learners import LeagueLearner, module_weights
+from games.core import GameSpec
+from league.learners import LeagueLearner, PPOLeagueLearner, module_weights
 from league.matchmaking import snapshot_due
 from league.population import Member
 from league.runner import LearnerWeights, PlayResult
@@ -65,6 +66,21 @@ class LearnReport:
     """Mean versions between the weights that played a row and the weights it trained."""
     dropped: int
     """Rows older than `max_policy_lag`, not trained on."""
+
+
+def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: int, init_seed: int) -> LeagueLearner:
+    """The learner of role `role_index` that `config.learner` names (a validated Literal)."""
+    if config.learner == "token_ppo":
+        from league.dialogue import TokenPPOLeagueLearner
+
+        return TokenPPOLeagueLearner(spec, config, role_index, seed, init_seed)
+    backend_factory = None
+    if config.learner_backend.backend == "deepspeed":
+        from agents.deepspeed_backend import make_update_backend
+
+        def backend_factory(net):
+            return make_update_backend(net, config.ppo, config.learner_backend)
+    return PPOLeagueLearner(spec, config.net, config.ppo, seed, init_seed, backend_factory)
 
 
 def learn(learners: Mapping[str, Learner], results: list[PlayResult], max_policy_lag: int,

@@ -32,8 +32,8 @@ from league.checkpoint import (CHECKPOINT_POINTER, CONFIG_FILE, CheckpointState,
                                read_learner_tensors, write_checkpoint)
 from league.config import LeagueConfig, config_from_dict, config_to_dict
 from league.founders import founding_members
-from league.learners import LeagueLearner, make_learner
-from league.learning import Learner, due_for_snapshot, freeze, learn, reset, reset_due
+from league.learners import LeagueLearner
+from league.learning import Learner, due_for_snapshot, freeze, learn, make_learner, reset, reset_due
 from league.ledger import Store, atomic_write_json
 from league.metrics import IterationSummary, LeagueTotals, PhaseClock, RunLog
 from league.payoff import PayoffTable

@@ -154,13 +154,13 @@ def _backend_scenario(work: Path):
     from agents.snapshot import save_snapshot
     from games.registry import spec as game_spec
     from league.backends import LearnerWeights, SerialBackend
-    from league.learners import PolicyArchitecture
+    from league.learners import ActorCriticArchitecture
     from league.population import Member
     from league.ray_backend import RayBackend
     from league.runner import MatchAssignment, PlayTask
 
     spec, net_config = game_spec("tic_tac_toe"), NetConfig(hidden=(32,))
-    architecture = PolicyArchitecture("actor_critic", net_config.to_json())
+    architecture = ActorCriticArchitecture(net_config)
     torch.manual_seed(1)
     ref = save_snapshot(ActorCritic(spec, net_config), spec, net_config, work / "snapshots" / "old@0")
     learner = ActorCritic(spec, net_config)

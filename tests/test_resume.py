@@ -234,10 +234,10 @@ def _backend():
     from agents.nets import NetConfig
     from games.registry import spec
     from league.backends import ProcessBackend
-    from league.learners import PolicyArchitecture
+    from league.learners import ActorCriticArchitecture
 
     game = spec("tic_tac_toe")
-    architecture = PolicyArchitecture("actor_critic", NetConfig(hidden=(8,)).to_json())
+    architecture = ActorCriticArchitecture(NetConfig(hidden=(8,)))
     return ProcessBackend("tic_tac_toe", game, architecture, num_envs=2, cache_size=4, num_workers=1)
 
 

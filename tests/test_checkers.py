@@ -1,0 +1,125 @@
+"""The seams' conformance checkers, run over every implementation Ludus ships.
+
+`check_game` runs over every game in tests/test_check_game.py; here `check_policy` runs over every
+bot and every kind of net policy, `check_learner` over every league learner (and the DeepSpeed
+update backend), and `check_backend` over the process backend (Ray: tests/test_ray_backend.py).
+Each checker is also shown to catch a planted fault, so none of them passes vacuously.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from agents.bots import make_bot
+from agents.check import PolicyCheckError, check_policy
+from agents.nets import ActorCritic, NetConfig
+from agents.policy import ActOutput
+from agents.torch_policy import TorchPolicy
+from games.registry import spec as game_spec
+from league.check import BackendCheckError, LearnerCheckError, check_backend, check_learner
+from league.config import load_config
+
+QUIET = ["log.progress=false", "log.wandb=disabled", "log.tensorboard=false"]
+TINY_PPO = ["game=tic_tac_toe", "num_envs=8", "net.hidden=[16]", "ppo.num_minibatches=2", "ppo.update_epochs=2", *QUIET]
+TINY_NEGOTIATION = ["num_envs=8", "dialogue.imitation_steps=10", "dialogue.lm.n_layer=1", "dialogue.lm.n_embd=16",
+                    "dialogue.lm.n_head=2", "dialogue.token_ppo.minibatch_size=8", *QUIET]
+
+BOTS = [("random", "tic_tac_toe"), ("random", "connect_four"), ("random", "spiel:kuhn_poker"),
+        ("mcts-10", "tic_tac_toe"), ("perfect", "tic_tac_toe"), ("random", "negotiation"),
+        ("negotiator-fair", "negotiation"), ("negotiator-tough", "negotiation"), ("negotiator-soft", "negotiation"),
+        ("random-split", "negotiation")]
+
+
+@pytest.mark.parametrize("bot,game_id", BOTS)
+def test_every_bot_keeps_the_policy_protocol(bot, game_id):
+    report = check_policy(make_bot(bot, game_spec(game_id)), game_id, num_games=2)
+    assert report.act_calls > 0
+
+
+@pytest.mark.parametrize("game_id", ["tic_tac_toe", "spiel:kuhn_poker", "simple_tag"])
+def test_net_policies_keep_the_policy_protocol(game_id):
+    torch.manual_seed(0)
+    check_policy(TorchPolicy(ActorCritic(game_spec(game_id), NetConfig(hidden=(16,)))), game_id, num_games=2)
+
+
+def test_the_lm_policy_keeps_the_policy_protocol():
+    from league.dialogue import lm_architecture
+
+    config = load_config("negotiation", TINY_NEGOTIATION)
+    _, policy = lm_architecture(game_spec("negotiation"), config.dialogue.lm).build(game_spec("negotiation"))
+    check_policy(policy, "negotiation", num_games=1)
+
+
+def test_check_policy_catches_an_illegal_move_and_a_policy_that_ignores_its_seed():
+    class FirstAction:
+        needs_history = False
+
+        def act(self, batch, rng, greedy=False):
+            n = len(batch)
+            return ActOutput(np.zeros(n, np.int64), np.zeros(n, np.float32), np.zeros(n, np.float32))
+
+    with pytest.raises(PolicyCheckError, match="illegal action"):
+        check_policy(FirstAction(), "tic_tac_toe", num_games=1)
+
+    class Unseeded:
+        needs_history = False
+
+        def __init__(self):
+            self.rng = np.random.default_rng()
+
+        def act(self, batch, rng, greedy=False):
+            legal = np.flatnonzero(batch.mask[0])
+            action = np.array([self.rng.choice(legal)], np.int64)
+            return ActOutput(action, np.full(1, -np.log(len(legal)), np.float32), np.zeros(1, np.float32))
+
+    with pytest.raises(PolicyCheckError, match="would not replay"):
+        check_policy(Unseeded(), "connect_four", num_games=1)
+
+
+@pytest.mark.parametrize("preset,overrides", [
+    ("quickstart", TINY_PPO),
+    ("negotiation", TINY_NEGOTIATION),
+    ("quickstart", [*TINY_PPO, "learner_backend.backend=deepspeed", "ppo.minibatch_size=16"]),
+], ids=["ppo", "token_ppo", "ppo-deepspeed"])
+def test_every_learner_resumes_exactly_from_its_state_dict(preset, overrides):
+    report = check_learner(load_config(preset, overrides))
+    assert report.tensors > 0 and report.rows > 0
+
+
+def test_check_learner_catches_state_that_is_not_saved(monkeypatch):
+    from league.learners import PPOLeagueLearner
+
+    state_dict = PPOLeagueLearner.state_dict
+    # a learner that forgets its optimizer state: the restored one steps from fresh Adam moments
+    monkeypatch.setattr(PPOLeagueLearner, "state_dict",
+                        lambda self: {k: v for k, v in state_dict(self).items() if not k.startswith("optimizer.state")})
+    monkeypatch.setattr(PPOLeagueLearner, "load_state_dict",
+                        lambda self, state: self.ppo.net.load_state_dict(
+                            {k[4:]: v for k, v in state.items() if k.startswith("net.")}))
+    with pytest.raises(LearnerCheckError):
+        check_learner(load_config("quickstart", TINY_PPO))
+
+
+SMALL_RUN = [*TINY_PPO, "iterations=3", "matches_per_iteration=16", "snapshot_every_steps=60", "num_runners=2",
+             "anchors=[random]", "rating_share=0.2"]
+
+
+def test_the_process_backend_writes_the_serial_backends_ledger_and_snapshots(tmp_path):
+    report = check_backend(load_config("quickstart", SMALL_RUN), "process", workdir=str(tmp_path))
+    assert report.matches > 0 and report.snapshots >= 2
+
+
+def test_check_backend_catches_a_backend_that_plays_other_matches(tmp_path, monkeypatch):
+    from league import backends
+
+    class ShiftedSeeds(backends.ProcessBackend):
+        def submit(self, tasks, weights):
+            from dataclasses import replace
+
+            return super().submit([replace(t, sample_seed=t.sample_seed + 1) for t in tasks], weights)
+
+    monkeypatch.setattr(backends, "ProcessBackend", ShiftedSeeds)
+    with pytest.raises(BackendCheckError):
+        check_backend(load_config("quickstart", SMALL_RUN), "process", workdir=str(tmp_path))
