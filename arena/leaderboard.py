@@ -329,7 +329,7 @@ def _matches_table(board: Leaderboard, replay_dir: str) -> str:
 
 def render_html(board: Leaderboard, replay_dir: str) -> str:
     """The self-contained page; `replay_dir` is the directory (relative to the page) of the replays."""
-    from ludus import charts
+    from ludus import pages
 
     forfeits = sum(sum(r.faults.values()) for r in board.rows)
     sections = [
@@ -347,7 +347,7 @@ def render_html(board: Leaderboard, replay_dir: str) -> str:
         _matches_table(board, replay_dir),
     ]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>Ludus arena: {_e(board.game)}</title><style>{charts.PAGE_CSS}{_CSS}</style></head><body>"
+            f"<title>Ludus arena: {_e(board.game)}</title><style>{pages.PAGE_CSS}{_CSS}</style></head><body>"
             + "\n".join(sections) + "</body></html>\n")
 
 

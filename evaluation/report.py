@@ -22,7 +22,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ludus import charts
+from ludus import charts, pages
 from evaluation.metagame import MetaGameReport, PayoffMatrix, PayoffRecorder, solve_metagame
 from league.population import Member
 from league.ratings import Rating
@@ -276,7 +276,7 @@ def matchmaking_chart(report: RunReport) -> charts.Chart | None:
 # ---------------------------------------------------------------------------------------------
 # The page
 
-_CSS = charts.PAGE_CSS
+_CSS = pages.PAGE_CSS
 
 
 def _e(text: object) -> str:
