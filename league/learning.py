@@ -78,8 +78,10 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
     if config.learner_backend.backend == "deepspeed":
         from agents.deepspeed_backend import make_update_backend
 
-        def backend_factory(net):
+        def deepspeed_backend(net):
             return make_update_backend(net, config.ppo, config.learner_backend)
+
+        backend_factory = deepspeed_backend
     return PPOLeagueLearner(spec, config.net, config.ppo, seed, init_seed, backend_factory)
 
 

@@ -793,3 +793,21 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
     """`atomic_write_bytes` of `data` as strict JSON (floats round-trip exactly; NaN refused)."""
     atomic_write_bytes(path, json.dumps(data, sort_keys=True, allow_nan=False).encode("utf-8"))
+
+
+class PlayerIndex:
+    """Player ids in the order they entered a table, each with its row (ratings, payoff)."""
+
+    def __init__(self) -> None:
+        self._index: dict[str, int] = {}
+        self._ids: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, player_id: object) -> bool:
+        return player_id in self._index
+
+    def players(self) -> list[str]:
+        """Player ids in the order they entered the table."""
+        return list(self._ids)

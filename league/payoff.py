@@ -20,10 +20,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from league.ledger import MatchResult, Store
+from league.ledger import MatchResult, PlayerIndex, Store
 
 
-class PayoffTable:
+class PayoffTable(PlayerIndex):
     """Decayed head-to-head counts between players, growable as the population grows."""
 
     def __init__(self, decay: float = 0.99):
@@ -32,23 +32,12 @@ class PayoffTable:
         """
         if not 0.0 < decay <= 1.0:
             raise ValueError(f"decay must be in (0, 1], got {decay}")
+        super().__init__()
         self.decay = float(decay)
-        self._index: dict[str, int] = {}
-        self._ids: list[str] = []
         capacity = 16
         self._wins = np.zeros((capacity, capacity))   # _wins[a, b]: decayed wins of a against b
         self._draws = np.zeros((capacity, capacity))  # symmetric
         self._games = np.zeros((capacity, capacity))  # symmetric
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def __contains__(self, player_id: object) -> bool:
-        return player_id in self._index
-
-    def players(self) -> list[str]:
-        """Player ids in entry order."""
-        return list(self._ids)
 
     def add(self, player_id: str) -> int:
         """Enter a player (no-op if present) and return its row index."""

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import trueskill
 
-from league.ledger import MatchResult, RatingRecord, Store
+from league.ledger import MatchResult, PlayerIndex, RatingRecord, Store
 from ludus.errors import UserError
 
 PARAMS_META_KEY = "trueskill_params"
@@ -357,7 +357,7 @@ def is_rateable(match: MatchResult) -> bool:
     return match.has_result and len(match.team_outcomes()) >= 2
 
 
-class RatingTable:
+class RatingTable(PlayerIndex):
     """player_id -> Rating, updated one match at a time.
 
     Players appear with the prior (params.mu, params.sigma) on first use. Values live in growable
@@ -365,21 +365,10 @@ class RatingTable:
     """
 
     def __init__(self, params: TrueSkillParams | None = None):
+        super().__init__()
         self.params = params if params is not None else TrueSkillParams()
-        self._index: dict[str, int] = {}
-        self._ids: list[str] = []
         self._mu = np.empty(16, dtype=np.float64)
         self._sigma = np.empty(16, dtype=np.float64)
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def __contains__(self, player_id: object) -> bool:
-        return player_id in self._index
-
-    def players(self) -> list[str]:
-        """Player ids in the order they entered the table."""
-        return list(self._ids)
 
     def add(self, player_id: str) -> None:
         """Enter a player with the prior rating (no-op if present); amortised O(1)."""
