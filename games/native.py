@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from games.core import GameError, GameSpec, SeedSource, TimeStep
-from games.registry import register
+from games.registry import GameEntry
 
 _U64 = np.uint64
 _M32 = 0xFFFFFFFF
@@ -493,7 +493,9 @@ def make_tic_tac_toe_vector(num_games: int, seed: int = 0) -> MNKVectorGame:
     return MNKVectorGame(TIC_TAC_TOE, num_games, seed)
 
 
-register("connect_four", make_connect_four, make_connect_four_vector,
-         "Connect four, 6x7, action = column; natively batched on bitboards (same actions and returns as pyspiel)")
-register("tic_tac_toe", make_tic_tac_toe, make_tic_tac_toe_vector,
-         "Tic-tac-toe, action = cell 0..8 row-major; natively batched on bitboards (same as pyspiel)")
+CONNECT_FOUR_ENTRY = GameEntry(
+    "connect_four", make_connect_four, make_connect_four_vector,
+    "Connect four, 6x7, action = column; natively batched on bitboards (same actions and returns as pyspiel)")
+TIC_TAC_TOE_ENTRY = GameEntry(
+    "tic_tac_toe", make_tic_tac_toe, make_tic_tac_toe_vector,
+    "Tic-tac-toe, action = cell 0..8 row-major; natively batched on bitboards (same as pyspiel)")

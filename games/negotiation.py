@@ -42,6 +42,7 @@ import numpy as np
 from games import dialogue
 from games.core import GameError, GameSpec
 from games.dialogue import EOU, PAD, UNK, Vocabulary
+from games.registry import GameEntry
 
 ITEMS: tuple[str, ...] = ("book", "hat", "ball")
 NUM_ITEM_TYPES = len(ITEMS)
@@ -664,19 +665,9 @@ def summarize(records: Sequence[NegotiationRecord]) -> NegotiationSummary:
 
 
 # ---------------------------------------------------------------------------------------------
-# Registration (games.registry imports this module on first use)
+# The entry point (games/registry.py BUILTIN_GAMES)
 
 
-def _register() -> None:
-    from games import registry
-    from games.signalling import Signalling
-
-    registry.register(
-        "negotiation", Negotiation,
-        summary="Deal-or-no-deal dialogue: split books, hats and balls by talking, one word per step")
-    registry.register(
-        "signalling", Signalling,
-        summary="Cooperative sender/receiver: name the target in up to 2 words, the receiver picks it")
-
-
-_register()
+NEGOTIATION_ENTRY = GameEntry(
+    "negotiation", Negotiation, None,
+    "Deal-or-no-deal dialogue: split books, hats and balls by talking, one word per step")

@@ -39,21 +39,52 @@ _ID_RE = re.compile(r"^(?P<name>[A-Za-z_][\w\-.]*)(\((?P<params>.*)\))?$")
 
 def register(name: str, make: Callable[..., Game], make_vector: Callable[..., VectorGame] | None = None,
              summary: str = "") -> None:
-    """Register a native game under `name` (see docs/games.md, 'Adding a game')."""
+    """Register a native game under `name` at run time (see docs/games.md, 'Adding a game'; an
+    installed package uses the ``ludus.games`` entry-point group instead)."""
+    _ensure_builtin()
     if name in _NATIVE:
         raise GameError(f"game {name!r} is already registered")
     _NATIVE[name] = GameEntry(name, make, make_vector, summary)
 
 
+BUILTIN_GAMES = {
+    "connect_four": "games.native:CONNECT_FOUR_ENTRY",
+    "tic_tac_toe": "games.native:TIC_TAC_TOE_ENTRY",
+    "simple_tag": "games.tag:SIMPLE_TAG_ENTRY",
+    "negotiation": "games.negotiation:NEGOTIATION_ENTRY",
+    "signalling": "games.signalling:SIGNALLING_ENTRY",
+}
+"""Ludus's own games as entry points ("module:attr" naming a `GameEntry`), loaded on first use.
+Other installed packages add theirs under the entry-point group ``ludus.games`` (pyproject:
+``[project.entry-points."ludus.games"] my_game = "my_package.games:ENTRY"``). Only the host's
+own code and installed packages are named here; a game id never names a module."""
+ENTRY_POINT_GROUP = "ludus.games"
+_loaded = False
+
+
 def _ensure_builtin() -> None:
-    # Imported here, not at module top, so the registry stays importable from those modules.
-    import games.native  # noqa: F401  (registers connect_four, tic_tac_toe)
-    import games.tag  # noqa: F401  (registers simple_tag)
-    try:
-        import games.negotiation  # noqa: F401  (registers the dialogue games)
-    except ModuleNotFoundError as exc:  # only the module itself may be absent, not its imports
-        if exc.name != "games.negotiation":
-            raise
+    """Load the built-in games and the installed packages' entry points (once)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    from importlib.metadata import entry_points
+
+    targets = dict(BUILTIN_GAMES)
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        targets.setdefault(point.name, point.value)
+    for name, target in targets.items():
+        entry = _load(target)
+        if not isinstance(entry, GameEntry) or entry.name != name:
+            raise GameError(f"game entry point {name!r} = {target!r} is not a GameEntry named {name!r}")
+        _NATIVE[name] = entry
+
+
+def _load(target: str) -> Any:
+    import importlib
+
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def parse_params(text: str, game_id: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import numpy as np
 from games import dialogue
 from games.core import GameError, GameSpec
 from games.dialogue import EOU, PAD, Vocabulary
+from games.registry import GameEntry
 
 SENDER, RECEIVER, HIDDEN = "SENDER", "RECEIVER", "?"
 
@@ -161,3 +162,8 @@ class Signalling:
     def _check_seat(self, seat: int) -> None:
         if seat not in (0, 1):
             raise GameError(f"signalling has seats 0 (sender) and 1 (receiver), got {seat}")
+
+
+SIGNALLING_ENTRY = GameEntry(
+    "signalling", Signalling, None,
+    "Cooperative sender/receiver: name the target in up to 2 words, the receiver picks it")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from games.core import GameSpec, is_over
-from games.registry import register
+from games.registry import GameEntry
 
 SURVIVAL_BONUS = 10.0
 """Reward to the prey (and minus it to each predator) for an episode without a tag."""
@@ -90,5 +90,5 @@ class SimpleTag:
         return f"tags so far: {self._tags}\n{self._game.render()}"
 
 
-register("simple_tag", SimpleTag, None,
-         "MPE predator-prey, 3 predators (team 0) vs 1 prey (team 1); predators win by one tag")
+SIMPLE_TAG_ENTRY = GameEntry("simple_tag", SimpleTag, None,
+                             "MPE predator-prey, 3 predators (team 0) vs 1 prey (team 1); predators win by one tag")
