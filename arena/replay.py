@@ -37,7 +37,7 @@ def replay_match(match: MatchResult) -> ArenaReplay:
     """Re-simulate a recorded arena match and describe it."""
     from games import registry
 
-    moves = match.metadata.get("moves")
+    moves = match.moves
     if moves is None:
         raise ReplayError(f"match {match.match_id} has no recorded moves")
     meta = match.metadata

@@ -234,13 +234,13 @@ def match_result(record: MatchRecord, pairing: Pairing, spec: "GameSpec", versio
             seat=s, team=teams[s], player_id=player_id, episode_return=float(record.returns[s]),
             outcome=0.0 if fault is not None else outcomes[s], player_version=versions[player_id],
             status=record.statuses[s].value, error=fault.reason if fault is not None else "", metadata=extras))
-    metadata = {"moves": [m.action for m in record.moves],
-                "think_ms": [round(m.think_s * 1000, 2) for m in record.moves], "truncated": record.truncated,
-                "forfeit": record.forfeit, "tournament": tournament, "format": settings.format, "round": pairing.round,
+    metadata = {"think_ms": [round(m.think_s * 1000, 2) for m in record.moves], "forfeit": record.forfeit,
+                "tournament": tournament, "format": settings.format, "round": pairing.round,
                 "time_per_move_s": settings.limits.time_per_move_s, "overage_s": settings.limits.overage_s}
     return MatchResult(match_id=pairing.match_id, kind=MATCH_KIND, game_id=settings.game, seed=pairing.seed,
                        seats=tuple(seats), length=len(record.moves), started_at=started_at,
-                       duration_s=record.duration_s, metadata=metadata)
+                       duration_s=record.duration_s, metadata=metadata,
+                       moves=tuple(m.action for m in record.moves), truncated=record.truncated)
 
 
 def summarize(result: MatchResult) -> MatchSummary:

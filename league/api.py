@@ -180,7 +180,7 @@ def replay_match(run_dir: str | Path, match_id: int) -> Replay:
     if match is None:
         raise RunError(f"match {match_id} is not in the ledger of {run_dir}")
     game = make(match.game_id)
-    moves = match.metadata.get("moves")
+    moves = match.moves
     if moves is None:
         raise RunError(f"match {match_id} has no recorded moves")
     returns, transcript = replay_moves(game, match.seed, moves,

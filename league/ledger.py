@@ -131,9 +131,18 @@ class MatchResult:
     """Wall-clock duration in seconds."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """Small JSON-serialisable extras about the match (e.g. the matchmaking method)."""
+    moves: tuple[int, ...] | None = None
+    """Every action applied, in order (simultaneous moves: seat order within a step); with the
+    seed they re-simulate the match exactly. None when not recorded."""
+    truncated: bool = False
+    """The game was cut at its step limit instead of ending by its rules."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seats", tuple(self.seats))
+        if self.moves is not None:
+            object.__setattr__(self, "moves", tuple(int(a) for a in self.moves))
+        if "moves" in self.metadata or "truncated" in self.metadata:
+            raise ValueError(f"match {self.match_id}: moves and truncated are fields, not metadata")
         if not 0 <= self.match_id <= _MAX_INT64:
             raise ValueError(f"match_id must be in [0, 2**63), got {self.match_id}")
         if not 0 <= self.seed <= _MAX_INT64:
@@ -156,6 +165,15 @@ class MatchResult:
     def player_ids(self) -> tuple[str, ...]:
         """Player of each seat, in seat order."""
         return tuple(s.player_id for s in self.seats)
+
+    def stored_metadata(self) -> dict[str, Any]:
+        """The ledger's metadata column: the extras plus the moves (one JSON object, as ever)."""
+        stored = dict(self.metadata)
+        if self.moves is not None:
+            stored["moves"] = list(self.moves)
+        if self.moves is not None or self.truncated:
+            stored["truncated"] = self.truncated
+        return stored
 
     @property
     def has_result(self) -> bool:
@@ -538,7 +556,7 @@ class Store:
         rows: list[tuple] = []
         for rec in self.iter_matches():
             m = rec.result
-            rows.append((rec.seq, m.match_id, m.kind, m.seed, m.length, json.dumps(dict(m.metadata), sort_keys=True),
+            rows.append((rec.seq, m.match_id, m.kind, m.seed, m.length, json.dumps(m.stored_metadata(), sort_keys=True),
                          tuple((s.player_id, s.player_version, s.episode_return, s.outcome) for s in m.seats)))
         return rows + [(r.seq, r.player_id, r.mu, r.sigma) for r in self.ratings_history()]
 
@@ -576,7 +594,7 @@ class Store:
                 "INSERT INTO matches (seq, match_id, kind, game_id, seed, length, started_at, duration_s, metadata) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(seq, r.match_id, r.kind, r.game_id, r.seed, r.length, float(r.started_at), float(r.duration_s),
-                  _dump_json(r.metadata)) for seq, r in zip(seqs, results)])
+                  _dump_json(r.stored_metadata())) for seq, r in zip(seqs, results)])
             connection.executemany(
                 "INSERT INTO seat_results (match_id, seat, team, player_id, player_version, episode_return, "
                 "outcome, status, error, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -709,9 +727,12 @@ def _matches_from_rows(rows: list[tuple[Any, ...]]) -> Iterator[RecordedMatch]:
                                     outcome=outcome, player_version=version, status=status, error=error,
                                     metadata=_load_json(seat_meta)))
             i += 1
+        extras = _load_json(metadata)
+        moves = extras.pop("moves", None)
+        truncated = bool(extras.pop("truncated", False))
         yield RecordedMatch(seq=seq, result=MatchResult(
             match_id=match_id, kind=kind, game_id=game_id, seed=seed, seats=tuple(seats), length=length,
-            started_at=started_at, duration_s=duration_s, metadata=_load_json(metadata)))
+            started_at=started_at, duration_s=duration_s, metadata=extras, moves=moves, truncated=truncated))
 
 
 def _validated_tables(connection: sqlite3.Connection, path: Path) -> set[str]:

@@ -89,7 +89,7 @@ class Recorder:
             for s, pid in enumerate(a.players))
         return MatchResult(match_id=a.match_id, kind=a.kind, game_id=self.spec.id, seed=a.seed, seats=seats,
                            length=played.length, started_at=started_at, duration_s=duration,
-                           metadata={"moves": list(played.moves), "truncated": played.truncated})
+                           moves=tuple(played.moves), truncated=played.truncated)
 
     def _version_label(self, player_id: str, version: int, learners: Mapping[str, Learner]) -> str:
         if player_id in learners:

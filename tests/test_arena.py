@@ -399,7 +399,7 @@ def test_tournament_survives_the_hostile_zoo(tmp_path):
         rebuilt = rebuild_ratings(store, load_params(store), kinds=("arena",))
         latest = store.latest_ratings()
     assert [summarize(m) for m in ledger] == list(report.matches)  # the ledger holds what was played
-    assert all(m.kind == "arena" and len(m.metadata["moves"]) == m.length for m in ledger)
+    assert all(m.kind == "arena" and len(m.moves) == m.length for m in ledger)
 
     def seats_of(player):
         return [(m, s) for m in ledger for s in m.seats if s.player_id == player]
@@ -511,7 +511,7 @@ def test_parallel_matches_give_the_serial_ledger(tmp_path):
     serial, parallel = play(1), play(2)
     assert len(serial) == len(parallel) == 12
     key = lambda m: (m.match_id, m.seed, m.player_ids, tuple(s.episode_return for s in m.seats),
-                     tuple(m.metadata["moves"]), tuple(s.status for s in m.seats))
+                     m.moves, tuple(s.status for s in m.seats))
     assert [key(m) for m in serial] == [key(m) for m in parallel]
     spans = [(m.started_at, m.started_at + m.duration_s) for m in parallel]
     assert any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for (b0, b1) in spans[i + 1:])
