@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Callable
 
 from arena.leaderboard import Leaderboard, PageFiles, build_leaderboard, write_page
-from arena.sandbox import Isolation, MatchLimits, SandboxConfig, SandboxLimits, copy_submission
+from arena.isolation import Isolation, SandboxConfig, copy_submission
+from arena.match import MatchLimits
+from arena.sandbox import SandboxLimits
 from arena.store import (
     ARENA_META_KEY,
     SUBMISSIONS_DIRNAME,

@@ -11,7 +11,7 @@ Both cgroup versions are handled, because machines differ: the unified v2 hierar
 (``memory.max``, ``cpu.max``) where its controllers are enabled, else the v1 ``memory`` and ``cpu``
 hierarchies (``memory.limit_in_bytes``, ``cpu.cfs_quota_us``). Only root can make groups and move
 processes into them; elsewhere `probe()` says why not and the sandbox falls back to polling (which
-then counts shared pages too: `arena.sandbox.memory_bytes`). `ludus arena doctor` prints `probe()`.
+then counts shared pages too: `arena.isolation.memory_bytes`). `ludus arena doctor` prints `probe()`.
 
 The launcher (arena/sandbox_init.py) writes its own pid into each group's ``cgroup.procs`` before it
 forks, so every process of the agent is born inside the groups.

@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _config(args):
     from arena.api import ArenaConfig
-    from arena.sandbox import MatchLimits
+    from arena.match import MatchLimits
 
     defaults = ArenaConfig()
     limits = defaults.match_limits

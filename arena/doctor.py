@@ -99,7 +99,8 @@ def _proc_check() -> DoctorCheck:
 
 def _probe(mode: str) -> list[DoctorCheck]:
     """Run the probe agent in `mode` and judge what it saw."""
-    from arena.sandbox import Isolation, SandboxConfig, SandboxLimits, run_once
+    from arena.isolation import Isolation, SandboxConfig
+    from arena.sandbox import SandboxLimits, run_once
 
     name = f"sandbox probe ({mode})"
     with tempfile.TemporaryDirectory(prefix="ludus-doctor-") as empty:
@@ -158,7 +159,7 @@ def _cgroup_checks() -> list[DoctorCheck]:
 
 def doctor() -> DoctorReport:
     """Check every isolation feature the sandbox uses, by probing the real sandbox."""
-    from arena.sandbox import Isolation, SandboxConfig, resolve_isolation, userns_allowed
+    from arena.isolation import Isolation, SandboxConfig, resolve_isolation, userns_allowed
 
     is_root = os.geteuid() == 0
     checks = [DoctorCheck("root", is_root, "agents get their own uids" if is_root

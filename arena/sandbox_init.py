@@ -18,7 +18,7 @@ the PID namespace (double-forked daemons included). init dies with the warden (P
 and the warden exits when the arena closes the lifeline pipe (or dies), so nothing outlives
 the arena. The network namespace has no interface up, not even loopback.
 
-The config comes from `arena.sandbox._launch_config`; this file trusts it (the arena wrote it).
+The config comes from `arena.sandbox.SandboxProcess.launch`; this file trusts it (the arena wrote it).
 The status pipe tells the arena how launching went: it reaches EOF empty when execve succeeded
 (it is close-on-exec), or carries ``E<message>`` (the sandbox could not be set up: the arena's
 problem) or ``X<message>`` (the agent's program could not be executed: the agent's problem).
@@ -117,7 +117,7 @@ def _pivot_root(new_root):
 
 
 def _lay_out_filesystem(mounts):
-    """Apply the mount plan (arena.sandbox.mount_plan), in order, inside the new mount namespace."""
+    """Apply the mount plan (arena.isolation.mount_plan), in order, inside the new mount namespace."""
     global _ROOT
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "make mounts private")
     # Bind sources are opened before anything is mounted (the descriptors still reach them).

@@ -32,6 +32,7 @@ import json
 import os
 import re
 import stat
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,9 @@ from ludus.errors import UserError
 
 if TYPE_CHECKING:
     from agents.policy import Policy
-    from arena.sandbox import SandboxConfig, SandboxedAgent, SandboxLimits
+    from arena.isolation import SandboxConfig
+    from arena.match import SandboxedAgent
+    from arena.sandbox import SandboxLimits
 
 MANIFEST_NAME = "agent.toml"
 SNAPSHOT_MANIFEST = "manifest.json"
@@ -86,6 +89,18 @@ class Submission:
     """The program to run, relative to `path` (a lone executable: its file name)."""
     bot: str | None = None
     """The bot name of a built-in."""
+
+    def argv(self, copy: Path) -> list[str]:
+        """The command that runs this submission from its copy inside the sandbox (`copy`: where
+        the folder, snapshot or file lives there). Python submissions run in `arena.agent_host`."""
+        python = [sys.executable, "-B", "-s", "-m", "arena.agent_host"]
+        if self.kind == SubmissionKind.PYTHON_FOLDER:
+            return python + ["--folder", str(copy), "--entry", str(self.entry_point)]
+        if self.kind == SubmissionKind.SNAPSHOT:
+            return python + ["--snapshot", str(copy)]
+        if self.kind == SubmissionKind.EXECUTABLE:
+            return [str(copy / str(self.executable))]
+        raise SubmissionError(f"submission {self.name!r} is a built-in bot; it plays in-process, not sandboxed")
 
 
 def _fail(message: str) -> NoReturn:
@@ -222,7 +237,8 @@ def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
     and snapshots are loaded in a sandboxed process (`config`, `limits`) within `check_timeout_s`,
     by default the sandbox's own `limits.startup_timeout_s`: an accepted agent can start in play.
     """
-    from arena.sandbox import SandboxConfig, SandboxLimits
+    from arena.isolation import SandboxConfig
+    from arena.sandbox import SandboxLimits
 
     config = config or SandboxConfig()
     limits = limits or SandboxLimits()
@@ -332,6 +348,8 @@ def make_player(submission: Submission, game_id: str, limits: "SandboxLimits | N
         from games import registry
 
         return make_bot(submission.bot, registry.spec(game_id))
-    from arena.sandbox import SandboxConfig, SandboxedAgent, SandboxLimits
+    from arena.isolation import SandboxConfig
+    from arena.match import SandboxedAgent
+    from arena.sandbox import SandboxLimits
 
     return SandboxedAgent(submission, game_id, limits or SandboxLimits(), config or SandboxConfig())

@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from arena.sandbox import MatchLimits, MatchRecord, SandboxConfig, SandboxedAgent, SandboxLimits, play_match
+from arena.isolation import SandboxConfig
+from arena.match import MatchLimits, MatchRecord, SandboxedAgent, play_match
+from arena.sandbox import SandboxLimits
 from arena.store import ArenaError, Entrant
 from league.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
 from league.matchmaking import schedule_rating_matches, sigma_converged

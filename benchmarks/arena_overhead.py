@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from arena.sandbox import MatchLimits, SandboxConfig, SandboxedAgent, SandboxLimits, resolve_isolation
+from arena.isolation import SandboxConfig, resolve_isolation
+from arena.match import MatchLimits, SandboxedAgent
+from arena.sandbox import SandboxLimits
 from arena.submission import validate_submission
 
 REPO = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from arena.api import Arena, ArenaConfig
-from arena.sandbox import MatchLimits
+from arena.match import MatchLimits
 
 REPO = Path(__file__).resolve().parent.parent
 THINKER = REPO / "tests" / "agents" / "thinker"

@@ -23,16 +23,11 @@ import numpy as np
 import pytest
 
 from arena.api import Arena, ArenaConfig
+from arena.isolation import Isolation, SandboxConfig, resolve_isolation, stray_agent_processes
 from arena.leaderboard import format_leaderboard
+from arena.match import MatchLimits
 from arena.replay import replay_match
-from arena.sandbox import (
-    Isolation,
-    MatchLimits,
-    SandboxConfig,
-    SandboxLimits,
-    resolve_isolation,
-    stray_agent_processes,
-)
+from arena.sandbox import SandboxLimits
 from arena.store import ArenaError, submission_digest_of_copy
 from arena.submission import Submission, SubmissionError, SubmissionKind
 from arena.tournament import TournamentSettings, circle_rounds, round_robin_schedule, summarize

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from arena.api import Arena, ArenaConfig
-from arena.sandbox import Isolation, MatchLimits, SandboxConfig, SandboxLimits, resolve_isolation
+from arena.isolation import Isolation, SandboxConfig, resolve_isolation
+from arena.match import MatchLimits
+from arena.sandbox import SandboxLimits
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "agents"

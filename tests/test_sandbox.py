@@ -25,21 +25,10 @@ import numpy as np
 import pytest
 
 from arena import protocol
-from arena.sandbox import (
-    AgentFault,
-    Isolation,
-    MatchLimits,
-    MatchStatus,
-    SandboxConfig,
-    SandboxedAgent,
-    SandboxError,
-    SandboxLimits,
-    forfeit_returns,
-    pids_of_uid,
-    play_match,
-    resolve_isolation,
-    stray_agent_processes,
-)
+from arena.isolation import (Isolation, SandboxConfig, SandboxError, pids_of_uid, resolve_isolation,
+                             stray_agent_processes)
+from arena.match import AgentFault, MatchLimits, MatchStatus, SandboxedAgent, forfeit_returns, play_match
+from arena.sandbox import SandboxLimits
 from arena.submission import Submission, SubmissionKind, make_player, validate_submission
 from games import registry
 
@@ -378,16 +367,16 @@ def test_stray_detector_finds_a_planted_stray():
             planted.wait()
         assert uid not in stray_agent_processes(config)
     else:
-        from arena import sandbox
+        from arena import isolation
 
         agent = SandboxedAgent(validate_submission(EXAMPLES / "random_python", GAME), GAME, BOX)
         try:
             agent.begin_match("probe", 0, 0, LIMITS)
             ns = agent._box._pid_ns
             assert ns and stray_agent_processes() == {}
-            sandbox._LIVE_NAMESPACES.discard(ns)  # as if its arena had died without cleaning up
+            isolation.LIVE_NAMESPACES.discard(ns)  # as if its arena had died without cleaning up
             assert set(agent.pids()) <= set(stray_agent_processes().get(os.getuid(), [])) and agent.pids()
-            sandbox._LIVE_NAMESPACES.add(ns)
+            isolation.LIVE_NAMESPACES.add(ns)
         finally:
             agent.close()
 
@@ -599,7 +588,8 @@ def test_scratch_left_by_a_killed_arena_is_cleaned_at_the_next_start(tmp_path):
 import os, signal, sys
 sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
-from arena.sandbox import MatchLimits, SandboxConfig, SandboxedAgent
+from arena.isolation import SandboxConfig
+from arena.match import MatchLimits, SandboxedAgent
 from arena.submission import validate_submission
 agent = SandboxedAgent(validate_submission(Path({str(EXAMPLES / 'random_python')!r}), 'tic_tac_toe'), 'tic_tac_toe',
                        config=SandboxConfig(workspace_root=Path({str(workspace)!r})))
@@ -611,14 +601,14 @@ os.kill(os.getpid(), signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL and "started" in proc.stdout, proc.stderr
     left = list(workspace.glob("ludus-agent-*"))
     assert len(left) == 1
-    from arena import sandbox
+    from arena import isolation
 
-    sandbox._CLEANED_ROOTS.discard(os.path.realpath(workspace))
+    isolation._CLEANED_ROOTS.discard(os.path.realpath(workspace))
     config = SandboxConfig(workspace_root=workspace)
     with SandboxedAgent(validate_submission(EXAMPLES / "random_python", GAME), GAME, BOX, config) as live:
         assert not left[0].exists()
         mine = list(workspace.glob("ludus-agent-*"))
         assert len(mine) == 1
-        sandbox._CLEANED_ROOTS.discard(os.path.realpath(workspace))
-        sandbox._clean_stale_scratch(workspace)  # a live sandbox's directory is not stale
+        isolation._CLEANED_ROOTS.discard(os.path.realpath(workspace))
+        isolation.clean_stale_scratch(workspace)  # a live sandbox's directory is not stale
         assert mine[0].exists() and live.agent_dir.exists()

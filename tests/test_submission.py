@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from arena.sandbox import Isolation, SandboxConfig, SandboxedAgent, resolve_isolation
+from arena.isolation import Isolation, SandboxConfig, resolve_isolation
+from arena.match import SandboxedAgent
 from arena.submission import SubmissionError, SubmissionKind, make_player, validate_submission
 from games import registry
 
