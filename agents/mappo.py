@@ -6,7 +6,7 @@ MAPPO is PPO with two choices that matter in cooperative games:
 * one actor per team, shared by all the team's agents (parameter sharing), acting on
   each agent's local observation (optionally with the agent's id one-hot appended);
 * a *centralised* critic V(s) on the global state during training (centralised training,
-  decentralised execution): `Game.global_state()` when the game has one (`spec.state_shape`;
+  decentralised execution): `Game.global_state()` (`VectorGame.global_states()`) when the game has one (`spec.state_shape`;
   PettingZoo Parallel envs give `env.state()`), else the concatenation of every agent's
   observation. IPPO is the same algorithm with the critic on the agent's local observation
   (`critic_input="local"`, the paper's main comparison).
@@ -49,7 +49,7 @@ from agents.nets import layer_init, masked_logits
 from agents.policy import ActBatch, ActOutput, Policy
 from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms, prefixed
 from agents.rollout import compute_gae
-from games.core import GameError, GameSpec, LoopVectorGame, TimeStep, VectorGame
+from games.core import GameError, GameSpec, TimeStep, VectorGame
 
 CRITIC_INPUTS = ("global", "local")
 
@@ -182,20 +182,6 @@ def input_sizes(spec: GameSpec, config: MAPPOConfig) -> tuple[int, int]:
     else:
         critic = num_players * obs_size
     return actor, critic + (num_players if config.critic_agent_id else 0)
-
-
-def vector_global_states(games: VectorGame) -> np.ndarray:
-    """[B, S] global state of the game now running in each slot (after auto-reset: the new game's).
-
-    Reads `Game.global_state()` of each game of a `LoopVectorGame` (the vector form of every
-    adapter; PettingZoo games provide it when `spec.state_shape` is set)."""
-    if games.spec.state_shape is None:
-        raise GameError(f"{games.spec.id} has no global state (spec.state_shape is None); "
-                        f"the centralised critic then reads the concatenated observations")
-    if not isinstance(games, LoopVectorGame):
-        raise GameError(f"{games.spec.id}: reading global states needs a LoopVectorGame (games.registry."
-                        f"make_vector of an adapter game), got {type(games).__name__}")
-    return np.stack([game.global_state() for game in games.games]).astype(np.float32, copy=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,7 +543,7 @@ def _critic_input_now(games: VectorGame, ts: TimeStep, config: MAPPOConfig) -> n
     """Critic inputs for `ts`, the TimeStep of the games now running in `games`."""
     state = None
     if config.critic_input == "global" and games.spec.state_shape is not None:
-        state = vector_global_states(games)
+        state = games.global_states()
     return critic_inputs(ts.obs, state, config, games.spec.num_players)
 
 

@@ -16,6 +16,8 @@ It plays seeded random legal games and asserts, with a message naming the seed a
   actions, through auto-resets (done, truncated, final returns and lengths, the new games'
   observations). Auto-reset seeds come from `seed_source`, drawn for finished slots in
   increasing slot order;
+* `global_state()` has `spec.state_shape` where set, and the vector game's `global_states()`
+  equals the single games' states;
 * `render()` returns text.
 """
 
@@ -29,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from games import registry
-from games.core import Game, GameSpec, TimeStep, counter_seed_source, is_over
+from games.core import Game, GameSpec, GlobalStateGame, TimeStep, counter_seed_source, is_over
 
 REWARD_TOLERANCE = 1e-4
 """Absolute tolerance when comparing sums of float32 rewards with returns."""
@@ -181,7 +183,9 @@ def _play(game_id: str, game: Game, seed: int, rng: np.random.Generator) -> _Tra
             raise fail(step, f"the game is still running after max_length={spec.max_length} steps; "
                              f"truncate it (is_truncated) or raise max_length")
         if step == 0 and spec.state_shape is not None:
-            state = game.global_state()  # type: ignore[attr-defined]
+            if not isinstance(game, GlobalStateGame):
+                raise fail(step, "spec.state_shape is set but the game has no global_state() method")
+            state = game.global_state()
             if np.shape(state) != spec.state_shape:
                 raise fail(step, f"global_state() has shape {np.shape(state)}, spec.state_shape is {spec.state_shape}")
         actions: dict[int, int] = {}
@@ -321,6 +325,11 @@ def _check_vector(game_id: str, spec: GameSpec, num_games: int, seeds: Sequence[
                     raise _fail(game_id, f"{where}, slot {b}", f"TimeStep.{name} differs from the single game's")
             if vec.history(b) != game.history():
                 raise _fail(game_id, f"{where}, slot {b}", f"history {vec.history(b)} != {game.history()}")
+        if spec.state_shape is not None:
+            states = vec.global_states()
+            for b, game in enumerate(singles):
+                if not np.array_equal(states[b], np.asarray(game.global_state(), np.float32)):  # type: ignore[attr-defined]
+                    raise _fail(game_id, f"{where}, slot {b}", "global_states() differs from the single game's")
         if min(finished) >= 2:
             break
         if step > 2 * spec.max_length + 2:

@@ -169,6 +169,16 @@ class Game(Protocol):
         ...
 
 
+@runtime_checkable
+class GlobalStateGame(Game, Protocol):
+    """A game with a global state (`spec.state_shape` set): what a centralised critic reads
+    (MAPPO, Yu et al. 2022), beyond any one seat's observation. `check_game` checks its shape."""
+
+    def global_state(self) -> np.ndarray:
+        """The whole state now, float32 of shape `spec.state_shape`."""
+        ...
+
+
 def is_over(game: Game) -> bool:
     return game.is_terminal() or game.is_truncated()
 
@@ -235,6 +245,16 @@ class VectorGame(Protocol):
         ...
 
     def render(self, b: int) -> str: ...
+
+    def global_states(self) -> np.ndarray:
+        """[B, *spec.state_shape] float32 global state of the game now in each slot (after an
+        auto-reset: the new game's); GameError when the game has none (`spec.state_shape` None)."""
+        ...
+
+
+def no_global_state(spec: GameSpec) -> GameError:
+    return GameError(f"{spec.id} has no global state (spec.state_shape is None); a centralised critic "
+                     f"reads the concatenated observations instead")
 
 
 class LoopVectorGame:
@@ -308,3 +328,8 @@ class LoopVectorGame:
 
     def render(self, b: int) -> str:
         return self.games[b].render()
+
+    def global_states(self) -> np.ndarray:
+        if self.spec.state_shape is None:
+            raise no_global_state(self.spec)
+        return np.stack([game.global_state() for game in self.games]).astype(np.float32, copy=False)

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from games.core import GameError, GameSpec, SeedSource, TimeStep
+from games.core import GameError, GameSpec, SeedSource, TimeStep, no_global_state
 from games.registry import GameEntry
 
 _U64 = np.uint64
@@ -442,6 +442,9 @@ class MNKVectorGame:
     def history_array(self) -> tuple[np.ndarray, np.ndarray]:
         """([B, max_length] int8 move log, [B] int64 counts) of the running games (copies)."""
         return self._moves.copy(), self._length.copy()
+
+    def global_states(self) -> np.ndarray:
+        raise no_global_state(self.spec)
 
     def render(self, b: int) -> str:
         return board_text(self._grid(b), self.rules)

@@ -20,7 +20,6 @@ from agents.mappo import (
     evaluate_policy,
     input_sizes,
     train_cooperative,
-    vector_global_states,
 )
 from agents.mpe_scripted import (
     SpreadScriptedPolicy,
@@ -60,7 +59,7 @@ def test_centralised_critic_input_is_the_games_global_state():
     games = make_vector(SPREAD, 2, seed=3)
     ts = games.reset(games.seed_source(2))
     spec = games.spec
-    state = vector_global_states(games)
+    state = games.global_states()
     assert spec.state_shape == (54,) and state.shape == (2, 54)
     config = MAPPOConfig()
     critic = critic_inputs(ts.obs, state, config, spec.num_players)
@@ -256,7 +255,7 @@ def test_rollout_on_simple_spread(critic_input):
     dones[24] = True
     bootstrap = np.zeros(30, np.float32)
     bootstrap[24] = values[24]  # truncation: bootstrap from the seat's own last value estimate
-    state = vector_global_states(games) if critic_input == "global" else None
+    state = games.global_states() if critic_input == "global" else None
     bootstrap[29] = learner.values(critic_inputs(rollout.timestep.obs, state, config, 3)[0, 1:2])[0]
     advantages, returns = compute_gae(batch.rewards[rows], values, dones, bootstrap, config.gamma,
                                       config.gae_lambda)
