@@ -54,6 +54,9 @@ class KnownFacts:
     """Every seat sees the whole position."""
     one_team: bool = False
     """All seats play as one team (cooperative games); else one team per seat."""
+    ends_by_truncation: bool = False
+    """The game's rules end it after a fixed number of rounds, which PettingZoo reports as a
+    truncation: here that end is terminal (a learner must not bootstrap past it)."""
 
 
 _INF = float("inf")
@@ -67,6 +70,8 @@ KNOWN_FACTS: dict[str, KnownFacts] = {
     # Cooperative navigation: every agent shares the team reward and sees every agent and landmark
     # (relative to itself) (Lowe et al. 2017).
     "mpe2.simple_spread_v3": KnownFacts(False, None, -_INF, _INF, None, True, True, one_team=True),
+    # Rock-paper-scissors is max_cycles rounds by its rules (PettingZoo then truncates); +-1 per round.
+    "pettingzoo.classic.rps_v2": KnownFacts(True, 0.0, -_INF, _INF, None, False, False, ends_by_truncation=True),
 }
 
 _ID_RE = re.compile(r"^(?P<module>[A-Za-z_][\w.]*)(\((?P<params>.*)\))?$")
@@ -138,6 +143,7 @@ class _PettingZooGame:
         self._obs_size = max(v.obs_size for v in views)
         self._has_state = hasattr(env, "state_space") and hasattr(env, "state")
         facts = KNOWN_FACTS.get(module_path)
+        self._truncation_ends = bool(facts and facts.ends_by_truncation)
         max_cycles = getattr(env.unwrapped, "max_cycles", None) if "max_cycles" not in params else params["max_cycles"]
         if facts is not None and facts.max_length is not None:
             max_length = facts.max_length
@@ -208,10 +214,10 @@ class _PettingZooGame:
         return movers
 
     def is_terminal(self) -> bool:
-        return self._over and not self._env_truncated
+        return self._over and (self._truncation_ends or not self._env_truncated)
 
     def is_truncated(self) -> bool:
-        return self._capped or (self._over and self._env_truncated)
+        return self._capped or (self._over and self._env_truncated and not self._truncation_ends)
 
     def returns(self) -> np.ndarray:
         return self._returns.astype(np.float32)

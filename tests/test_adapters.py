@@ -198,6 +198,19 @@ def test_pz_mpe_is_parallel_cooperative_and_truncated_at_max_cycles():
     assert len(game.history()) == 75
 
 
+def test_pz_rock_paper_scissors_ends_by_its_rules_not_by_truncation():
+    """PettingZoo truncates RPS after max_cycles rounds, but that is the game's end: terminal, so
+    a learner's last step has no bootstrap value (mpe, by contrast, is truncated: see above)."""
+    game = registry.make("pz:pettingzoo.classic.rps_v2(max_cycles=4)")
+    game.reset(0)
+    steps = 0
+    while not is_over(game):
+        game.step({seat: int(np.flatnonzero(game.legal_mask(seat))[steps % 3]) for seat in game.to_move()})
+        steps += 1
+    assert steps == 4 and game.is_terminal() and not game.is_truncated()
+    assert game.spec.zero_sum and game.returns().sum() == 0
+
+
 def test_pz_parameters_reach_the_constructor():
     game = make_pettingzoo_game("mpe2.simple_spread_v3(N=2,max_cycles=5)")
     assert game.spec.id == "pz:mpe2.simple_spread_v3(N=2,max_cycles=5)"
