@@ -163,21 +163,22 @@ class League:
                 nxt = self._submit(tasks)
             self._in_flight = nxt[0]  # kept in the checkpoint: a resume replays exactly these tasks
         with clock("record"):
-            training, rating = self.recorder.record(results, self.learners, self._checkpoint_seq)
+            recorded = self.recorder.record(results, self.learners, self._checkpoint_seq)
         with clock("learn"):
             learned = learn(self.learners, results, self.config.max_policy_lag, self.iteration / self.config.iterations)
         with clock("snapshot"):
             snapshots, eval_metrics = self._snapshot_phase()
         env_steps = sum(r.env_steps for r in results)
         self.total_env_steps += env_steps
-        self.total_matches += training + rating
+        self.total_matches += recorded.training + recorded.rating
         self.iteration += 1
         with clock("checkpoint"):
             self._checkpoint()
         seconds = clock.total()
-        summary = IterationSummary(self.iteration, training, rating, env_steps, seconds, clock.phases,
+        summary = IterationSummary(self.iteration, recorded.training, recorded.rating, env_steps, seconds, clock.phases,
                                    env_steps / max(seconds, 1e-9), learned.policy_lag, learned.dropped,
-                                   tuple(snapshots), learned.losses, self._main_rating())
+                                   tuple(snapshots), learned.losses, self._main_rating(), recorded.learner_return,
+                                   recorded.learner_length)
         totals = LeagueTotals(self.config.iterations, self.total_env_steps, self.total_matches, len(self.population),
                               self.backend.restarts, self.config.pipeline_depth)
         self.metrics.iteration(summary, totals, {p: r.mu for p, r in self.ratings.as_dict().items()}, eval_metrics)

@@ -60,6 +60,10 @@ class IterationSummary:
     losses: dict[str, dict[str, float]]
     main_rating: tuple[float, float] | None
     """(mu, sigma) of the first role's newest snapshot, once it is rated."""
+    episodic_return: float | None = None
+    """Mean return of the learners' seats in this iteration's training matches."""
+    episodic_length: float | None = None
+    """Mean length of those matches."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,9 @@ def iteration_metrics(s: IterationSummary, totals: LeagueTotals, ratings: Mappin
         metrics[f"league/rating/{pid}"] = mu
     if s.main_rating:
         metrics["league/main_mu"] = s.main_rating[0]
+    if s.episodic_return is not None:
+        metrics["charts/episodic_return"] = s.episodic_return
+        metrics["charts/episodic_length"] = s.episodic_length
     return metrics
 
 

@@ -9,7 +9,10 @@ only writer of all four, so they never disagree.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Mapping
+
+import numpy as np
 
 from games.core import GameSpec
 from league.checkpoint import RunError
@@ -19,6 +22,18 @@ from league.payoff import PayoffTable
 from league.population import Member, Population
 from league.ratings import RatingTable, rate_and_record
 from league.runner import PlayedMatch, PlayResult
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one iteration's play added to the ledger."""
+
+    training: int
+    rating: int
+    learner_return: float | None
+    """Mean episode return of the learners' seats in training matches (a team's seats count once)."""
+    learner_length: float | None
+    """Mean length of those matches."""
 
 
 class Recorder:
@@ -47,15 +62,16 @@ class Recorder:
             metadata={"parent": member.parent, "iteration": member.iteration, "steps": member.steps,
                       "bot": member.bot}))
 
-    def record(self, results: list[PlayResult], learners: Mapping[str, Learner],
-               checkpoint_seq: int) -> tuple[int, int]:
-        """Append each runner batch (one transaction each); (training, rating) matches recorded.
+    def record(self, results: list[PlayResult], learners: Mapping[str, Learner], checkpoint_seq: int) -> Recorded:
+        """Append each runner batch (one transaction each).
 
         After a kill mid-iteration, resume plays the interrupted iteration again: matches already
         in the ledger beyond `checkpoint_seq` (same ids, same seeds, same play) are checked and
         re-rated in order, not appended twice."""
         already = self.store.max_match_id()
         training = rating = 0
+        returns: list[float] = []
+        lengths: list[int] = []
         now = time.time()
         for result in results:
             per_match = result.seconds / max(len(result.matches), 1)
@@ -73,10 +89,14 @@ class Recorder:
                 if r.kind == "training":
                     training += 1
                     games.extend(self._training_pairs(r, learners))
+                    seats = {s.team: s.episode_return for s in r.seats if s.player_id in learners}
+                    returns.extend(seats.values())
+                    lengths.extend([r.length] * len(seats))
                 else:
                     rating += 1
             self.payoff.update_pairs(games)
-        return training, rating
+        return Recorded(training, rating, float(np.mean(returns)) if returns else None,
+                        float(np.mean(lengths)) if lengths else None)
 
     def _match_result(self, played: PlayedMatch, started_at: float, duration: float,
                       learners: Mapping[str, Learner]) -> MatchResult:

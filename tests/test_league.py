@@ -199,3 +199,25 @@ def test_missing_run_and_corrupt_database_are_refused(tmp_path):
         assert len(result.stderr.decode().strip().splitlines()) == 1, result.stderr
     after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     assert before == after
+
+
+def test_a_one_player_game_shows_its_returns_in_metrics_and_status(tmp_path):
+    """Nothing is rated in a one-player game; its progress is the episode return."""
+    from league.api import format_status, status
+
+    config = load_config("quickstart", ["game=gym:CartPole-v1", "iterations=2", "matches_per_iteration=8",
+                                        "num_envs=8", "anchors=[]", "log.progress=false", "log.wandb=disabled",
+                                        "log.tensorboard=false"])
+    league = League.create(config, tmp_path / "run")
+    try:
+        summaries = league.run()
+    finally:
+        league.close()
+    assert all(s.episodic_return is not None and s.episodic_return > 0 for s in summaries)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["charts/episodic_return"] for m in logged] == [s.episodic_return for s in summaries]
+    assert logged[-1]["charts/episodic_length"] == summaries[-1].episodic_length  # CartPole: length == return
+    report = status(tmp_path / "run")
+    main = next(m for m in report.members if m.player_id == "main")
+    assert main.games == 16 and main.recent_return == pytest.approx(main.recent_length)
+    assert "return" in format_status(report).splitlines()[1]
