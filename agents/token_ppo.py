@@ -76,6 +76,11 @@ class TokenPPOConfig:
     """Sequences (rows) per minibatch."""
     normalize_advantages: bool = True
     """Whiten advantages over the batch's own tokens (TRL's `whiten`)."""
+    advantages_per_role: bool = False
+    """Whiten each role's (seat's) advantages separately, so that a role whose returns vary less
+    is not drowned by the other in the shared policy's gradient (in the spirit of SPIRAL's
+    role-conditioned advantage estimation, Liu et al. 2025, arXiv 2506.24119 §3.3). Needs
+    `TokenBatch.roles`."""
     imitation_every: int = 0
     """Interleave one imitation (behaviour-cloning) batch every k RL updates; 0 = off (the
     prototype used 4)."""
@@ -124,9 +129,13 @@ class TokenBatch:
     legal_mask: np.ndarray | None = None
     """[N, T, V] bool legal tokens at each position's decision (only own positions are read);
     None = the whole vocabulary was legal. Must be the mask the behaviour policy sampled under."""
+    roles: np.ndarray | None = None
+    """[N] int role (seat) the player had in each sequence (`advantages_per_role`)."""
 
     def __post_init__(self) -> None:
         n, t = np.shape(self.input_ids)
+        if self.roles is not None and np.shape(self.roles) != (n,):
+            raise ValueError(f"TokenBatch.roles has shape {np.shape(self.roles)}, expected {(n,)}")
         for name in ("own_mask", "log_probs", "values", "ref_log_probs"):
             if np.shape(getattr(self, name)) != (n, t):
                 raise ValueError(f"TokenBatch.{name} has shape {np.shape(getattr(self, name))}, expected {(n, t)}")
@@ -267,6 +276,19 @@ def _legal_with_tokens(legal_mask: np.ndarray, input_ids: np.ndarray) -> np.ndar
     return legal
 
 
+def whitened(advantages: np.ndarray, own: np.ndarray, roles: np.ndarray | None = None) -> np.ndarray:
+    """Advantages at own tokens shifted and scaled to mean 0, std 1 (TRL's `whiten`), over the
+    whole batch or within each role's rows; 0 elsewhere."""
+    groups = np.zeros(len(own), np.int64) if roles is None else np.asarray(roles)
+    out = np.where(own, advantages, 0.0)
+    for role in np.unique(groups):
+        cells = own & (groups == role)[:, None]
+        if cells.sum() > 1:
+            a = advantages[cells]
+            out = np.where(cells, (advantages - a.mean()) / (a.std() + 1e-8), out)
+    return out
+
+
 def token_ppo_loss(logits: torch.Tensor, values: torch.Tensor, tokens: torch.Tensor, own_mask: torch.Tensor,
                    old_log_probs: torch.Tensor, old_values: torch.Tensor, advantages: torch.Tensor,
                    returns: torch.Tensor, config: TokenPPOConfig,
@@ -359,9 +381,10 @@ class TokenPPOLearner:
         beta = self.kl_controller.value
         rewards = per_token_rewards(batch.log_probs, batch.ref_log_probs, own, batch.scores, beta)
         advantages, returns = own_token_gae(rewards, batch.values, own, cfg.gamma, cfg.lam)
-        if cfg.normalize_advantages and own.sum() > 1:
-            a = advantages[own]
-            advantages = np.where(own, (advantages - a.mean()) / (a.std() + 1e-8), 0.0)
+        if cfg.normalize_advantages:
+            if cfg.advantages_per_role and batch.roles is None:
+                raise ValueError("advantages_per_role needs TokenBatch.roles")
+            advantages = whitened(advantages, own, batch.roles if cfg.advantages_per_role else None)
         kl = float(np.where(own, batch.log_probs - batch.ref_log_probs, 0.0).sum(axis=1).mean())
 
         width = _sequence_width(own)

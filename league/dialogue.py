@@ -112,7 +112,7 @@ class DialogueEpisodes:
 
     def token_batch(self, ref_log_probs: np.ndarray) -> TokenBatch:
         return TokenBatch(self.input_ids, self.own_mask, self.log_probs, self.values, ref_log_probs,
-                          self.scores, self.legal_mask)
+                          self.scores, self.legal_mask, roles=self.seats)
 
 
 def _row_lengths(obs: np.ndarray, pad_id: int) -> np.ndarray:

@@ -19,6 +19,7 @@ from agents.token_ppo import (
     per_token_rewards,
     token_log_probs,
     token_ppo_loss,
+    whitened,
 )
 
 @pytest.fixture(autouse=True, scope="module")
@@ -114,6 +115,22 @@ def test_partner_tokens_have_zero_loss_weight():
     own_changed = _loss(logits, torch.where(torch.from_numpy(OWN), (tokens + 1) % vocab, tokens),
                         LOG_PROBS, VALUES, advantages, returns, values)
     assert own_changed.item() != loss.item()
+
+
+def test_advantages_are_whitened_over_the_batch_or_per_role():
+    own = np.array([[False, True, True], [False, True, False], [False, True, True], [False, True, False]])
+    adv = np.array([[9.0, 1.0, 3.0], [9.0, 2.0, 9.0], [9.0, 100.0, 300.0], [9.0, 200.0, 9.0]])
+    roles = np.array([0, 0, 1, 1])
+    pooled = whitened(adv, own)
+    assert pooled[~own].tolist() == [0.0] * 6 and abs(pooled[own].mean()) < 1e-9
+    assert np.all(pooled[:2][own[:2]] < 0)  # role 0's small advantages all look bad next to role 1's
+    per_role = whitened(adv, own, roles)
+    for role in (0, 1):
+        cells = own & (roles == role)[:, None]
+        assert abs(per_role[cells].mean()) < 1e-9 and per_role[cells].std() == pytest.approx(1.0, abs=1e-6)
+    # same ranks within a role, so the better action of role 0 is now pushed up
+    cells = own & (roles == 0)[:, None]
+    assert per_role[0, 2] > 0 and np.argsort(per_role[cells]).tolist() == np.argsort(adv[cells]).tolist()
 
 
 def test_adaptive_kl_controller_moves_beta_the_right_way():
