@@ -348,23 +348,27 @@ class SandboxedAgent:
                                                   f"{self.limits.rss_mb} MiB limit")
         return None
 
-    def _check_quiet(self, when: str) -> AgentFault | None:
-        """Nothing may arrive unasked: check (without waiting) that the agent has been silent."""
+    def _check_quiet(self, when: str, until: float = 0.0) -> AgentFault | None:
+        """Nothing may arrive unasked: check that the agent stays silent on stdout until the
+        monotonic time `until` (at once if it has passed), keeping what it writes to stderr."""
         if self._buf:
             return self._fault(MatchStatus.INVALID, f"sent a line nobody asked for {when}")
-        for fd, _ in self._poller.poll(0):
-            if fd == self._err_fd:
-                self._drain_stderr()
-            elif fd == self._out_fd:
-                try:
-                    chunk = os.read(fd, 1 << 17)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    return self._exited_fault(when)
-                self._buf += chunk
-                return self._fault(MatchStatus.INVALID, f"sent a line nobody asked for {when}")
-        return None
+        while True:
+            wait_ms = max(0, int((until - time.monotonic()) * 1000))
+            for fd, _ in self._poller.poll(wait_ms):
+                if fd == self._err_fd:
+                    self._drain_stderr()
+                elif fd == self._out_fd:
+                    try:
+                        chunk = os.read(fd, 1 << 17)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        return self._exited_fault(when)
+                    self._buf += chunk
+                    return self._fault(MatchStatus.INVALID, f"sent a line nobody asked for {when}")
+            if wait_ms == 0:
+                return None
 
     # -- life cycle
 
@@ -467,21 +471,28 @@ class SandboxedAgent:
             return MoveOutcome(None, think, result)
         return MoveOutcome(result, think, None)
 
-    def check_quiet(self) -> AgentFault | None:
-        """At the end of a match: a fault if the agent sent anything nobody asked for."""
-        return self._check_quiet("at the end of the match") if self._running else None
+    def check_quiet(self, until: float = 0.0) -> AgentFault | None:
+        """At the end of a match: a fault if the agent sent anything nobody asked for, listening
+        until the monotonic time `until` (`SandboxLimits.settle_s` after the last move)."""
+        return self._check_quiet("after its last move", until) if self._running else None
 
-    def end_match(self, match_id: str, returns: Sequence[float], seat: int,
-                  stderr_path: Path | None = None) -> str:
-        """Send ``end`` and close the match's books; returns its stderr tail.
-
-        An agent that cannot take ``end`` is not faulted for it (the match is decided); it is
-        restarted before its next match."""
+    def send_end(self, match_id: str, returns: Sequence[float], seat: int) -> None:
+        """Send ``end``. An agent that cannot take it is not faulted for it (the match is
+        decided); it is restarted before its next match."""
         if self._running:
             end = protocol.End(match_id, tuple(float(r) for r in returns), seat)
             self._write(protocol.encode_end(end), time.monotonic() + 1.0, "at the end of the match")
+
+    def finish_match(self, until: float = 0.0, stderr_path: Path | None = None) -> str:
+        """Close the match's books after ``end``: keep the stderr written until the monotonic time
+        `until` (what the agent writes while handling ``end``) and return the match's stderr tail.
+        Output on stdout stays buffered: it faults the next match."""
         if self._running and self._err_fd >= 0:
             self._drain_stderr()
+            while self._err_fd >= 0 and (left := until - time.monotonic()) > 0:
+                if not select.select([self._err_fd], [], [], left)[0]:
+                    break
+                self._drain_stderr()
         tail = self._stderr_text()
         if stderr_path is not None:
             stderr_path.write_text(printable(bytes(self._tail).decode("utf-8", "replace")))
@@ -494,6 +505,14 @@ class SandboxedAgent:
         # else the match ended before this agent moved (the opponent forfeited first): it proved
         # nothing, so a faulty agent does not earn another three restarts from it.
         return tail
+
+    def end_match(self, match_id: str, returns: Sequence[float], seat: int,
+                  stderr_path: Path | None = None) -> str:
+        """`send_end`, then `finish_match` listening `SandboxLimits.settle_s` for stderr; returns
+        the match's stderr tail (for runners that drive one agent; `play_match` ends all seats
+        first, then listens once)."""
+        self.send_end(match_id, returns, seat)
+        return self.finish_match(time.monotonic() + self.limits.settle_s, stderr_path)
 
     def close(self) -> None:
         """Send ``shutdown``, give the agent a moment to exit, kill what remains, remove its files."""
@@ -602,20 +621,29 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
         for seat in movers:
             moves.append(MoveRecord(seat, actions[seat], move_think[seat]))
 
+    # One settle window for all seats at a time (a shared deadline), so a match waits settle_s
+    # twice, not twice per seat.
+    present = [agent for agent in sandboxed if agent is not None]
+    settle_s = max((agent.limits.settle_s for agent in present), default=0.0)
     if not any(faults):
-        # output nobody asked for (a second answer to the last move) forfeits the match too
+        # output nobody asked for (a second answer to the last move) forfeits this match
+        until = time.monotonic() + settle_s
         for seat, agent in enumerate(sandboxed):
             if agent is not None:
-                faults[seat] = agent.check_quiet()
+                faults[seat] = agent.check_quiet(until)
     returns = forfeit_returns(spec, [f is not None for f in faults]) if any(faults) \
         else tuple(float(r) for r in game.returns())
+    for seat, agent in enumerate(sandboxed):
+        if agent is not None:
+            agent.send_end(match_id, returns, seat)
+    until = time.monotonic() + settle_s
     tails = [""] * spec.num_players
     for seat, agent in enumerate(sandboxed):
         if agent is not None:
             path = None
             if agent.config.stderr_dir is not None:
                 path = Path(agent.config.stderr_dir) / f"{_safe_name(match_id)}.seat{seat}.stderr"
-            tails[seat] = agent.end_match(match_id, returns, seat, path)
+            tails[seat] = agent.finish_match(until, path)
     statuses = tuple(MatchStatus.OK if f is None else f.status for f in faults)
     names = tuple(a.name if isinstance(a, SandboxedAgent) else type(a).__name__ for a in agents)
     return MatchRecord(match_id, game_id, seed, names, returns, statuses, tuple(faults), tuple(moves),

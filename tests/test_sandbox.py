@@ -612,3 +612,37 @@ os.kill(os.getpid(), signal.SIGKILL)
         isolation._CLEANED_ROOTS.discard(os.path.realpath(workspace))
         isolation.clean_stale_scratch(workspace)  # a live sandbox's directory is not stale
         assert mine[0].exists() and live.agent_dir.exists()
+
+
+def test_a_late_second_answer_faults_the_match_it_follows(honest):
+    """A second answer 10 ms after the last move of a match is a fault of that match (the arena
+    listens `settle_s` before it sends `end`), not of the agent's next match."""
+    agent = SandboxedAgent(unchecked("late_second_answer"), GAME, BOX, SandboxConfig())
+    try:
+        assert agent.begin_match("late", 0, 5, LIMITS) is None
+        mask = np.ones(9, dtype=bool)
+        outcome = agent.request_action("late", np.zeros((3, 3, 3), np.float32), mask, 0.5)
+        assert outcome.fault is None and outcome.action == 0
+        # as if this move were the match's last: the stray line arrives inside the window
+        fault = agent.check_quiet(time.monotonic() + BOX.settle_s)
+        assert fault is not None and fault.status == MatchStatus.INVALID
+        assert "nobody asked for after its last move" in fault.reason
+        agent.end_match("late", (-1.0, 1.0), 0)
+        # a whole match against the honest agent: the fault is in this match, whatever move it follows
+        record = play_match(GAME, [agent, honest], seed=3, limits=LIMITS, match_id="late-2")
+        assert record.statuses == (MatchStatus.INVALID, MatchStatus.OK), record.faults
+    finally:
+        agent.close()
+
+
+def test_stderr_written_while_handling_end_stays_with_its_match(honest, tmp_path):
+    agent = SandboxedAgent(unchecked("stderr_at_end"), GAME, BOX, SandboxConfig(stderr_dir=tmp_path))
+    try:
+        first = play_match(GAME, [agent, honest], seed=1, limits=LIMITS, match_id="m-1")
+        second = play_match(GAME, [honest, agent], seed=2, limits=LIMITS, match_id="m-2")
+    finally:
+        agent.close()
+    assert first.statuses == second.statuses == (MatchStatus.OK, MatchStatus.OK)
+    assert first.stderr_tails[0] == "END m-1\n"
+    assert second.stderr_tails[1] == "END m-2\n"
+    assert (tmp_path / "m-1.seat0.stderr").read_text() == "END m-1\n"
