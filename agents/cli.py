@@ -17,8 +17,16 @@ def _run_play(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from agents.export import export_snapshot
+    from agents.export import MIXTURE_FORMAT, ExportError, export_mixture, export_snapshot
+    from agents.mixture import is_mixture
 
+    if is_mixture(args.snapshot):
+        files = export_mixture(args.snapshot, args.format, args.out)
+        print("\n".join(f"wrote {path}" for path in files))
+        return 0
+    if args.format == MIXTURE_FORMAT:
+        raise ExportError(f"{args.snapshot} is not a mixture checkpoint (no mixture.json): --format mixture "
+                          f"exports a league's output policy, e.g. runs/x/output_policy")
     report = export_snapshot(args.snapshot, args.format, args.out)
     print(f"wrote {report.path} ({report.format}); max |diff| vs the torch net: "
           f"logits {report.max_abs_diff_logits:.1e}, value {report.max_abs_diff_value:.1e}")
@@ -39,10 +47,12 @@ def register(subparsers) -> None:
     play.set_defaults(run=_run_play)
 
     export = subparsers.add_parser(
-        "export", help="export a snapshot's net to TorchScript or ONNX",
+        "export", help="export a snapshot's net to TorchScript or ONNX, or a mixture as its members",
         description="Write the snapshot's actor-critic (inputs obs, mask; outputs logits, value) and "
-                    "check the file reproduces the net.")
-    export.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory")
-    export.add_argument("--format", required=True, choices=("torchscript", "onnx"))
-    export.add_argument("--out", required=True, metavar="FILE", help="file to write")
+                    "check the file reproduces the net. A mixture checkpoint (a run's output_policy) is "
+                    "written into the directory --out: each member exported plus members.json with the "
+                    "weights, or with --format mixture a self-contained copy (an arena submission).")
+    export.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot or mixture directory")
+    export.add_argument("--format", required=True, choices=("torchscript", "onnx", "mixture"))
+    export.add_argument("--out", required=True, metavar="FILE|DIR", help="file to write (a directory for a mixture)")
     export.set_defaults(run=_run_export)

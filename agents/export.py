@@ -1,4 +1,5 @@
-"""Export a snapshot's actor-critic for use outside Ludus: TorchScript or ONNX.
+"""Export a snapshot's actor-critic for use outside Ludus: TorchScript or ONNX; and a mixture
+checkpoint (a league's output policy, agents/mixture.py) as its members plus their weights.
 
 The exported model has inputs ``obs`` [N, *observation_shape] (the game's observation dtype) and
 ``mask`` [N, A] bool, outputs ``logits`` [N, A] (illegal actions at -1e9) and ``value`` [N], with a
@@ -150,3 +151,55 @@ def export_net(net: ActorCritic, fmt: str, out: str | os.PathLike, seed: int = 0
 def export_snapshot(snapshot: str | os.PathLike, fmt: str, out: str | os.PathLike) -> ExportReport:
     """Export the net of the snapshot at `snapshot` (verified on load) to `out`."""
     return export_net(load_snapshot(snapshot).net, fmt, out)
+
+
+MIXTURE_FORMAT = "mixture"
+"""`export_mixture` format: a self-contained mixture checkpoint (the member snapshots copied in)."""
+MEMBERS_FILE = "members.json"
+
+
+def export_mixture(mixture_dir: str | os.PathLike, fmt: str, out: str | os.PathLike) -> list[Path]:
+    """Export a mixture checkpoint into the new directory `out`; returns the files written.
+
+    ``mixture``: the member snapshots copied to ``out/members/<player id>`` and a ``mixture.json``
+    pointing at them, so the folder stands alone (an arena submission, a copy to another machine).
+    ``torchscript``/``onnx``: each snapshot member exported and checked as `export_net` does, plus
+    ``members.json`` with each member's weight and file (bots by name)."""
+    import json
+    import shutil
+    from dataclasses import replace
+
+    from agents.mixture import component_paths, read_mixture, write_mixture
+
+    if fmt not in (*FORMATS, MIXTURE_FORMAT):
+        raise ExportError(f"unknown export format {fmt!r}: use one of {', '.join((*FORMATS, MIXTURE_FORMAT))}")
+    mixture = read_mixture(mixture_dir)
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"--out {out} exists and is not an empty directory: a mixture exports into a new one")
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    components, entries = [], []
+    for component, path in zip(mixture.components, component_paths(mixture_dir, mixture)):
+        entry = {"player_id": component.player_id, "weight": component.weight}
+        if path is None:
+            components.append(component)
+            entries.append({**entry, "bot": component.bot})
+            continue
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in component.player_id)
+        if fmt == MIXTURE_FORMAT:
+            shutil.copytree(path, out / "members" / name)
+            components.append(replace(component, snapshot=f"members/{name}"))
+        else:
+            target = out / f"{name}.{'pt' if fmt == 'torchscript' else 'onnx'}"
+            written.append(export_net(load_snapshot(path).net, fmt, target).path)
+            entries.append({**entry, "file": target.name})
+    if fmt == MIXTURE_FORMAT:
+        written.append(write_mixture(out, replace(mixture, components=tuple(components))))
+        read_mixture(out)  # the copy checks out on its own
+    else:
+        members = out / MEMBERS_FILE
+        members.write_text(json.dumps({"game_id": mixture.game_id, "source": mixture.source, "format": fmt,
+                                       "components": entries}, indent=1) + "\n")
+        written.append(members)
+    return written

@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from agents.mixture import MixturePolicy
 from agents.policy import ActBatch, Policy
 from games.core import Game, GameSpec, is_over
 from ludus.errors import UserError
@@ -57,13 +58,19 @@ def newest_run_snapshot(run_dir: str | os.PathLike) -> str:
 
 
 def resolve_opponent(text: str, spec: GameSpec) -> Policy:
-    """`--against`: a league run directory plays its newest main snapshot; another existing directory
-    is a snapshot (it must be of this game; "actor_critic" or "lm"); anything else a bot name."""
+    """`--against`: a league run directory plays its output policy (`OUTPUT_POLICY_DIR`, written at
+    every population change; its newest main snapshot before that); a mixture directory plays a
+    member drawn by weight; another existing directory is a snapshot (it must be of this game;
+    "actor_critic" or "lm"); anything else a bot name."""
     if os.path.isdir(text):
+        from agents.mixture import OUTPUT_POLICY_DIR, is_mixture, load_mixture_policy
         from agents.snapshot import policy_from_snapshot
 
         if os.path.isfile(os.path.join(text, "checkpoint.json")):
-            text = newest_run_snapshot(text)
+            output = os.path.join(text, OUTPUT_POLICY_DIR)
+            text = output if is_mixture(output) else newest_run_snapshot(text)
+        if is_mixture(text):
+            return load_mixture_policy(text, expect_game=spec.id)
         return policy_from_snapshot(text, expect_game=spec.id)
     from agents.bots import make_bot
 
@@ -121,6 +128,8 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
         opponent = resolve_opponent(opponent, spec)
     rng = np.random.default_rng(seed)
     game.reset(seed)
+    if isinstance(opponent, MixturePolicy):
+        print_fn(f"the mixture plays {opponent.start_game(rng)} this game")
     if is_text_game(game):
         return _play_text_dialogue(game, opponent, human_seat, rng, input_fn, print_fn)
     print_fn(f"{game_id}: you are seat {human_seat} of {spec.num_players}. Type a move number; Ctrl-D quits.")

@@ -2,6 +2,7 @@
 
     python -m arena.agent_host --folder DIR --entry module:attr      # a Python folder
     python -m arena.agent_host --snapshot DIR                        # a league snapshot
+    python -m arena.agent_host --mixture DIR                         # a mixture (league output policy)
     python -m arena.agent_host --check (--folder DIR --entry E | --snapshot DIR) [--game ID]
 
 It loads the agent and speaks the JSON-lines protocol (arena/protocol.py) on stdin/stdout. Before
@@ -12,8 +13,8 @@ A Python folder's entry point is either a class, instantiated once per process, 
 used as ``act``. Its ``act(observation, legal_actions, ...)`` gets the observation as a numpy
 array of the game's observation shape and the legal action ids as a list of ints, and returns
 one of them. It may also accept any of these keyword arguments, passed when its signature names
-them: ``seat``, ``rng`` (a numpy Generator seeded from the match seed), ``time_left_s``,
-``match``. A class may define ``start(seat, seed)`` and ``end(returns, seat)``; its constructor
+them: ``seat``, ``rng`` (a numpy Generator seeded from ``start.seed``, this seat's seed of the
+match), ``time_left_s``, ``match``. A class may define ``start(seat, seed)`` and ``end(returns, seat)``; its constructor
 may accept ``game``, ``num_actions``, ``observation_shape`` and ``seed``.
 
 ``--check`` loads the agent and prints one JSON line ``{"ok": true, "name": ...}`` or
@@ -87,20 +88,11 @@ class FolderPlayer:
             self._end(list(returns), seat)
 
 
-class SnapshotPlayer:
-    """A league snapshot played by its `TorchPolicy` (sampling from the masked policy)."""
+class PolicyPlayer:
+    """A Ludus policy played through the protocol (sampling from it with the match's rng)."""
 
-    def __init__(self, path: Path, game: str | None):
-        import torch
-
-        from agents.snapshot import load_snapshot
-        from agents.torch_policy import TorchPolicy
-
-        torch.set_num_threads(1)
-        loaded = load_snapshot(path, expect_game=game)
-        self.spec = loaded.spec
-        self.policy = TorchPolicy(loaded.net)
-        self.name = f"snapshot-{loaded.ref.snapshot_id[:12]}"
+    def __init__(self, policy: Any, spec: Any, name: str):
+        self.policy, self.spec, self.name = policy, spec, name
 
     def start(self, seat: int, seed: int) -> None:
         pass
@@ -118,9 +110,43 @@ class SnapshotPlayer:
         pass
 
 
-def _load(args: argparse.Namespace, hello: protocol.Hello | None) -> FolderPlayer | SnapshotPlayer:
+def snapshot_player(path: Path, game: str | None) -> PolicyPlayer:
+    """A league snapshot played by its `TorchPolicy` (sampling from the masked policy)."""
+    import torch
+
+    from agents.snapshot import load_snapshot
+    from agents.torch_policy import TorchPolicy
+
+    torch.set_num_threads(1)
+    loaded = load_snapshot(path, expect_game=game)
+    return PolicyPlayer(TorchPolicy(loaded.net), loaded.spec, f"snapshot-{loaded.ref.snapshot_id[:12]}")
+
+
+class MixturePlayer(PolicyPlayer):
+    """A mixture checkpoint (agents/mixture.py): each match, one component drawn by weight from a
+    generator of its own seeded by ``start.seed`` plays the whole match."""
+
+    def __init__(self, path: Path, game: str | None):
+        import torch
+
+        from agents.mixture import load_mixture_policy
+        from games import registry
+
+        torch.set_num_threads(1)
+        mixture = load_mixture_policy(path, expect_game=game)
+        super().__init__(mixture, registry.spec(mixture.mixture.game_id),
+                         f"mixture-of-{len(mixture.policies)}")
+
+    def start(self, seat: int, seed: int) -> None:
+        # not the acting rng's stream: the draw must not shift the match's action samples
+        self.policy.start_game(np.random.default_rng([seed, 1]))
+
+
+def _load(args: argparse.Namespace, hello: protocol.Hello | None) -> FolderPlayer | PolicyPlayer:
     if args.snapshot:
-        return SnapshotPlayer(Path(args.snapshot), hello.game if hello else args.game)
+        return snapshot_player(Path(args.snapshot), hello.game if hello else args.game)
+    if args.mixture:
+        return MixturePlayer(Path(args.mixture), hello.game if hello else args.game)
     return FolderPlayer(Path(args.folder), args.entry, hello)
 
 
@@ -189,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--folder", help="a Python folder submission")
     source.add_argument("--snapshot", help="a league snapshot directory")
+    source.add_argument("--mixture", help="a mixture checkpoint directory (a league's output policy)")
     parser.add_argument("--entry", help="module:attribute of the folder's agent")
     parser.add_argument("--game", help="game id (for --check)")
     parser.add_argument("--check", action="store_true", help="load the agent, print one JSON line, exit")

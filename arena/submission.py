@@ -1,6 +1,6 @@
 """Arena submissions: what a person hands in, checked once at submit time.
 
-Four kinds (`SubmissionKind`):
+Five kinds (`SubmissionKind`):
 
 * a **Python folder** with ``agent.toml``::
 
@@ -15,6 +15,9 @@ Four kinds (`SubmissionKind`):
   lone **executable** file: any program speaking the JSON-lines protocol itself;
 * a league **snapshot** directory (``manifest.json`` + ``weights.safetensors``, agents/snapshot.py),
   played by `arena.agent_host` with a `TorchPolicy`; never unpickled;
+* a **mixture** directory (``mixture.json`` and the member snapshots inside it, agents/mixture.py;
+  a league's output policy as ``ludus export --format mixture`` writes it): each match one member,
+  drawn by weight, plays;
 * a **built-in bot** by name (``random``, ``mcts-200``, ``perfect``; agents/bots.py), played
   in-process since it is our own code.
 
@@ -49,6 +52,8 @@ if TYPE_CHECKING:
 MANIFEST_NAME = "agent.toml"
 SNAPSHOT_MANIFEST = "manifest.json"
 """agents.snapshot.MANIFEST_NAME, not imported from there: that module loads torch."""
+MIXTURE_FILE = "mixture.json"
+"""agents.mixture.MIXTURE_FILE (that module imports agents.snapshot, hence torch)."""
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_FILES = 10_000
 ANY_GAME = "*"
@@ -67,6 +72,7 @@ class SubmissionKind(str, enum.Enum):
     PYTHON_FOLDER = "python"
     EXECUTABLE = "executable"
     SNAPSHOT = "snapshot"
+    MIXTURE = "mixture"
     BUILTIN = "builtin"
 
 
@@ -98,6 +104,8 @@ class Submission:
             return python + ["--folder", str(copy), "--entry", str(self.entry_point)]
         if self.kind == SubmissionKind.SNAPSHOT:
             return python + ["--snapshot", str(copy)]
+        if self.kind == SubmissionKind.MIXTURE:
+            return python + ["--mixture", str(copy)]
         if self.kind == SubmissionKind.EXECUTABLE:
             return [str(copy / str(self.executable))]
         raise SubmissionError(f"submission {self.name!r} is a built-in bot; it plays in-process, not sandboxed")
@@ -268,8 +276,10 @@ def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
         return _folder(root, game_id, config, limits, check_timeout_s, max_bytes)
     if (root / SNAPSHOT_MANIFEST).exists():
         return _snapshot(root, game_id, config, limits, check_timeout_s, max_bytes)
-    _fail(f"{root} has no {MANIFEST_NAME} (a Python or executable agent) and no {SNAPSHOT_MANIFEST} "
-          f"(a league snapshot): add one")
+    if (root / MIXTURE_FILE).exists():
+        return _mixture(root, game_id, config, limits, check_timeout_s, max_bytes)
+    _fail(f"{root} has no {MANIFEST_NAME} (a Python or executable agent), no {SNAPSHOT_MANIFEST} "
+          f"(a league snapshot) and no {MIXTURE_FILE} (a mixture, `ludus export --format mixture`): add one")
 
 
 def _builtin(name: str, game_id: str | None) -> Submission:
@@ -337,6 +347,26 @@ def _snapshot(root: Path, game_id: str | None, config: "SandboxConfig", limits: 
                      config, limits, timeout_s)
     return Submission(SubmissionKind.SNAPSHOT, f"snapshot-{ref.snapshot_id[:12]}", ref.snapshot_id[:12],
                       manifest.game_id, root, ref.snapshot_id)
+
+
+def _mixture(root: Path, game_id: str | None, config: "SandboxConfig", limits: "SandboxLimits",
+             timeout_s: float, max_bytes: int) -> Submission:
+    from agents.mixture import MixtureError, component_paths, read_mixture
+
+    files = _scan_files(root, max_bytes)
+    try:
+        mixture = read_mixture(root)  # JSON and file hashes only; weights load in the sandbox
+    except MixtureError as exc:
+        _fail(f"unreadable mixture: {exc}")
+    for component, path in zip(mixture.components, component_paths(root, mixture)):
+        if path is not None and not Path(path).resolve().is_relative_to(root):
+            _fail(f"mixture {root}: component {component.player_id!r} lies outside the folder; "
+                  f"submit the self-contained copy `ludus export MIXTURE --format mixture --out DIR` writes")
+    _check_game(mixture.game_id, game_id, f"mixture {root}")
+    _sandboxed_check(root, ["--mixture", "{copy}", "--game", mixture.game_id], f"mixture {root}",
+                     config, limits, timeout_s)
+    digest = _digest(files)
+    return Submission(SubmissionKind.MIXTURE, f"mixture-{digest[:12]}", digest[:12], mixture.game_id, root, digest)
 
 
 def make_player(submission: Submission, game_id: str, limits: "SandboxLimits | None" = None,

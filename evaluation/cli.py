@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -11,7 +12,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Evaluate a snapshot directory: against every frozen member of a run (W/D/L with Wilson 95% "
                     "intervals, TrueSkill placement against the frozen ratings), exactly (exploitability, small "
                     "OpenSpiel games) and by training a fresh exploiter against it (probe). The run is only read.")
-    p.add_argument("checkpoint", help="snapshot directory (e.g. runs/x/snapshots/main@3)")
+    p.add_argument("checkpoint", help="snapshot directory (e.g. runs/x/snapshots/main@3), a mixture directory "
+                                      "(runs/x/output_policy, the league's output policy), or with "
+                                      "--exploitability a run directory (output policy, newest and best snapshot)")
     p.add_argument("--against", dest="run_dir", metavar="RUN", default=None,
                    help="league run directory whose frozen members to play")
     p.add_argument("--games", type=int, default=100,
@@ -24,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=["serial", "process"], default="serial",
                    help="run the shards in this process or in worker processes (same results)")
     p.add_argument("--exploitability", action="store_true",
-                   help="exact NashConv/exploitability (small spiel: games such as kuhn_poker, leduc_poker)")
+                   help="exact NashConv/exploitability (small spiel: games such as kuhn_poker, leduc_poker); "
+                        "of a run directory: its output policy, newest and best snapshot")
     p.add_argument("--probe-steps", type=int, default=None, metavar="N",
                    help="train a fresh PPO exploiter against the checkpoint for N steps and report its score")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -54,7 +58,13 @@ def _evaluate(args) -> int:
                                      backend=args.backend, greedy=args.greedy)
         output["evaluation"] = report.to_json()
         text.append(format_evaluation(report))
-    if args.exploitability:
+    if args.exploitability and _is_run_dir(args.checkpoint):
+        from evaluation.output import format_run_exploitability, run_exploitability
+
+        rows = run_exploitability(args.checkpoint)
+        output["exploitability"] = [row.to_json() for row in rows]
+        text.append(format_run_exploitability(rows))
+    elif args.exploitability:
         from agents.exploitability import exploitability_of
 
         result = exploitability_of(args.checkpoint)
@@ -71,6 +81,12 @@ def _evaluate(args) -> int:
         text.append(format_probe(probe))
     print(json.dumps(output, indent=2) if args.json else "\n\n".join(text))
     return 0
+
+
+def _is_run_dir(path: str) -> bool:
+    from league.checkpoint import CHECKPOINT_POINTER
+
+    return os.path.isfile(os.path.join(path, CHECKPOINT_POINTER))
 
 
 def _report(args) -> int:

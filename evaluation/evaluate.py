@@ -33,12 +33,13 @@ import contextlib
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from agents.mixture import component_paths, is_mixture, read_mixture
 from agents.policy import Policy
 from league.ledger import outcomes_from_returns
 from league.population import Member
@@ -344,20 +345,31 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
     spec = game_spec(run.game_id)
     checkpoint_path = Path(checkpoint_path).resolve()
     # Verify here, in this process: a bad checkpoint is a one-line SnapshotError, not a worker crash.
-    loaded = load_snapshot(checkpoint_path, expect_game=run.game_id)
-    candidate = Member(f"eval:{loaded.ref.snapshot_id[:12]}", "snapshot", "evaluated",
-                       snapshot_path=str(checkpoint_path), snapshot_id=loaded.ref.snapshot_id)
+    if is_mixture(checkpoint_path):
+        mixture = read_mixture(checkpoint_path)
+        if mixture.game_id != run.game_id:
+            raise EvaluationError(f"{checkpoint_path} plays {mixture.game_id}, the run {run.game_id}")
+        candidate_id, snapshot_id = "eval:mixture", "mixture"
+        components = _mixture_members(checkpoint_path, mixture)
+    else:
+        loaded = load_snapshot(checkpoint_path, expect_game=run.game_id)
+        candidate_id, snapshot_id = f"eval:{loaded.ref.snapshot_id[:12]}", loaded.ref.snapshot_id
+        components = [Member(candidate_id, "snapshot", "evaluated", snapshot_path=str(checkpoint_path),
+                             snapshot_id=snapshot_id)]
     opponents = run.frozen(include_anchors)
     if not opponents:
         raise EvaluationError(f"run {run.run_dir} has no frozen members to play"
                               f"{'' if include_anchors else ' (add --anchors to play its anchor bots)'}")
-    assignments = paired_assignments(candidate.player_id, [m.player_id for m in opponents], games_per_opponent,
+    assignments = paired_assignments(candidate_id, [m.player_id for m in opponents], games_per_opponent,
                                      spec.num_players, seed)
-    greedy_players = ((candidate.player_id,) + tuple(m.player_id for m in opponents if m.kind == "snapshot")
+    if components[0].player_id != candidate_id:  # a mixture: its components take turns
+        assignments = _draw_components(assignments, candidate_id, components, mixture, seed)
+    component_ids = {m.player_id for m in components}
+    greedy_players = (tuple(component_ids) + tuple(m.player_id for m in opponents if m.kind == "snapshot")
                       if greedy else ())
     tasks = _shard(assignments, num_runners, seed, greedy_players)
     envs = max(1, min(num_envs, -(-len(assignments) // len(tasks))))
-    members = [*opponents, candidate]
+    members = [*opponents, *components]
     if backend == "serial":
         runner_backend = SerialBackend(spec.id, spec, NetConfig(), envs, cache_size=len(members), seed=seed)
     else:
@@ -368,25 +380,25 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
         results = runner_backend.collect(runner_backend.submit(tasks, []))
     finally:
         runner_backend.close()
-    matches = [m for result in results for m in result.matches]
+    matches = [_as_candidate(m, component_ids, candidate_id) for result in results for m in result.matches]
 
     ratings = stored_ratings(run.run_dir)
     with open_ledger(run.run_dir) as store:
         params = trueskill_params(store, run.config)
     kinds = {m.player_id: m.kind for m in opponents}
-    per_opponent = tally_matches(matches, candidate.player_id, spec.team_of_seat, kinds, ratings)
+    per_opponent = tally_matches(matches, candidate_id, spec.team_of_seat, kinds, ratings)
     order = {m.player_id: i for i, m in enumerate(opponents)}
     per_opponent = tuple(sorted(per_opponent, key=lambda r: order[r.opponent]))
     total, score, lower, upper = overall(per_opponent)
 
-    rated_games = [(opp, outcome) for opp, outcome in placement_games(matches, candidate.player_id,
+    rated_games = [(opp, outcome) for opp, outcome in placement_games(matches, candidate_id,
                                                                       spec.team_of_seat) if opp in ratings]
     placement = fit_placement(rated_games, ratings, params) if rated_games else None
     rank = None
     if placement is not None:
         rank = 1 + sum(r.conservative > placement.conservative for r in ratings.values())
     return EvaluationReport(
-        checkpoint=str(checkpoint_path), snapshot_id=loaded.ref.snapshot_id, game_id=spec.id,
+        checkpoint=str(checkpoint_path), snapshot_id=snapshot_id, game_id=spec.id,
         run_dir=str(run.run_dir), run_iteration=run.iteration,
         games_per_opponent=rotations_for(games_per_opponent, spec.num_players) * spec.num_players,
         greedy=greedy, seed=seed, opponents=per_opponent, total_games=total, score=score, lower=lower, upper=upper,
@@ -394,6 +406,39 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
         placement_sigma=None if placement is None else placement.sigma,
         placement_games=len(rated_games), rank=rank, rated_members=len(ratings),
         seconds=time.perf_counter() - start)
+
+
+def _mixture_members(directory: Path, mixture) -> list[Member]:
+    """The components of a mixture checkpoint as frozen members with ids of their own."""
+    members = []
+    for component, path in zip(mixture.components, component_paths(directory, mixture)):
+        player_id = f"eval:{component.player_id}"
+        members.append(Member(player_id, "anchor", "evaluated", bot=component.bot) if path is None else
+                       Member(player_id, "snapshot", "evaluated", snapshot_path=path,
+                              snapshot_id=component.snapshot_id))
+    return members
+
+
+def _draw_components(assignments: Sequence[MatchAssignment], candidate_id: str, components: Sequence[Member],
+                     mixture, seed: int) -> list[MatchAssignment]:
+    """A mixture plays one component per game: each game seed draws one (by weight, from `seed`
+    and the game seed), so both seat orders of a seed, and every opponent, meet the same one."""
+    weights = np.array([c.weight for c in mixture.components], dtype=np.float64)
+    weights /= weights.sum()
+    drawn = {}
+    out = []
+    for a in assignments:
+        if a.seed not in drawn:
+            drawn[a.seed] = components[int(np.random.default_rng([seed, a.seed]).choice(len(components), p=weights))]
+        player = drawn[a.seed].player_id
+        out.append(replace(a, players=tuple(player if p == candidate_id else p for p in a.players)))
+    return out
+
+
+def _as_candidate(match: PlayedMatch, component_ids: set[str], candidate_id: str) -> PlayedMatch:
+    """The match as played by the evaluated checkpoint (a mixture's component ids folded into one)."""
+    players = tuple(candidate_id if p in component_ids else p for p in match.assignment.players)
+    return replace(match, assignment=replace(match.assignment, players=players))
 
 
 # ---------------------------------------------------------------------------------------------

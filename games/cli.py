@@ -2,6 +2,7 @@
 
     ludus games                      # table of native games and adapter examples
     ludus games --check ID           # run games.check.check_game on ID
+    ludus games --describe ID        # facts, observation layout and action numbering of ID
 
 Game modules (pyspiel, PettingZoo, Gymnasium) are imported inside the command, not here.
 """
@@ -17,6 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="List the registered native games and example adapter ids (spiel:NAME, pz:MODULE, "
                     "gym:ID reach any OpenSpiel, PettingZoo or Gymnasium game), or check one.")
     parser.add_argument("--check", metavar="ID", help="run the conformance checker on this game id")
+    parser.add_argument("--describe", metavar="ID",
+                        help="print the game's facts, observation layout and what each action number means")
     parser.add_argument("--games", type=int, default=100, metavar="N",
                         help="random games the checker plays (default 100)")
     parser.set_defaults(run=run)
@@ -25,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.check is not None:
         return _check(args.check, args.games)
+    if args.describe is not None:
+        print(describe(args.describe))
+        return 0
     print(games_table())
     return 0
 
@@ -73,3 +79,64 @@ def games_table() -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1] for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * len(header[-1]))
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _facts(spec) -> str:
+    kinds = ["simultaneous moves" if spec.simultaneous else "turns"]
+    if spec.zero_sum:
+        kinds.append("zero-sum" if spec.utility_sum == 0 else f"constant-sum {spec.utility_sum:g}")
+    kinds.append("chance" if spec.has_chance else "no chance")
+    kinds.append("perfect information" if spec.perfect_information else "hidden information")
+    if spec.teams and len(set(spec.teams)) < spec.num_players:
+        kinds.append(f"teams {list(spec.teams)}")
+    shape = "x".join(str(d) for d in spec.observation_shape)
+    return (f"players {spec.num_players}, actions {spec.num_actions}, observation {shape} "
+            f"{spec.observation_dtype}, at most {spec.max_length} steps, returns "
+            f"{spec.min_utility:g}..{spec.max_utility:g}; {', '.join(kinds)}")
+
+
+def describe(game_id: str) -> str:
+    """What an agent author needs to know about a game: its facts, what each observation entry
+    holds and what each action number means (the registry entry's text for native games; read
+    from pyspiel, PettingZoo or Gymnasium for adapter ids)."""
+    from games import registry
+
+    game = registry.make(game_id)
+    spec = game.spec
+    lines = [spec.id, _facts(spec)]
+    entry = registry.native_entry(game_id)
+    if entry is not None:
+        lines += [entry.summary, *(entry.layout or "observation and actions: see the game's module").splitlines()]
+    else:
+        lines += _adapter_layout(game)
+    vocab = getattr(game, "vocab", None)
+    if vocab is not None:
+        lines.append("vocabulary (token id word): " + ", ".join(f"{i} {w}" for i, w in enumerate(vocab.words)))
+    return "\n".join(lines)
+
+
+def _adapter_layout(game) -> list[str]:
+    from games.spiel import SpielGame
+
+    if isinstance(game, SpielGame):
+        import pyspiel
+
+        tensor = "information_state_tensor" if game.kind == "information_state" else "observation_tensor"
+        # named at the first decision (chance resolved by its first outcome): many games name
+        # actions only in a state (Kuhn's 0 and 1 are Pass and Bet)
+        state = game.game.new_initial_state()
+        while state.is_chance_node():
+            state.apply_action(state.chance_outcomes()[0][0])
+        player = 0 if state.is_simultaneous_node() else state.current_player()
+        names = []
+        for action in range(game.spec.num_actions):
+            try:
+                names.append(f"{action} {state.action_to_string(player, action)}")
+            except pyspiel.SpielError:  # an action some games cannot name here
+                names.append(f"{action} ?")
+        return [f"observation: pyspiel's {tensor}(seat) of {game.spec.spiel_name!r}, reshaped to "
+                f"{list(game.spec.observation_shape)} (OpenSpiel's documentation of the game lists its entries)",
+                "actions: pyspiel action ids" + (": " + ", ".join(names) if names else "")]
+    return ["observation: the adapted environment's observation space, flattened to float32 and zero-padded "
+            "to the largest seat's (docs/games.md, Adapters)",
+            "actions: the environment's Discrete action ids; illegal ones are masked"]

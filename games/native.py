@@ -496,9 +496,17 @@ def make_tic_tac_toe_vector(num_games: int, seed: int = 0) -> MNKVectorGame:
     return MNKVectorGame(TIC_TAC_TOE, num_games, seed)
 
 
+_MNK_PLANES = ("float32 [3, rows, cols] from the observing seat's side: plane 0 its own stones, plane 1 the "
+               "opponent's, plane 2 the empty cells (1.0 where true, else 0.0).")
 CONNECT_FOUR_ENTRY = GameEntry(
     "connect_four", make_connect_four, make_connect_four_vector,
-    "Connect four, 6x7, action = column; natively batched on bitboards (same actions and returns as pyspiel)")
+    "Connect four, 6x7, action = column; natively batched on bitboards (same actions and returns as pyspiel)",
+    layout=f"observation: {_MNK_PLANES} Shape [3, 6, 7]; row 0 is the BOTTOM row, column 0 the leftmost.\n"
+           "actions: 0..6 = the column to drop a stone into (0 leftmost); a full column is illegal.\n"
+           "seat 0 moves first; +1 to the winner and -1 to the loser at the end, 0 each for a draw.")
 TIC_TAC_TOE_ENTRY = GameEntry(
     "tic_tac_toe", make_tic_tac_toe, make_tic_tac_toe_vector,
-    "Tic-tac-toe, action = cell 0..8 row-major; natively batched on bitboards (same as pyspiel)")
+    "Tic-tac-toe, action = cell 0..8 row-major; natively batched on bitboards (same as pyspiel)",
+    layout=f"observation: {_MNK_PLANES} Shape [3, 3, 3]; row 0 is the TOP row.\n"
+           "actions: 0..8 = the cell row * 3 + column (0 top left, 8 bottom right); occupied cells are illegal.\n"
+           "seat 0 moves first; +1 to the winner and -1 to the loser at the end, 0 each for a draw.")

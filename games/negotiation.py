@@ -670,4 +670,11 @@ def summarize(records: Sequence[NegotiationRecord]) -> NegotiationSummary:
 
 NEGOTIATION_ENTRY = GameEntry(
     "negotiation", Negotiation, None,
-    "Deal-or-no-deal dialogue: split books, hats and balls by talking, one word per step")
+    "Deal-or-no-deal dialogue: split books, hats and balls by talking, one word per step",
+    layout="observation: int64 token ids (the vocabulary below), length 9 + max_utterances * "
+           "(max_utterance_tokens + 2) = 69 by default: 'book <count> v<value> hat <count> v<value> ball <count> "
+           "v<value>' with the seat's own values, then the dialogue so far, each utterance opened by YOU: or "
+           "THEM: and closed by <eou>, right-padded with <pad> (id 0).\n"
+           "actions: the token id of the next word of the seat's utterance; special tokens are never legal.\n"
+           "seat 0 speaks first; 'i want <n> book <n> hat <n> ball' proposes, 'deal' accepts the partner's "
+           "standing offer.")

@@ -30,6 +30,9 @@ class GameEntry:
     make_vector: Callable[..., VectorGame] | None
     """Builds a natively batched version: make_vector(num_games, seed, **params); None to loop."""
     summary: str
+    layout: str = ""
+    """What an observation holds, entry by entry, and what each action number means (for
+    authors of arena agents; `ludus games --describe ID` prints it)."""
 
 
 _NATIVE: dict[str, GameEntry] = {}
@@ -38,13 +41,13 @@ _ID_RE = re.compile(r"^(?P<name>[A-Za-z_][\w\-.]*)(\((?P<params>.*)\))?$")
 
 
 def register(name: str, make: Callable[..., Game], make_vector: Callable[..., VectorGame] | None = None,
-             summary: str = "") -> None:
+             summary: str = "", layout: str = "") -> None:
     """Register a native game under `name` at run time (see docs/games.md, 'Adding a game'; an
     installed package uses the ``ludus.games`` entry-point group instead)."""
     _ensure_builtin()
     if name in _NATIVE:
         raise GameError(f"game {name!r} is already registered")
-    _NATIVE[name] = GameEntry(name, make, make_vector, summary)
+    _NATIVE[name] = GameEntry(name, make, make_vector, summary, layout)
 
 
 BUILTIN_GAMES = {
@@ -113,6 +116,12 @@ def _parse_value(value: str) -> Any:
         except ValueError:
             pass
     return value
+
+
+def native_entry(game_id: str) -> GameEntry | None:
+    """The registered entry of a native game id (parameters allowed), None for adapter ids."""
+    prefix, rest = _split(game_id)
+    return None if prefix is not None else _native(rest)[0]
 
 
 def native_names() -> list[str]:

@@ -166,4 +166,9 @@ class Signalling:
 
 SIGNALLING_ENTRY = GameEntry(
     "signalling", Signalling, None,
-    "Cooperative sender/receiver: name the target in up to 2 words, the receiver picks it")
+    "Cooperative sender/receiver: name the target in up to 2 words, the receiver picks it",
+    layout="observation: int64 token ids (the vocabulary below), length 3 + message_length: "
+           "'SENDER obj<target> <message so far>' for seat 0, 'RECEIVER ? <message so far>' for seat 1, "
+           "right-padded with <pad> (id 0).\n"
+           "actions: the token id of a word: seat 0 says w<i> words closed by <eou>, then seat 1 says "
+           "pick<i>; both get 1 if i is the target, else 0.")

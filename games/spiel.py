@@ -9,10 +9,19 @@ Chance nodes are resolved inside, by sampling `state.chance_outcomes()` with a G
 `state.returns()` over a step, so they sum to `state.returns()` exactly by construction whatever
 the game's reward model (`state.rewards()` covers only the last transition, and one Ludus step may
 apply a player move followed by several chance moves).
+
+What a seat sees is the game's information-state tensor where the game provides one: it encodes
+the seat's whole history (perfect recall), which an imperfect-information game needs for a policy
+to reach equilibrium (Leduc poker's observation tensor maps its 936 information states onto 516
+tensors, and the CFR+ equilibrium projected onto such observations is 0.18 exploitable). Games
+without one are read through their observation tensor. The id chooses otherwise with a suffix:
+``spiel:leduc_poker[observation]`` or ``spiel:goofspiel(num_cards=4)[information_state]``; the
+id, suffix included, is what snapshots record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 from typing import Literal
@@ -23,6 +32,28 @@ import pyspiel
 from games.core import GameError, GameSpec
 
 ObservationKind = Literal["observation", "information_state"]
+OBSERVATION_KINDS: tuple[ObservationKind, ...] = ("observation", "information_state")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpielId:
+    """The parts of a ``spiel:`` id after the prefix: ``game_string[kind]``."""
+
+    game_string: str
+    """The pyspiel game string, e.g. ``leduc_poker`` or ``goofspiel(num_cards=4)``."""
+    kind: ObservationKind | None
+    """The tensor the id asks for; None: the default (information state where provided)."""
+
+
+def parse_spiel_id(text: str) -> SpielId:
+    """Split ``leduc_poker[observation]`` into the game string and the tensor choice."""
+    text = text.strip()
+    if not text.endswith("]"):
+        return SpielId(text, None)
+    game_string, _, kind = text[:-1].rpartition("[")
+    if kind not in OBSERVATION_KINDS or not game_string:
+        raise GameError(f"bad tensor choice in spiel:{text}: the suffix is [observation] or [information_state]")
+    return SpielId(game_string.strip(), kind)
 
 # pyspiel parameter types, which it checks strictly (an int for a float parameter is an error).
 _SCALARS = {bool: "true or false", int: "an integer", float: "a decimal number like 0.5", str: "a word"}
@@ -82,14 +113,23 @@ def _first_line(exc: Exception) -> str:
     return lines[0].strip().rstrip(".") if lines else type(exc).__name__
 
 
-def observation_kind(game: pyspiel.Game) -> ObservationKind:
-    """Which tensor Ludus feeds a seat: the observation tensor when the game provides one, else
-    the information-state tensor."""
-    return "observation" if game.get_type().provides_observation_tensor else "information_state"
+def observation_kind(game: pyspiel.Game, requested: ObservationKind | None = None) -> ObservationKind:
+    """Which tensor Ludus feeds a seat: `requested` if given (checked to exist), else the
+    information-state tensor when the game provides one (perfect recall), else the observation."""
+    game_type = game.get_type()
+    provided = {"observation": game_type.provides_observation_tensor,
+                "information_state": game_type.provides_information_state_tensor}
+    if requested is not None:
+        if not provided[requested]:
+            other = next(kind for kind in OBSERVATION_KINDS if kind != requested)
+            raise GameError(f"OpenSpiel game {game_type.short_name!r} provides no {requested} tensor; "
+                            f"use [{other}] or no suffix")
+        return requested
+    return "information_state" if provided["information_state"] else "observation"
 
 
-def observation_shape(game: pyspiel.Game) -> tuple[int, ...]:
-    if observation_kind(game) == "observation":
+def observation_shape(game: pyspiel.Game, kind: ObservationKind) -> tuple[int, ...]:
+    if kind == "observation":
         return tuple(game.observation_tensor_shape())
     return tuple(game.information_state_tensor_shape())
 
@@ -99,19 +139,26 @@ def _tensor(state: pyspiel.State, seat: int, kind: ObservationKind, shape: tuple
     return np.asarray(values, dtype=np.float32).reshape(shape)
 
 
-def spiel_observation(state: pyspiel.State, seat: int) -> np.ndarray:
-    """What `seat` sees in `state`: exactly the array `SpielGame.observation` gives a policy.
+def spiel_observation(state: pyspiel.State, seat: int, kind: ObservationKind) -> np.ndarray:
+    """What `seat` sees in `state` when the game is read through `kind` tensors: exactly the
+    array `SpielGame.observation` gives a policy.
 
     Tools that score a policy on pyspiel states (exploitability, best response) call this so they
     evaluate the same function of the state that played."""
-    game = state.get_game()
-    return _tensor(state, seat, observation_kind(game), observation_shape(game))
+    return _tensor(state, seat, kind, observation_shape(state.get_game(), kind))
+
+
+def spiel_observation_kind(game_id: str) -> ObservationKind:
+    """The tensor a ``spiel:`` game id is read through (suffix or default)."""
+    parsed = parse_spiel_id(game_id.removeprefix("spiel:"))
+    return observation_kind(load_spiel_game(parsed.game_string), parsed.kind)
 
 
 @functools.lru_cache(maxsize=None)
 def spiel_spec(text: str) -> GameSpec:
     """The GameSpec of ``spiel:<text>`` (cached: specs are frozen values)."""
-    game = load_spiel_game(text)
+    parsed = parse_spiel_id(text)
+    game = load_spiel_game(parsed.game_string)
     game_type = game.get_type()
     utility = game_type.utility
     zero_sum = utility in (pyspiel.GameType.Utility.ZERO_SUM, pyspiel.GameType.Utility.CONSTANT_SUM)
@@ -119,7 +166,7 @@ def spiel_spec(text: str) -> GameSpec:
         id=f"spiel:{text.strip()}",
         num_players=game.num_players(),
         num_actions=game.num_distinct_actions(),
-        observation_shape=observation_shape(game),
+        observation_shape=observation_shape(game, observation_kind(game, parsed.kind)),
         zero_sum=zero_sum,
         utility_sum=float(game.utility_sum()) if zero_sum else None,
         min_utility=float(game.min_utility()),
@@ -129,7 +176,7 @@ def spiel_spec(text: str) -> GameSpec:
         simultaneous=game_type.dynamics == pyspiel.GameType.Dynamics.SIMULTANEOUS,
         has_chance=game_type.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC,
         perfect_information=game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION,
-        spiel_name=text.strip(),
+        spiel_name=parsed.game_string,
     )
 
 
@@ -141,9 +188,11 @@ class SpielGame:
     """
 
     def __init__(self, text: str):
-        self.game = load_spiel_game(text)
+        parsed = parse_spiel_id(text)
+        self.game = load_spiel_game(parsed.game_string)
         self.spec = spiel_spec(text)
-        self._kind = observation_kind(self.game)
+        self.kind = observation_kind(self.game, parsed.kind)
+        """The tensor seats see (`observation_kind`)."""
         self._shape = self.spec.observation_shape
         self._num_players = self.spec.num_players
         self._num_actions = self.spec.num_actions
@@ -186,7 +235,7 @@ class SpielGame:
         return self._to_move
 
     def observation(self, seat: int) -> np.ndarray:
-        return _tensor(self.state, seat, self._kind, self._shape)
+        return _tensor(self.state, seat, self.kind, self._shape)
 
     def legal_mask(self, seat: int) -> np.ndarray:
         mask = np.zeros(self._num_actions, dtype=bool)
@@ -243,5 +292,6 @@ class SpielGame:
 
 
 def make_spiel_game(text: str) -> SpielGame:
-    """``spiel:<text>``: e.g. ``make_spiel_game("goofspiel(num_cards=4)")``."""
+    """``spiel:<text>``: e.g. ``make_spiel_game("goofspiel(num_cards=4)")`` or
+    ``make_spiel_game("leduc_poker[observation]")``."""
     return SpielGame(text)

@@ -90,5 +90,11 @@ class SimpleTag:
         return f"tags so far: {self._tags}\n{self._game.render()}"
 
 
-SIMPLE_TAG_ENTRY = GameEntry("simple_tag", SimpleTag, None,
-                             "MPE predator-prey, 3 predators (team 0) vs 1 prey (team 1); predators win by one tag")
+SIMPLE_TAG_ENTRY = GameEntry(
+    "simple_tag", SimpleTag, None,
+    "MPE predator-prey, 3 predators (team 0) vs 1 prey (team 1); predators win by one tag",
+    layout="observation: float32 [16] (mpe2 simple_tag_v3): own velocity (2), own position (2), the obstacles' "
+           "positions relative to it (2 each), the other agents' relative positions (2 each, seat order), then "
+           "for a predator the prey's velocity (2); the prey's 14 entries are zero-padded to 16.\n"
+           "actions: 0 stay, 1 left, 2 right, 3 down, 4 up (all seats move at once).\n"
+           "seats 0-2 are the predators (team 0), seat 3 the prey (team 1).")

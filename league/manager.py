@@ -37,6 +37,7 @@ from league.learning import Learner, due_for_snapshot, freeze, learn, make_learn
 from league.ledger import Store, atomic_write_json
 from league.metrics import IterationSummary, LeagueTotals, PhaseClock, RunLog
 from league.payoff import PayoffTable
+from league.output import write_output_policy
 from league.planner import LeagueView, Planner
 from league.population import Member, Population, with_absolute_paths
 from league.ratings import RatingTable, TrueSkillParams, ensure_params
@@ -238,6 +239,7 @@ class League:
         metrics: dict[str, float] = {}
         if frozen:
             self.backend.set_population(with_absolute_paths(self.population.frozen(), self.run_dir))
+            write_output_policy(self.spec, self.config, self.population, self.run_dir, self.iteration)
             for hook in self.on_population_change:
                 metrics.update(hook(self))
         return frozen, metrics

@@ -10,7 +10,7 @@ from games import registry
 from games.core import GameError, is_over
 from games.gym import make_gym_game
 from games.pz import make_pettingzoo_game
-from games.spiel import load_spiel_game, make_spiel_game, observation_kind, spiel_observation
+from games.spiel import load_spiel_game, make_spiel_game, observation_kind, spiel_observation, spiel_observation_kind
 
 
 def play_random(game, seed: int, rng: np.random.Generator) -> tuple[np.ndarray, list[tuple[int, ...]]]:
@@ -93,22 +93,63 @@ def test_spiel_goofspiel_moves_simultaneously():
 def test_spiel_spec_values():
     spec = registry.spec("spiel:kuhn_poker(players=3)")
     assert spec.id == "spiel:kuhn_poker(players=3)" and spec.spiel_name == "kuhn_poker(players=3)"
-    assert (spec.num_players, spec.num_actions, spec.observation_shape) == (3, 2, (10,))
+    # information-state tensors by default (perfect recall), observation tensors on request
+    assert (spec.num_players, spec.num_actions, spec.observation_shape) == (3, 2, (17,))
+    assert registry.spec("spiel:kuhn_poker(players=3)[observation]").observation_shape == (10,)
+    assert registry.spec("spiel:kuhn_poker(players=3)[observation]").spiel_name == "kuhn_poker(players=3)"
     assert spec.zero_sum and spec.utility_sum == 0.0
     assert (spec.min_utility, spec.max_utility) == (-2.0, 4.0)
     assert registry.spec("spiel:connect_four").observation_shape == (3, 6, 7)
     assert registry.spec("spiel:leduc_poker").max_length == 8
 
 
-def test_spiel_observation_matches_what_played():
-    game = make_spiel_game("leduc_poker")
-    assert observation_kind(game.game) == "observation"
+@pytest.mark.parametrize("game_id, kind", [("leduc_poker", "information_state"),
+                                            ("leduc_poker[observation]", "observation")])
+def test_spiel_observation_matches_what_played(game_id, kind):
+    game = make_spiel_game(game_id)
+    assert game.kind == kind and spiel_observation_kind("spiel:" + game_id) == kind
     rng = np.random.default_rng(3)
     game.reset(5)
     while game.to_move():
         (seat,) = game.to_move()
-        np.testing.assert_array_equal(spiel_observation(game.state, seat), game.observation(seat))
+        np.testing.assert_array_equal(spiel_observation(game.state, seat, kind), game.observation(seat))
         game.step({seat: int(rng.choice(np.flatnonzero(game.legal_mask(seat))))})
+
+
+def _information_states(game: pyspiel.Game) -> dict[str, set[tuple[float, ...]]]:
+    """Every information state of a small game with the set of tensors that seats get in it."""
+    seen: dict[str, set[tuple[float, ...]]] = {}
+    stack = [game.new_initial_state()]
+    while stack:
+        state = stack.pop()
+        if state.is_terminal():
+            continue
+        if state.is_chance_node():
+            stack.extend(state.child(a) for a, _ in state.chance_outcomes())
+            continue
+        seat = state.current_player()
+        key = state.information_state_string(seat)
+        seen.setdefault(key, set()).add(tuple(spiel_observation(state, seat, "information_state")))
+        stack.extend(state.child(a) for a in state.legal_actions())
+    return seen
+
+
+def test_leduc_information_state_tensors_have_perfect_recall():
+    # Leduc's observation tensor maps its 936 information states onto 516 tensors; the default
+    # information-state tensor tells every one apart (and is one tensor per information state).
+    seen = _information_states(load_spiel_game("leduc_poker"))
+    assert len(seen) == 936
+    assert all(len(tensors) == 1 for tensors in seen.values())
+    assert len({t for tensors in seen.values() for t in tensors}) == 936
+    assert registry.spec("spiel:leduc_poker").observation_shape == (30,)
+
+
+def test_spiel_tensor_choice_is_checked():
+    with pytest.raises(GameError, match="provides no information_state tensor"):
+        registry.spec("spiel:connect_four[information_state]")
+    with pytest.raises(GameError, match=r"suffix is \[observation\] or \[information_state\]"):
+        registry.spec("spiel:leduc_poker[obs]")
+    assert registry.spec("spiel:connect_four").observation_shape == (3, 6, 7)  # observation only
 
 
 def test_spiel_falls_back_to_information_state_tensors():

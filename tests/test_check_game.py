@@ -152,7 +152,28 @@ def test_ludus_games_lists_every_id(capsys):
     for game_id in registry.listed_ids():
         assert game_id in out
     row = next(line for line in out.splitlines() if line.startswith("spiel:kuhn_poker "))
-    assert row.split()[1:4] == ["2", "2", "7"]
+    assert row.split()[1:4] == ["2", "2", "11"]  # the information-state tensor
+
+
+def test_ludus_games_describe_states_what_the_game_does(capsys):
+    assert main(["games", "--describe", "connect_four"]) == 0
+    out = capsys.readouterr().out
+    assert "row 0 is the BOTTOM row" in out and "0..6 = the column" in out
+    # ... and the game does what the text says: seat 0 drops into column 0, seat 1 sees an
+    # opponent stone (plane 1) in row 0, column 0
+    game = registry.make("connect_four")
+    game.reset(0)
+    game.step({0: 0})
+    assert game.observation(1)[1, 0, 0] == 1.0 and game.observation(1)[2, 0, 0] == 0.0
+    assert main(["games", "--describe", "spiel:kuhn_poker"]) == 0
+    out = capsys.readouterr().out
+    assert "information_state_tensor" in out and "0 Pass, 1 Bet" in out
+    assert main(["games", "--describe", "spiel:kuhn_poker[observation]"]) == 0
+    assert "observation_tensor" in capsys.readouterr().out
+    assert main(["games", "--describe", "negotiation"]) == 0
+    assert "vocabulary (token id word): 0 <pad>" in capsys.readouterr().out
+    for game_id in registry.native_names():  # every native game documents its layout
+        assert registry.native_entry(game_id).layout, game_id
 
 
 def test_ludus_games_check_runs_the_checker(capsys):

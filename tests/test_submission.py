@@ -201,7 +201,7 @@ def test_corrupt_or_foreign_snapshot_is_refused(snapshot, tmp_path):
     manifest.write_text(json.dumps({"format_version": 1}))
     refused(broken, "unreadable snapshot: malformed manifest")
     (broken / "manifest.json").unlink()
-    refused(broken, "no agent.toml .* and no manifest.json")
+    refused(broken, "no agent.toml .*, no manifest.json .* and no mixture.json")
 
 
 # ---------------------------------------------------------------------------------- built-ins

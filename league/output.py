@@ -1,0 +1,62 @@
+"""The league's output policy, written as a mixture checkpoint at every population change.
+
+What a league "returns" depends on its recipe: for PSRO (a role with `meta_nash` weight) it is the
+meta-Nash mixture over the whole frozen population (Lanctot et al. 2017: the meta-strategy, not
+the last best response, is the approximate equilibrium); for every other recipe it is the main
+agent, the newest snapshot of the first `main` role (AlphaStar's main agents are what it ships).
+Either way ``<run>/output_policy/mixture.json`` (agents/mixture.py) names it, with paths into the
+run's snapshots, so ``ludus evaluate``, ``ludus play``, ``ludus export`` and the arena take it
+like any checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agents.mixture import OUTPUT_POLICY_DIR, Mixture, MixtureComponent, write_mixture
+from games.core import GameSpec
+from league.config import LeagueConfig
+from league.population import Member, Population
+
+OUTPUT_DIR = OUTPUT_POLICY_DIR
+
+
+def output_mixture(spec: GameSpec, config: LeagueConfig, population: Population, run_dir: Path,
+                   iteration: int) -> Mixture | None:
+    """The run's output policy now (None before the main role's first snapshot)."""
+    psro_role = next((role for role in config.roles if role.meta_nash > 0), None)
+    if psro_role is not None:
+        from league.psro import meta_game
+
+        frozen = population.frozen()
+        nash = meta_game(spec, frozen, run_dir).nash
+        support = [(member, float(weight)) for member, weight in zip(frozen, nash) if weight > 0]
+        source = "meta-Nash of the exact PSRO meta-game over the frozen population"
+    else:
+        main = next((role for role in config.roles if role.kind == "main"), config.roles[0])
+        snapshots = population.snapshots(main.name)
+        if not snapshots:
+            return None
+        support = [(snapshots[-1], 1.0)]
+        source = f"newest snapshot of role {main.name!r} (the main agent)"
+    components = tuple(_component(member, weight) for member, weight in support)
+    return Mixture(spec.id, components, source, iteration)
+
+
+def _component(member: Member, weight: float) -> MixtureComponent:
+    if member.kind == "anchor":
+        return MixtureComponent(member.player_id, weight, bot=member.bot)
+    # member paths are relative to the run directory; the mixture's to its own directory
+    relative = os.path.relpath(member.snapshot_path, OUTPUT_DIR) if not os.path.isabs(member.snapshot_path) \
+        else member.snapshot_path
+    return MixtureComponent(member.player_id, weight, snapshot=relative, snapshot_id=member.snapshot_id)
+
+
+def write_output_policy(spec: GameSpec, config: LeagueConfig, population: Population, run_dir: Path,
+                        iteration: int) -> Mixture | None:
+    """Write ``<run>/output_policy/mixture.json`` (atomically); returns what was written."""
+    mixture = output_mixture(spec, config, population, run_dir, iteration)
+    if mixture is not None:
+        write_mixture(run_dir / OUTPUT_DIR, mixture)
+    return mixture
