@@ -173,6 +173,8 @@ class SandboxedAgent:
         """Wall-clock time spent in (re)starts so far (against `SandboxLimits.startup_budget_s`)."""
         self._match_moves = 0
         """Actions the agent gave in the current match."""
+        self.last_answer_at = 0.0
+        """Monotonic time of the agent's last answer (its stray-line window runs `settle_s` from it)."""
         self.starts = 0
         """How many times the process was (re)started."""
         self.ready_name: str | None = None
@@ -454,6 +456,7 @@ class SandboxedAgent:
         if not legal_mask[message.action]:
             return self._fault(MatchStatus.INVALID, f"illegal action {message.action}")
         self._match_moves += 1
+        self.last_answer_at = time.monotonic()
         return message.action
 
     def request_action(self, match_id: str, observation: np.ndarray, legal_mask: np.ndarray,
@@ -621,16 +624,15 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
         for seat in movers:
             moves.append(MoveRecord(seat, actions[seat], move_think[seat]))
 
-    # One settle window for all seats at a time (a shared deadline), so a match waits settle_s
-    # twice, not twice per seat.
+    # Each seat listens settle_s from its own last answer (in practice only the last mover
+    # waits), and one shared window after `end`: a match waits about 2 x settle_s, not per seat.
     present = [agent for agent in sandboxed if agent is not None]
     settle_s = max((agent.limits.settle_s for agent in present), default=0.0)
     if not any(faults):
         # output nobody asked for (a second answer to the last move) forfeits this match
-        until = time.monotonic() + settle_s
         for seat, agent in enumerate(sandboxed):
             if agent is not None:
-                faults[seat] = agent.check_quiet(until)
+                faults[seat] = agent.check_quiet(agent.last_answer_at + agent.limits.settle_s)
     returns = forfeit_returns(spec, [f is not None for f in faults]) if any(faults) \
         else tuple(float(r) for r in game.returns())
     for seat, agent in enumerate(sandboxed):

@@ -108,9 +108,9 @@ class SandboxLimits:
     shutdown_grace_s: float = 1.0
     """Seconds an agent gets to exit after ``shutdown`` before it is killed."""
     settle_s: float = 0.05
-    """Seconds the arena listens after a match's last move (a stray or second answer is a fault of
-    that match) and after ``end`` (stderr written while handling it is kept with that match).
-    Later output counts toward the next match. 0 checks only what has already arrived."""
+    """Seconds the arena listens after the agent's last answer of a match (a stray or second answer
+    is a fault of that match) and after ``end`` (stderr written while handling it is kept with that
+    match). Later output counts toward the next match. 0 checks only what has already arrived."""
 
 
 def describe_exit(code: int | None) -> str:
