@@ -337,48 +337,61 @@ class LMPolicy:
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, rng: np.random.Generator,
                  stop_token: int | None, legal_mask_fn: LegalMaskFn | None = None,
-                 greedy: bool = False) -> Generation:
+                 greedy: bool = False, reuse_prefix: bool = True) -> Generation:
         """Continue every prompt by up to `max_new_tokens`, all rows in one batch per step.
 
         Prompts of different lengths are LEFT-padded so that every row's next token sits in the
         last column; the attention mask hides the pads and position ids count real tokens only
         (position = number of real tokens before), so each row is computed exactly as if alone.
-        The KV cache makes each step cost one token per row. A row stops after emitting
-        `stop_token`; finished rows keep feeding padding until all are done (their outputs are
-        ignored).
+        With `reuse_prefix`, the tokens every prompt starts with (a game's rules and a role's
+        system prompt) are read once and their KV cache is shared by all rows; the rest of each
+        prompt follows, left-padded after the prefix, with the same masks and positions. The KV
+        cache makes each step cost one token per row. A row stops after emitting `stop_token` and
+        leaves the batch and the cache, so the rows still talking decode without it.
         """
         rows = self._check_prompts(prompts, max_new_tokens)
-        batch, longest = len(rows), max(len(r) for r in rows)
+        batch = len(rows)
         uniforms = None if greedy else rng.random((batch, max_new_tokens))
-        ids = np.full((batch, longest), self.pad_id, dtype=np.int64)
-        attention = np.zeros((batch, longest), dtype=np.int64)
-        for i, row in enumerate(rows):
-            ids[i, longest - len(row):] = row
-            attention[i, longest - len(row):] = 1
-        attention_t = torch.from_numpy(attention)
-        positions = (attention_t.cumsum(dim=1) - 1).clamp(min=0)
         out = _GenerationBuffers(batch, max_new_tokens, self.pad_id)
-        finished = np.zeros(batch, dtype=bool)
-        all_rows = np.arange(batch)
+        # every row keeps at least one token after the shared prefix: its last token's hidden
+        # state gives the row's first logits
+        shared = min(common_prefix_length(rows), min(len(r) for r in rows) - 1) if reuse_prefix and batch > 1 else 0
         with torch.inference_mode():
-            hidden, past = self.model.trunk(torch.from_numpy(ids), attention_t, None, positions, use_cache=True)
+            past, attention_t, start = None, torch.zeros((batch, 0), dtype=torch.int64), 0
+            if shared > 0:
+                prefix = torch.tensor([rows[0][:shared]], dtype=torch.int64)
+                _, past = self.model.trunk(prefix, None, None, torch.arange(shared)[None], use_cache=True)
+                past.batch_repeat_interleave(batch)
+                attention_t = torch.ones((batch, shared), dtype=torch.int64)
+                start = shared
+            suffixes = [row[shared:] for row in rows]
+            longest = max(len(r) for r in suffixes)
+            ids = np.full((batch, longest), self.pad_id, dtype=np.int64)
+            attention = np.zeros((batch, longest), dtype=np.int64)
+            for i, row in enumerate(suffixes):
+                ids[i, longest - len(row):] = row
+                attention[i, longest - len(row):] = 1
+            suffix_attention = torch.from_numpy(attention)
+            positions = start + (suffix_attention.cumsum(dim=1) - 1).clamp(min=0)
+            attention_t = torch.cat([attention_t, suffix_attention], dim=1)
+            hidden, past = self.model.trunk(torch.from_numpy(ids), attention_t, past, positions, use_cache=True)
             next_position = positions[:, -1:] + 1
+            live = np.arange(batch)  # the prompt row of each row still in the batch
             for step in range(max_new_tokens):
                 logits, values = self.model.heads(hidden[:, -1])
-                mask = None
-                if legal_mask_fn is not None:
-                    mask = np.ones((batch, logits.shape[-1]), dtype=bool)
-                    active = all_rows[~finished]
-                    mask[active] = legal_mask_fn(active, out.tokens[active, :step])
-                tokens, log_probs = sample_tokens(logits, mask, None if uniforms is None else uniforms[:, step])
-                out.record(all_rows[~finished], step, tokens[~finished], log_probs[~finished],
-                           values.numpy()[~finished])
-                if stop_token is not None:
-                    finished |= tokens == stop_token
-                if finished.all() or step == max_new_tokens - 1:
+                mask = None if legal_mask_fn is None else legal_mask_fn(live, out.tokens[live, :step])
+                tokens, log_probs = sample_tokens(logits, mask, None if uniforms is None else uniforms[live, step])
+                out.record(live, step, tokens, log_probs, values.numpy())
+                done = tokens == stop_token if stop_token is not None else np.zeros(len(live), dtype=bool)
+                if done.all() or step == max_new_tokens - 1:
                     break
-                tokens[finished] = self.pad_id
-                attention_t = torch.cat([attention_t, torch.ones((batch, 1), dtype=torch.int64)], dim=1)
+                if done.any():
+                    # finished rows leave the batch (and the KV cache): the rest decode alone
+                    keep = torch.from_numpy(np.flatnonzero(~done))
+                    past.batch_select_indices(keep)
+                    attention_t, next_position = attention_t[keep], next_position[keep]
+                    live, tokens = live[~done], tokens[~done]
+                attention_t = torch.cat([attention_t, torch.ones((len(live), 1), dtype=torch.int64)], dim=1)
                 hidden, past = self.model.trunk(torch.from_numpy(tokens[:, None]), attention_t, past,
                                                 next_position, use_cache=True)
                 next_position = next_position + 1
@@ -411,6 +424,15 @@ class LMPolicy:
                     hidden, past = self.model.trunk(torch.from_numpy(tokens[:, None]), None, past, position,
                                                     use_cache=True)
         return out.freeze()
+
+
+def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
+    """Number of leading tokens all rows share."""
+    first, n = rows[0], min(len(r) for r in rows)
+    for i in range(n):
+        if any(r[i] != first[i] for r in rows):
+            return i
+    return n
 
 
 @dataclass

@@ -134,6 +134,22 @@ def test_batched_generation_equals_naive(model, greedy):
         assert (batched.tokens[i, len(row):] == PAD).all()
 
 
+@pytest.mark.parametrize("greedy", [True, False])
+def test_shared_prefix_is_read_once_with_the_same_tokens(model, greedy):
+    """Prompts that start alike (rules, a role's prompt): the prefix's KV cache is computed once
+    and shared; the tokens, log-probs and values equal generation without reuse."""
+    rng = np.random.default_rng(3)
+    prefix = [int(t) for t in rng.integers(1, VOCAB, size=12)]
+    prompts = [prefix + p for p in _prompts(rng, 7)] + [prefix[:5]]  # one prompt inside the prefix
+    reused = LMPolicy(model).generate(prompts, 15, np.random.default_rng(5), stop_token=STOP, greedy=greedy)
+    plain = LMPolicy(model).generate(prompts, 15, np.random.default_rng(5), stop_token=STOP, greedy=greedy,
+                                     reuse_prefix=False)
+    np.testing.assert_array_equal(reused.tokens, plain.tokens)
+    np.testing.assert_array_equal(reused.lengths, plain.lengths)
+    np.testing.assert_allclose(reused.log_probs, plain.log_probs, atol=1e-5)
+    np.testing.assert_allclose(reused.values, plain.values, atol=1e-5)
+
+
 def test_generation_agrees_with_full_forward(model):
     """KV-cache log-probs and values equal those of one full forward over prompt + generated tokens."""
     prompts = _prompts(np.random.default_rng(1), 4)
