@@ -147,3 +147,29 @@ def test_smollm2_is_converted_once_and_takes_adapters(smollm2_dir):
     reply = lm.tokenizer.apply_chat_template([{"role": "user", "content": "Say hi."}], tokenize=False,
                                              add_generation_prompt=True)
     assert "<|im_start|>assistant" in reply
+
+
+def test_generation_reuses_the_chat_prefix_with_the_same_tokens(tiny_bases):
+    """Chat prompts sharing a system prompt (RoPE model, real tokenizer): reading the prefix once
+    and sharing its KV cache gives the tokens of generation without reuse; stopped rows leave."""
+    import numpy as np
+
+    from agents.lm import LMPolicy, common_prefix_length
+
+    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LORA), seed=3)
+    system = "You play tic-tac-toe. Answer with the number of a free cell."
+    rows = [lm.tokenizer(lm.tokenizer.apply_chat_template(
+        [{"role": "system", "content": system}, {"role": "user", "content": f"Board {i}: " + "x." * i}],
+        tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"] for i in range(6)]
+    assert common_prefix_length(rows) > 10 and len({len(r) for r in rows}) > 1
+    policy = LMPolicy(lm.model, pad_id=lm.tokenizer.eos_token_id)
+    # stop on the token row 0 says third (greedy), so some rows stop early and leave the batch
+    stop = int(policy.generate(rows, 3, np.random.default_rng(0), stop_token=None, greedy=True).tokens[0, 2])
+    for greedy in (True, False):
+        reused = policy.generate(rows, 12, np.random.default_rng(1), stop_token=stop, greedy=greedy)
+        plain = policy.generate(rows, 12, np.random.default_rng(1), stop_token=stop, greedy=greedy,
+                                reuse_prefix=False)
+        np.testing.assert_array_equal(reused.tokens, plain.tokens)
+        np.testing.assert_allclose(reused.log_probs, plain.log_probs, atol=1e-4)
+        if greedy:
+            assert reused.lengths[0] <= 3  # row 0 stopped and left the batch
