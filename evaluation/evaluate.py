@@ -365,7 +365,7 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
     if components[0].player_id != candidate_id:  # a mixture: its components take turns
         assignments = _draw_components(assignments, candidate_id, components, mixture, seed)
     component_ids = {m.player_id for m in components}
-    greedy_players = (tuple(component_ids) + tuple(m.player_id for m in opponents if m.kind == "snapshot")
+    greedy_players = (tuple(sorted(component_ids)) + tuple(m.player_id for m in opponents if m.kind == "snapshot")
                       if greedy else ())
     tasks = _shard(assignments, num_runners, seed, greedy_players)
     envs = max(1, min(num_envs, -(-len(assignments) // len(tasks))))
