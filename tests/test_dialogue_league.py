@@ -354,10 +354,11 @@ def test_negotiation_skill_acceptance(tmp_path):
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
     spec.loader.exec_module(module)
-    report = module.run_negotiation_skill(tmp_path / "run", num_contexts=512, seed=0)
+    report = module.run_negotiation_skill(tmp_path / "run", num_contexts=2048, seed=0)
     for name, figure, target, passed in report.goals():
         print(f"goal {name}: {figure:.3f} (target {target}) {'PASS' if passed else 'FAIL'}")
-    # Seed 0 measured: gains +2.02 / +1.16 (seat 0 / seat 1), lower bounds +1.68 / +0.81.
+    # Seed 0 measured (2048 contexts, the benchmark's default: at 512 a seat's gain has a standard
+    # error of ~0.16): gains +1.93 / +1.22 (seat 0 / seat 1), lower bounds +1.79 / +1.05.
     excluded = {"negotiation_wall_seconds"}
     failed = [name for name, _, _, passed in report.goals() if not passed and name not in excluded]
     assert not failed, f"failed: {failed}"
