@@ -349,21 +349,28 @@ def _architecture_mismatch(spec: GameSpec, config: NetConfig, shapes: Mapping[st
     return shape_mismatch(expected, shapes)
 
 
-def load_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> LoadedSnapshot:
-    """Verify the snapshot at `path` and rebuild its net (JSON + safetensors only, never pickle).
-
-    `expect_game`: refuse a snapshot of any other game id.
-    """
+def _read_kind(path: str | os.PathLike, expect_game: str | None, kind: str,
+               weights: str) -> tuple[Path, SnapshotManifest, bytes]:
+    """The manifest of the snapshot at `path`, refused (one line) unless it plays `expect_game`
+    (when given), holds a `kind` model and lists the file `weights`."""
     directory = Path(path)
     manifest, manifest_bytes = read_manifest(directory)
     if expect_game is not None and manifest.game_id != expect_game:
         raise SnapshotError(f"snapshot {directory} plays {manifest.game_id!r}, not {expect_game!r}: "
                             f"pick a snapshot of {expect_game!r}")
-    if manifest.kind != KIND_ACTOR_CRITIC:
-        raise SnapshotError(f"snapshot {directory} holds a {manifest.kind!r} model; load_snapshot reads "
-                            f"{KIND_ACTOR_CRITIC!r} snapshots only")
-    if WEIGHTS_NAME not in dict(manifest.files):
-        raise SnapshotError(f"malformed manifest {directory / MANIFEST_NAME}: it lists no {WEIGHTS_NAME}")
+    if manifest.kind != kind:
+        raise SnapshotError(f"snapshot {directory} holds a {manifest.kind!r} model, not a {kind!r} one")
+    if weights not in dict(manifest.files):
+        raise SnapshotError(f"malformed manifest {directory / MANIFEST_NAME}: it lists no {weights}")
+    return directory, manifest, manifest_bytes
+
+
+def load_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> LoadedSnapshot:
+    """Verify the snapshot at `path` and rebuild its net (JSON + safetensors only, never pickle).
+
+    `expect_game`: refuse a snapshot of any other game id.
+    """
+    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_ACTOR_CRITIC, WEIGHTS_NAME)
     ref, weights_bytes = _check_files(directory, manifest, manifest_bytes, keep=WEIGHTS_NAME)
     try:
         config = NetConfig.from_json(manifest.architecture)
@@ -453,17 +460,7 @@ def load_lm_snapshot(path: str | os.PathLike, expect_game: str | None = None) ->
     JSON/text only, never pickle). `expect_game`: refuse a snapshot of any other game id."""
     from agents.lm import LMError, lm_from_snapshot_files
 
-    directory = Path(path)
-    manifest, manifest_bytes = read_manifest(directory)
-    if expect_game is not None and manifest.game_id != expect_game:
-        raise SnapshotError(f"snapshot {directory} plays {manifest.game_id!r}, not {expect_game!r}: "
-                            f"pick a snapshot of {expect_game!r}")
-    if manifest.kind != KIND_LM:
-        raise SnapshotError(f"snapshot {directory} holds a {manifest.kind!r} model; load_lm_snapshot reads "
-                            f"{KIND_LM!r} snapshots only")
-    names = dict(manifest.files)
-    if WEIGHTS_NAME not in names:
-        raise SnapshotError(f"malformed manifest {directory / MANIFEST_NAME}: it lists no {WEIGHTS_NAME}")
+    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM, WEIGHTS_NAME)
     # Re-hash every file, keeping the bytes that were hashed (the weights and the tokenizer files).
     hashes = {MANIFEST_NAME: sha256_hex(manifest_bytes)}
     contents: dict[str, bytes] = {}
@@ -538,15 +535,7 @@ def load_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
     from agents.lm import LMError
     from agents.pretrained import BASE_MODELS, LoRAConfig, PretrainedLMConfig, load_pretrained_lm, restore_adapters
 
-    directory = Path(path)
-    manifest, manifest_bytes = read_manifest(directory)
-    if expect_game is not None and manifest.game_id != expect_game:
-        raise SnapshotError(f"snapshot {directory} plays {manifest.game_id!r}, not {expect_game!r}: "
-                            f"pick a snapshot of {expect_game!r}")
-    if manifest.kind != KIND_LM_ADAPTER:
-        raise SnapshotError(f"snapshot {directory} holds a {manifest.kind!r} model, not {KIND_LM_ADAPTER!r}")
-    if ADAPTER_WEIGHTS_NAME not in dict(manifest.files):
-        raise SnapshotError(f"malformed manifest {directory / MANIFEST_NAME}: it lists no {ADAPTER_WEIGHTS_NAME}")
+    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM_ADAPTER, ADAPTER_WEIGHTS_NAME)
     ref, data = _check_files(directory, manifest, manifest_bytes, keep=ADAPTER_WEIGHTS_NAME)
     architecture = manifest.architecture
     try:

@@ -332,15 +332,20 @@ class SandboxedAgent:
             events = self._poller.poll(max(1, math.ceil(wait * 1000)))
             for fd, _ in events:
                 if fd == self._out_fd:
-                    try:
-                        chunk = os.read(fd, 1 << 17)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        return self._exited_fault(when)
+                    chunk = self._read_stdout(when)
+                    if isinstance(chunk, AgentFault):
+                        return chunk
                     buf += chunk
                 elif fd == self._err_fd:
                     self._drain_stderr()
+
+    def _read_stdout(self, when: str) -> bytes | AgentFault:
+        """One read of the agent's stdout (b"" if nothing was ready); a closed stdout is a fault."""
+        try:
+            chunk = os.read(self._out_fd, 1 << 17)
+        except BlockingIOError:
+            return b""
+        return chunk or self._exited_fault(when)
 
     def _check_memory(self) -> AgentFault | None:
         self._next_rss_check = time.monotonic() + self.limits.rss_poll_interval_s
@@ -361,14 +366,12 @@ class SandboxedAgent:
                 if fd == self._err_fd:
                     self._drain_stderr()
                 elif fd == self._out_fd:
-                    try:
-                        chunk = os.read(fd, 1 << 17)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        return self._exited_fault(when)
-                    self._buf += chunk
-                    return self._fault(MatchStatus.INVALID, f"sent a line nobody asked for {when}")
+                    chunk = self._read_stdout(when)
+                    if isinstance(chunk, AgentFault):
+                        return chunk
+                    if chunk:
+                        self._buf += chunk
+                        return self._fault(MatchStatus.INVALID, f"sent a line nobody asked for {when}")
             if wait_ms == 0:
                 return None
 
