@@ -324,3 +324,17 @@ def test_a_gym_env_missing_its_dependency_is_one_line():
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "LunarLander-v3" in lines[0] and "box2d" in lines[0].lower(), result.stderr
+
+
+def test_a_snapshot_saved_on_the_old_observation_is_refused_in_one_line(tmp_path):
+    import dataclasses
+
+    from agents.nets import ActorCritic, NetConfig
+    from agents.snapshot import Lineage, SnapshotError, load_snapshot, save_snapshot
+
+    old = dataclasses.replace(registry.spec("spiel:kuhn_poker[observation]"), id="spiel:kuhn_poker")
+    save_snapshot(ActorCritic(old, NetConfig(hidden=(8,))), old, NetConfig(hidden=(8,)), tmp_path / "s",
+                  Lineage(role="t"))
+    with pytest.raises(SnapshotError, match=r"shape \(7,\), spiel:kuhn_poker gives \(11,\)") as info:
+        load_snapshot(tmp_path / "s", expect_game="spiel:kuhn_poker")
+    assert "\n" not in str(info.value)
