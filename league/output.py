@@ -40,16 +40,17 @@ def output_mixture(spec: GameSpec, config: LeagueConfig, population: Population,
             return None
         support = [(snapshots[-1], 1.0)]
         source = f"newest snapshot of role {main.name!r} (the main agent)"
-    components = tuple(_component(member, weight) for member, weight in support)
+    components = tuple(_component(member, weight, Path(run_dir)) for member, weight in support)
     return Mixture(spec.id, components, source, iteration)
 
 
-def _component(member: Member, weight: float) -> MixtureComponent:
+def _component(member: Member, weight: float, run_dir: Path) -> MixtureComponent:
     if member.kind == "anchor":
         return MixtureComponent(member.player_id, weight, bot=member.bot)
-    # member paths are relative to the run directory; the mixture's to its own directory
-    relative = os.path.relpath(member.snapshot_path, OUTPUT_DIR) if not os.path.isabs(member.snapshot_path) \
-        else member.snapshot_path
+    # a run's member paths are relative to the run directory (or absolute); a mixture's paths are
+    # relative to the mixture's own directory
+    path = os.path.join(run_dir, member.snapshot_path)  # an absolute member path stays as it is
+    relative = os.path.relpath(path, run_dir / OUTPUT_DIR)
     return MixtureComponent(member.player_id, weight, snapshot=relative, snapshot_id=member.snapshot_id)
 
 
