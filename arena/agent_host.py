@@ -3,7 +3,7 @@
     python -m arena.agent_host --folder DIR --entry module:attr      # a Python folder
     python -m arena.agent_host --snapshot DIR                        # a league snapshot
     python -m arena.agent_host --mixture DIR                         # a mixture (league output policy)
-    python -m arena.agent_host --check (--folder DIR --entry E | --snapshot DIR) [--game ID]
+    python -m arena.agent_host --check (--folder DIR --entry E | --snapshot DIR | --mixture DIR) [--game ID]
 
 It loads the agent and speaks the JSON-lines protocol (arena/protocol.py) on stdin/stdout. Before
 loading anything it moves the protocol to a private descriptor and points file descriptor 1 at
@@ -14,8 +14,9 @@ used as ``act``. Its ``act(observation, legal_actions, ...)`` gets the observati
 array of the game's observation shape and the legal action ids as a list of ints, and returns
 one of them. It may also accept any of these keyword arguments, passed when its signature names
 them: ``seat``, ``rng`` (a numpy Generator seeded from ``start.seed``, this seat's seed of the
-match), ``time_left_s``, ``match``. A class may define ``start(seat, seed)`` and ``end(returns, seat)``; its constructor
-may accept ``game``, ``num_actions``, ``observation_shape`` and ``seed``.
+match), ``time_left_s``, ``match``. A class may define ``start(seat, seed)`` and
+``end(returns, seat)``; its constructor may accept ``game``, ``num_actions``,
+``observation_shape`` and ``seed``.
 
 ``--check`` loads the agent and prints one JSON line ``{"ok": true, "name": ...}`` or
 ``{"ok": false, "error": "..."}``: the arena runs it in a sandbox at submit time.

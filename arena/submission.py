@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from agents.mixture import MIXTURE_FILE
 from ludus.errors import UserError
 
 if TYPE_CHECKING:
@@ -52,8 +53,6 @@ if TYPE_CHECKING:
 MANIFEST_NAME = "agent.toml"
 SNAPSHOT_MANIFEST = "manifest.json"
 """agents.snapshot.MANIFEST_NAME, not imported from there: that module loads torch."""
-MIXTURE_FILE = "mixture.json"
-"""agents.mixture.MIXTURE_FILE (that module imports agents.snapshot, hence torch)."""
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_FILES = 10_000
 ANY_GAME = "*"
