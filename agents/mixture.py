@@ -12,8 +12,9 @@ mixture directory holds ``mixture.json``:
 
 A component is a snapshot directory (a path relative to the mixture directory, checked against
 the content hash `snapshot_id` when read) or a built-in bot named by id; nothing else is loaded.
-A league writes ``<run>/output_policy/`` (`OUTPUT_POLICY_DIR`) at every population change (league/output.py, with paths
-into the run); ``ludus export`` copies the members in, so the folder stands alone.
+A league writes ``<run>/output_policy/`` (`OUTPUT_POLICY_DIR`) at every population change
+(league/output.py, with paths into the run); ``ludus export`` copies the members in, so the
+folder stands alone.
 
 Play samples one component per game (`MixturePolicy.start_game`); exact tools (exploitability)
 aggregate the components' tabular policies reach-weighted (`agents.exploitability`).
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ludus.errors import UserError
+from ludus.files import atomic_write_json
 
 MIXTURE_FILE = "mixture.json"
 OUTPUT_POLICY_DIR = "output_policy"
@@ -94,11 +96,8 @@ def write_mixture(directory: str | os.PathLike, mixture: Mixture) -> Path:
     """Write ``<directory>/mixture.json`` atomically (a reader never sees half a file)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / MIXTURE_FILE
-    tmp = directory / f".{MIXTURE_FILE}.tmp"
-    tmp.write_text(json.dumps(mixture.to_json(), indent=1) + "\n")
-    os.replace(tmp, target)
-    return target
+    atomic_write_json(directory / MIXTURE_FILE, mixture.to_json())
+    return directory / MIXTURE_FILE
 
 
 def read_mixture(directory: str | os.PathLike, verify: bool = True) -> Mixture:

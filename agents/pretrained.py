@@ -20,9 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import hashlib
 import importlib.util
-import json
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -32,6 +30,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from agents.lm import LMError, LMWithValueHead, load_hf_causal_lm
+from ludus.files import files_digest
 
 ADAPTER_FORMAT = "ludus-lm-adapter-v1"
 ADAPTER_FILE = "adapter.safetensors"
@@ -170,14 +169,7 @@ def base_content_hash(directory: str | os.PathLike) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _hash_files(directory: str, stamps: tuple[tuple[str, int, int], ...]) -> str:
-    entries = []
-    for name, _, _ in stamps:
-        digest = hashlib.sha256()
-        with open(Path(directory) / name, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                digest.update(chunk)
-        entries.append([name, digest.hexdigest()])
-    return hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()
+    return files_digest([(name, Path(directory) / name) for name, _, _ in stamps])
 
 
 # ---------------------------------------------------------------------------- model with adapters

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from arena.submission import Submission, SubmissionKind
 from league.ledger import LEDGER_FILENAME, PlayerRecord, Store
 from ludus.errors import UserError
+from ludus.files import files_digest
 
 ARENA_META_KEY = "arena"
 """Ledger meta key of the arena's identity: {"game": id, "created_at": t, "layout": 1}."""
@@ -141,9 +142,9 @@ def count_tournaments(store: Store) -> int:
 def submission_digest_of_copy(kind: SubmissionKind, copy: Path, max_bytes: int) -> str:
     """Recompute the digest `validate_submission` gave, over the arena's copy.
 
-    Same definition as arena.submission (sha256 over the sorted (name, file sha256) list; a lone
+    Same definition as arena.submission (`ludus.files.files_digest` over the sorted files; a lone
     executable hashes its one file; a snapshot is its snapshot id)."""
-    from arena.submission import _digest, _scan_files  # the one definition of a submission digest
+    from arena.submission import _scan_files
 
     if kind == SubmissionKind.SNAPSHOT:
         from agents.snapshot import SnapshotError, verify_snapshot
@@ -153,8 +154,8 @@ def submission_digest_of_copy(kind: SubmissionKind, copy: Path, max_bytes: int) 
         except SnapshotError as exc:
             raise ArenaError(f"the arena's copy {copy} is damaged: {exc}") from None
     if copy.is_file():
-        return _digest([(copy.name, copy)])
-    return _digest(_scan_files(copy, max_bytes))
+        return files_digest([(copy.name, copy)])
+    return files_digest(_scan_files(copy, max_bytes))
 
 
 def verify_copy(entrant: Entrant, arena_dir: Path, max_bytes: int) -> None:

@@ -30,7 +30,6 @@ a sandboxed process, never in the arena's), a snapshot that fails its hashes or 
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import os
 import re
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from agents.mixture import MIXTURE_FILE
 from ludus.errors import UserError
+from ludus.files import files_digest
 
 if TYPE_CHECKING:
     from agents.policy import Policy
@@ -135,17 +135,6 @@ def _scan_files(root: Path, max_bytes: int) -> list[tuple[str, Path]]:
         if total > max_bytes:
             _fail(f"submission {root} is larger than {max_bytes >> 20} MiB")
     return sorted(files)
-
-
-def _digest(files: list[tuple[str, Path]]) -> str:
-    entries = []
-    for name, path in files:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        entries.append([name, h.hexdigest()])
-    return hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()
 
 
 def _read_manifest(folder: Path) -> dict:
@@ -268,7 +257,7 @@ def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
         if root.stat().st_size > max_bytes:
             _fail(f"{root} is larger than {limits.max_submission_mb} MiB")
         return Submission(SubmissionKind.EXECUTABLE, root.name, "0", None, root,
-                          _digest([(root.name, root)]), executable=root.name)
+                          files_digest([(root.name, root)]), executable=root.name)
     if not root.is_dir():
         _fail(f"{root} is neither a folder nor a regular file")
     if (root / MANIFEST_NAME).exists():
@@ -307,7 +296,7 @@ def _folder(root: Path, game_id: str | None, config: "SandboxConfig", limits: "S
             registry.spec(declared)
         except UserError as exc:
             _fail(f"malformed manifest {where}: game: {exc}")
-    digest = _digest(files)
+    digest = files_digest(files)
     if "executable" in raw:
         program = raw["executable"]
         target = (root / program).resolve() if isinstance(program, str) else None
@@ -364,7 +353,7 @@ def _mixture(root: Path, game_id: str | None, config: "SandboxConfig", limits: "
     _check_game(mixture.game_id, game_id, f"mixture {root}")
     _sandboxed_check(root, ["--mixture", "{copy}", "--game", mixture.game_id], f"mixture {root}",
                      config, limits, timeout_s)
-    digest = _digest(files)
+    digest = files_digest(files)
     return Submission(SubmissionKind.MIXTURE, f"mixture-{digest[:12]}", digest[:12], mixture.game_id, root, digest)
 
 

@@ -36,10 +36,11 @@ from typing import Any, Iterator
 import numpy as np
 
 from league.config import LeagueConfig, config_from_dict, config_to_dict
-from league.ledger import LEDGER_FILENAME, Store, atomic_write_bytes, atomic_write_json
+from league.ledger import LEDGER_FILENAME, Store
 from league.population import Population
 from league.runner import LearnerWeights, MatchAssignment, PlayTask
 from ludus.errors import UserError
+from ludus.files import atomic_write_bytes, atomic_write_json
 
 CHECKPOINT_POINTER = "checkpoint.json"
 """Names the newest complete checkpoint directory (rewritten atomically after it is complete)."""

@@ -32,7 +32,6 @@ import json
 import math
 import os
 import sqlite3
-import tempfile
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -784,36 +783,6 @@ def _release_writer_lock(fd: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # Atomic files (checkpoints)
 # ---------------------------------------------------------------------------------------------
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` so that readers see either the old file or the whole new one.
-
-    Writes a temporary file in the same directory, fsyncs it, renames it over `path`
-    (`os.replace` is atomic on POSIX), then fsyncs the directory so the rename itself is durable.
-    """
-    path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as tmp:
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
-    """`atomic_write_bytes` of `data` as strict JSON (floats round-trip exactly; NaN refused)."""
-    atomic_write_bytes(path, json.dumps(data, sort_keys=True, allow_nan=False).encode("utf-8"))
 
 
 class PlayerIndex:

@@ -34,16 +34,17 @@ from league.config import LeagueConfig, config_from_dict, config_to_dict
 from league.founders import founding_members
 from league.learners import LeagueLearner
 from league.learning import Learner, due_for_snapshot, freeze, learn, make_learner, reset, reset_due
-from league.ledger import Store, atomic_write_json
+from league.ledger import Store
 from league.metrics import IterationSummary, LeagueTotals, PhaseClock, RunLog
-from league.payoff import PayoffTable
 from league.output import write_output_policy
+from league.payoff import PayoffTable
 from league.planner import LeagueView, Planner
 from league.population import Member, Population, with_absolute_paths
 from league.ratings import RatingTable, TrueSkillParams, ensure_params
 from league.recorder import Recorder
 from league.runner import PlayTask
 from league.seeds import INIT_WEIGHTS, LEARNER, MATCHMAKING, rng_from_json, rng_to_json, stream_seed
+from ludus.files import atomic_write_json
 
 __all__ = ["League", "IterationSummary", "RunError", "CHECKPOINT_POINTER", "CONFIG_FILE"]
 log = logging.getLogger("ludus.league")

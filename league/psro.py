@@ -114,7 +114,7 @@ class PayoffCache:
     def save(self) -> None:
         if self.path is None:
             return
-        from league.ledger import atomic_write_json
+        from ludus.files import atomic_write_json
 
         entries = [[a, b, u0, u1] for (a, b), (u0, u1) in sorted(self.returns.items())]
         atomic_write_json(self.path, {"format_version": CACHE_FORMAT_VERSION, "game": self.game_id,

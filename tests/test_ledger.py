@@ -19,11 +19,10 @@ from league.ledger import (
     Store,
     StoreError,
     StoreLockedError,
-    atomic_write_bytes,
-    atomic_write_json,
     outcomes_from_returns,
 )
 from ludus.errors import UserError
+from ludus.files import atomic_write_bytes, atomic_write_json
 
 
 def make_match(match_id: int, players=("a", "b"), returns=(1.0, -1.0), kind="rating", teams=None,
