@@ -23,6 +23,7 @@ from agents.nets import ActorCritic
 from agents.snapshot import load_snapshot
 from games.core import GameSpec
 from ludus.errors import UserError
+from ludus.text import safe_file_name
 
 FORMATS = ("torchscript", "onnx")
 VERIFY_ROWS = 16
@@ -186,7 +187,7 @@ def export_mixture(mixture_dir: str | os.PathLike, fmt: str, out: str | os.PathL
             components.append(component)
             entries.append({**entry, "bot": component.bot})
             continue
-        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in component.player_id)
+        name = safe_file_name(component.player_id)
         if fmt == MIXTURE_FORMAT:
             shutil.copytree(path, out / "members" / name)
             components.append(replace(component, snapshot=f"members/{name}"))

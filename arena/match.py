@@ -18,7 +18,7 @@ import numpy as np
 from arena import protocol
 from arena.isolation import MIB, Isolation, SandboxConfig, SandboxError
 from arena.sandbox import SandboxLimits, SandboxProcess, describe_exit
-from ludus.text import printable
+from ludus.text import printable, safe_file_name
 
 if TYPE_CHECKING:
     from agents.policy import Policy
@@ -647,14 +647,10 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
         if agent is not None:
             path = None
             if agent.config.stderr_dir is not None:
-                path = Path(agent.config.stderr_dir) / f"{_safe_name(match_id)}.seat{seat}.stderr"
+                path = Path(agent.config.stderr_dir) / f"{safe_file_name(match_id)}.seat{seat}.stderr"
             tails[seat] = agent.finish_match(until, path)
     statuses = tuple(MatchStatus.OK if f is None else f.status for f in faults)
     names = tuple(a.name if isinstance(a, SandboxedAgent) else type(a).__name__ for a in agents)
     return MatchRecord(match_id, game_id, seed, names, returns, statuses, tuple(faults), tuple(moves),
                        bool(game.is_truncated() and not game.is_terminal()), tuple(think),
                        time.monotonic() - started, tuple(tails))
-
-
-def _safe_name(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:100]
