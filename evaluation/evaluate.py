@@ -351,19 +351,21 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
             raise EvaluationError(f"{checkpoint_path} plays {mixture.game_id}, the run {run.game_id}")
         candidate_id, snapshot_id = "eval:mixture", "mixture"
         components = _mixture_members(checkpoint_path, mixture)
+        weights = [c.weight for c in mixture.components]
     else:
         loaded = load_snapshot(checkpoint_path, expect_game=run.game_id)
         candidate_id, snapshot_id = f"eval:{loaded.ref.snapshot_id[:12]}", loaded.ref.snapshot_id
         components = [Member(candidate_id, "snapshot", "evaluated", snapshot_path=str(checkpoint_path),
                              snapshot_id=snapshot_id)]
+        weights = None
     opponents = run.frozen(include_anchors)
     if not opponents:
         raise EvaluationError(f"run {run.run_dir} has no frozen members to play"
                               f"{'' if include_anchors else ' (add --anchors to play its anchor bots)'}")
     assignments = paired_assignments(candidate_id, [m.player_id for m in opponents], games_per_opponent,
                                      spec.num_players, seed)
-    if components[0].player_id != candidate_id:  # a mixture: its components take turns
-        assignments = _draw_components(assignments, candidate_id, components, mixture, seed)
+    if weights is not None:  # a mixture: its components take turns
+        assignments = _draw_components(assignments, candidate_id, components, weights, seed)
     component_ids = {m.player_id for m in components}
     greedy_players = (tuple(sorted(component_ids)) + tuple(m.player_id for m in opponents if m.kind == "snapshot")
                       if greedy else ())
@@ -420,16 +422,15 @@ def _mixture_members(directory: Path, mixture) -> list[Member]:
 
 
 def _draw_components(assignments: Sequence[MatchAssignment], candidate_id: str, components: Sequence[Member],
-                     mixture, seed: int) -> list[MatchAssignment]:
-    """A mixture plays one component per game: each game seed draws one (by weight, from `seed`
+                     weights: Sequence[float], seed: int) -> list[MatchAssignment]:
+    """A mixture plays one component per game: each game seed draws one (by `weights`, from `seed`
     and the game seed), so both seat orders of a seed, and every opponent, meet the same one."""
-    weights = np.array([c.weight for c in mixture.components], dtype=np.float64)
-    weights /= weights.sum()
+    p = np.asarray(weights, dtype=np.float64) / sum(weights)
     drawn = {}
     out = []
     for a in assignments:
         if a.seed not in drawn:
-            drawn[a.seed] = components[int(np.random.default_rng([seed, a.seed]).choice(len(components), p=weights))]
+            drawn[a.seed] = components[int(np.random.default_rng([seed, a.seed]).choice(len(components), p=p))]
         player = drawn[a.seed].player_id
         out.append(replace(a, players=tuple(player if p == candidate_id else p for p in a.players)))
     return out

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.exploitability import ExploitabilityResult, exploitability_of
-from agents.mixture import is_mixture
-from league.output import OUTPUT_DIR
+from agents.mixture import OUTPUT_POLICY_DIR, is_mixture
 from league.rundata import read_run
 
 
@@ -37,7 +36,7 @@ def run_exploitability(run_dir: str | os.PathLike) -> list[RunExploitability]:
     present one; every snapshot is measured to find the best). The run is only read."""
     run = read_run(run_dir)
     rows: list[RunExploitability] = []
-    output = Path(run.run_dir) / OUTPUT_DIR
+    output = Path(run.run_dir) / OUTPUT_POLICY_DIR
     if is_mixture(output):
         rows.append(RunExploitability("output policy", str(output), exploitability_of(output)))
     snapshots = [m for m in run.members if m.kind == "snapshot"]

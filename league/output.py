@@ -19,8 +19,6 @@ from games.core import GameSpec
 from league.config import LeagueConfig
 from league.population import Member, Population
 
-OUTPUT_DIR = OUTPUT_POLICY_DIR
-
 
 def output_mixture(spec: GameSpec, config: LeagueConfig, population: Population, run_dir: Path,
                    iteration: int) -> Mixture | None:
@@ -50,7 +48,7 @@ def _component(member: Member, weight: float, run_dir: Path) -> MixtureComponent
     # a run's member paths are relative to the run directory (or absolute); a mixture's paths are
     # relative to the mixture's own directory
     path = os.path.join(run_dir, member.snapshot_path)  # an absolute member path stays as it is
-    relative = os.path.relpath(path, run_dir / OUTPUT_DIR)
+    relative = os.path.relpath(path, run_dir / OUTPUT_POLICY_DIR)
     return MixtureComponent(member.player_id, weight, snapshot=relative, snapshot_id=member.snapshot_id)
 
 
@@ -59,5 +57,5 @@ def write_output_policy(spec: GameSpec, config: LeagueConfig, population: Popula
     """Write ``<run>/output_policy/mixture.json`` (atomically); returns what was written."""
     mixture = output_mixture(spec, config, population, run_dir, iteration)
     if mixture is not None:
-        write_mixture(run_dir / OUTPUT_DIR, mixture)
+        write_mixture(run_dir / OUTPUT_POLICY_DIR, mixture)
     return mixture
