@@ -1,0 +1,247 @@
+"""Text views: games told in plain English, a turn's action one whole response.
+
+A text view turns what a seat observes (its observation tensor, never more) into words, and a
+response back into one of the game's actions. The game itself is unchanged, so a language model
+and a net, MCTS or a scripted bot meet in the same league and arena: only the text agent reads
+the view. Views are pure functions of (observation, seat, legal mask), so a learner can render
+the same prompt again from a recorded row.
+
+Answers follow the convention of TextArena and SPIRAL (Liu et al. 2025, arXiv 2506.24119): the
+move goes in square brackets, e.g. ``[4]`` or ``[bet]``, and a response may think aloud first;
+the last bracketed answer counts (the first, when the response was opened with "[" for the LM). `parse_response` says why a response does not count (no
+answer, unknown answer, illegal answer), so the caller can record the outcome it was configured
+with (agents/text_policy.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol
+
+import numpy as np
+
+from games.core import GameError
+
+_ANSWER = re.compile(r"\[([^\[\]\n]{1,40})\]")
+
+
+class TextView(Protocol):
+    """A game told in words to one seat."""
+
+    game_id: str
+    """The registry id of the game this view tells."""
+    title: str
+    """The game's name as people say it ("tic-tac-toe")."""
+
+    def rules(self) -> str:
+        """The rules and the answer format: the same for every seat and every turn (a shared
+        prompt prefix, read once per batch)."""
+        ...
+
+    def role(self, seat: int) -> str:
+        """Who `seat` is ("You play X and move first.")."""
+        ...
+
+    def state(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> str:
+        """The position as `seat` sees it now, ending with the legal answers."""
+        ...
+
+    def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> Mapping[str, int]:
+        """Every accepted answer (lower case, without brackets) to its legal action id; the first
+        answer given for an action is its canonical spelling."""
+        ...
+
+
+@dataclass(frozen=True)
+class ParsedResponse:
+    """What a response means in the game."""
+
+    action: int | None
+    """The legal action it names; None when it names none."""
+    problem: str = ""
+    """Why it does not count: 'no answer', 'unknown answer' or 'illegal answer' ('' when it does)."""
+    answer: str = ""
+    """The bracketed answer it gave (the last one), lower case."""
+
+
+def parse_response(view: TextView, response: str, obs: np.ndarray, seat: int, mask: np.ndarray,
+                   last: bool = True) -> ParsedResponse:
+    """The action of `response`: its last bracketed answer (the first with `last=False`: a response
+    that was opened with "[" for the LM answers first), looked up in the view's answers."""
+    found = _ANSWER.findall(response)
+    if not found:
+        return ParsedResponse(None, "no answer")
+    answer = " ".join(found[-1 if last else 0].lower().split())
+    accepted = view.answers(obs, seat, mask)
+    if answer in accepted:
+        return ParsedResponse(accepted[answer], "", answer)
+    return ParsedResponse(None, "illegal answer" if answer in view.answers(obs, seat, np.ones_like(mask))
+                          else "unknown answer", answer)
+
+
+def canonical_answer(view: TextView, obs: np.ndarray, seat: int, mask: np.ndarray, action: int) -> str:
+    """The canonical spelling of a legal action ("[4]"): what a scripted text agent would say."""
+    for answer, a in view.answers(obs, seat, mask).items():
+        if a == action:
+            return f"[{answer}]"
+    raise GameError(f"action {action} is not legal here")
+
+
+# ------------------------------------------------------------------------------ board games
+
+
+@dataclass(frozen=True)
+class MNKTextView:
+    """Tic-tac-toe and connect four (games/native.py observation planes: own, opponent, empty)."""
+
+    game_id: str
+    title: str
+    rows: int
+    cols: int
+    k: int
+    gravity: bool
+
+    def rules(self) -> str:
+        if self.gravity:
+            board = (f"The board has {self.rows} rows and {self.cols} columns. A move names a column "
+                     f"0-{self.cols - 1}; the stone falls to the lowest empty cell of that column.")
+        else:
+            board = (f"The board has {self.rows * self.cols} cells numbered 0-{self.rows * self.cols - 1}, "
+                     f"row by row from the top left. A move names an empty cell.")
+        return (f"You are playing {self.title}. Two players, X and O, take turns placing their mark. {board} "
+                f"The first to get {self.k} marks in a row (across, down or diagonally) wins; a full board "
+                f"without a line is a draw. Answer with your move in square brackets, for example [{self._example()}].")
+
+    def _example(self) -> int:
+        return self.cols // 2 if self.gravity else (self.rows * self.cols) // 2
+
+    def role(self, seat: int) -> str:
+        return "You play X and move first." if seat == 0 else "You play O and move second."
+
+    def state(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> str:
+        own, other = ("X", "O") if seat == 0 else ("O", "X")
+        planes = np.asarray(obs).reshape(3, self.rows, self.cols)
+        lines = []
+        # gravity boards store row 0 at the bottom: print the top row first
+        order = range(self.rows - 1, -1, -1) if self.gravity else range(self.rows)
+        for r in order:
+            cells = []
+            for c in range(self.cols):
+                if planes[0, r, c] > 0.5:
+                    cells.append(own)
+                elif planes[1, r, c] > 0.5:
+                    cells.append(other)
+                else:
+                    cells.append("." if self.gravity else str(r * self.cols + c))
+            lines.append(" ".join(cells))
+        if self.gravity:
+            lines.append(" ".join(str(c) for c in range(self.cols)))
+        legal = " ".join(f"[{a}]" for a in np.flatnonzero(mask))
+        return "Board:\n" + "\n".join(lines) + f"\nYour legal moves: {legal}"
+
+    def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
+        return {str(int(a)): int(a) for a in np.flatnonzero(mask)}
+
+
+# ------------------------------------------------------------------------------- Kuhn poker
+
+_KUHN_CARDS = ("Jack", "Queen", "King")
+
+
+@dataclass(frozen=True)
+class KuhnTextView:
+    """Two-player Kuhn poker over OpenSpiel's information-state tensor: [seat one-hot (2), card
+    one-hot (3), then per betting round (pass, bet) one-hot (3 rounds)]. Action 0 is pass
+    (check or fold), 1 is bet (bet or call), as pyspiel's."""
+
+    game_id: str = "spiel:kuhn_poker"
+    title: str = "Kuhn poker"
+
+    def rules(self) -> str:
+        return ("You are playing Kuhn poker. The deck has three cards: Jack, Queen and King (King is highest). "
+                "Each player antes 1 chip and gets one private card. Player 0 acts first: check or bet 1 chip. "
+                "Facing a bet, a player calls (adds 1 chip) or folds (loses the pot). If both check, or a bet "
+                "is called, the higher card wins the pot. Answer with one action in square brackets: [check], "
+                "[bet], [call] or [fold].")
+
+    def role(self, seat: int) -> str:
+        return f"You are Player {seat}."
+
+    def _history(self, obs: np.ndarray) -> list[int]:
+        obs = np.asarray(obs, dtype=np.float32).reshape(-1)
+        if obs.shape != (11,):
+            raise GameError(f"the Kuhn text view reads the 11-entry information-state tensor of "
+                            f"spiel:kuhn_poker, got shape {obs.shape}")
+        moves = []
+        for r in range(3):
+            pair = obs[5 + 2 * r: 7 + 2 * r]
+            if pair.max() < 0.5:
+                break
+            moves.append(int(pair.argmax()))
+        return moves
+
+    def _facing_bet(self, obs: np.ndarray) -> bool:
+        return 1 in self._history(obs)
+
+    def state(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> str:
+        card = _KUHN_CARDS[int(np.asarray(obs).reshape(-1)[2:5].argmax())]
+        said = []
+        for i, move in enumerate(self._history(obs)):
+            player = i % 2
+            facing = i > 0 and 1 in self._history(obs)[:i]
+            word = ("calls" if facing else "bets") if move == 1 else ("folds" if facing else "checks")
+            said.append(f"Player {player} {word}.")
+        history = " ".join(said) if said else "No actions yet."
+        legal = " ".join(f"[{word}]" for word in self.answers(obs, seat, mask))
+        return f"Your card: {card}. So far: {history} Your legal actions: {legal}"
+
+    def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
+        words = ("fold", "call") if self._facing_bet(obs) else ("check", "bet")
+        return {words[a]: a for a in (0, 1) if mask[a]}
+
+
+# ----------------------------------------------------------------------------------- registry
+
+TEXT_VIEWS: dict[str, Callable[[], TextView]] = {
+    "tic_tac_toe": lambda: MNKTextView("tic_tac_toe", "tic-tac-toe", 3, 3, 3, gravity=False),
+    "connect_four": lambda: MNKTextView("connect_four", "connect four", 6, 7, 4, gravity=True),
+    "spiel:kuhn_poker": KuhnTextView,
+}
+"""Games with a text view, by registry id."""
+
+
+def text_view(game_id: str) -> TextView:
+    """The text view of `game_id`; a one-line error naming the games that have one."""
+    if game_id not in TEXT_VIEWS:
+        raise GameError(f"game {game_id!r} has no text view; games with one: {', '.join(sorted(TEXT_VIEWS))}")
+    return TEXT_VIEWS[game_id]()
+
+
+def check_text_view(view: TextView, game, seeds=range(8), max_steps: int = 200) -> None:
+    """Conformance: on random play of `game` (a `Game` of `view.game_id`), every state renders,
+    every legal action has an answer that parses back to it, and no illegal action is accepted."""
+    rng = np.random.default_rng(0)
+    for seed in seeds:
+        game.reset(int(seed))
+        for _ in range(max_steps):
+            movers = game.to_move()
+            if not movers:
+                break
+            actions = {}
+            for seat in movers:
+                obs, mask = game.observation(seat), game.legal_mask(seat)
+                text = view.state(obs, seat, mask)
+                if not text:
+                    raise GameError(f"{view.game_id}: empty state text for seat {seat}")
+                legal = np.flatnonzero(mask)
+                answers = view.answers(obs, seat, mask)
+                if sorted(set(answers.values())) != legal.tolist():
+                    raise GameError(f"{view.game_id}: answers {answers} do not cover the legal actions {legal}")
+                for a in legal:
+                    parsed = parse_response(view, f"I choose {canonical_answer(view, obs, seat, mask, int(a))}.",
+                                            obs, seat, mask)
+                    if parsed.action != a:
+                        raise GameError(f"{view.game_id}: the answer for action {a} parses to {parsed}")
+                actions[seat] = int(rng.choice(legal))
+            game.step(actions)
