@@ -31,6 +31,7 @@ import copy
 import json
 import os
 import tempfile
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -336,65 +337,52 @@ class LMPolicy:
         return rows
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, rng: np.random.Generator,
-                 stop_token: int | None, legal_mask_fn: LegalMaskFn | None = None,
-                 greedy: bool = False, reuse_prefix: bool = True) -> Generation:
+                 stop_token: int | Sequence[int] | None, legal_mask_fn: LegalMaskFn | None = None,
+                 greedy: bool = False, reuse_prefix: bool = True, temperature: float = 1.0,
+                 store: PromptStore | None = None) -> Generation:
         """Continue every prompt by up to `max_new_tokens`, all rows in one batch per step.
 
-        Prompts of different lengths are LEFT-padded so that every row's next token sits in the
-        last column; the attention mask hides the pads and position ids count real tokens only
-        (position = number of real tokens before), so each row is computed exactly as if alone.
-        With `reuse_prefix`, the tokens every prompt starts with (a game's rules and a role's
-        system prompt) are read once and their KV cache is shared by all rows; the rest of each
-        prompt follows, left-padded after the prefix, with the same masks and positions. The KV
-        cache makes each step cost one token per row. A row stops after emitting `stop_token` and
-        leaves the batch and the cache, so the rows still talking decode without it.
+        The prompts are read into a `SharedPromptCache`: with `reuse_prefix`, their common prefix
+        (a game's rules) and each distinct prompt are read once, and every row's tokens are packed
+        after its prompt; without, every row is read alone (the reference). Each step costs one
+        token per row. A row stops after emitting `stop_token` (or any of several stop tokens) and
+        adds no more columns. `store`: prompts read by earlier calls with the same weights. Tokens are drawn from
+        softmax(logits / temperature); the log-probs returned are of that distribution.
         """
         rows = self._check_prompts(prompts, max_new_tokens)
         batch = len(rows)
+        stops = np.asarray([] if stop_token is None else stop_token, dtype=np.int64).reshape(-1)
         uniforms = None if greedy else rng.random((batch, max_new_tokens))
         out = _GenerationBuffers(batch, max_new_tokens, self.pad_id)
-        # every row keeps at least one token after the shared prefix: its last token's hidden
-        # state gives the row's first logits
-        shared = min(common_prefix_length(rows), min(len(r) for r in rows) - 1) if reuse_prefix and batch > 1 else 0
         with torch.inference_mode():
-            past, attention_t, start = None, torch.zeros((batch, 0), dtype=torch.int64), 0
-            if shared > 0:
-                prefix = torch.tensor([rows[0][:shared]], dtype=torch.int64)
-                _, past = self.model.trunk(prefix, None, None, torch.arange(shared)[None], use_cache=True)
-                past.batch_repeat_interleave(batch)
-                attention_t = torch.ones((batch, shared), dtype=torch.int64)
-                start = shared
-            suffixes = [row[shared:] for row in rows]
-            longest = max(len(r) for r in suffixes)
-            ids = np.full((batch, longest), self.pad_id, dtype=np.int64)
-            attention = np.zeros((batch, longest), dtype=np.int64)
-            for i, row in enumerate(suffixes):
-                ids[i, longest - len(row):] = row
-                attention[i, longest - len(row):] = 1
-            suffix_attention = torch.from_numpy(attention)
-            positions = start + (suffix_attention.cumsum(dim=1) - 1).clamp(min=0)
-            attention_t = torch.cat([attention_t, suffix_attention], dim=1)
-            hidden, past = self.model.trunk(torch.from_numpy(ids), attention_t, past, positions, use_cache=True)
-            next_position = positions[:, -1:] + 1
-            live = np.arange(batch)  # the prompt row of each row still in the batch
+            cache = SharedPromptCache(self.model, rows, share=reuse_prefix, store=store if reuse_prefix else None)
+            hidden = cache.prompt_hidden[torch.from_numpy(cache.entry_of)]
+            live = np.arange(batch)  # rows still generating
             for step in range(max_new_tokens):
-                logits, values = self.model.heads(hidden[:, -1])
+                logits, values = self.model.heads(hidden)
+                if temperature != 1.0:
+                    logits = logits.float() / temperature
                 mask = None if legal_mask_fn is None else legal_mask_fn(live, out.tokens[live, :step])
                 tokens, log_probs = sample_tokens(logits, mask, None if uniforms is None else uniforms[live, step])
                 out.record(live, step, tokens, log_probs, values.numpy())
-                done = tokens == stop_token if stop_token is not None else np.zeros(len(live), dtype=bool)
+                done = np.isin(tokens, stops)
                 if done.all() or step == max_new_tokens - 1:
                     break
-                if done.any():
-                    # finished rows leave the batch (and the KV cache): the rest decode alone
-                    keep = torch.from_numpy(np.flatnonzero(~done))
-                    past.batch_select_indices(keep)
-                    attention_t, next_position = attention_t[keep], next_position[keep]
-                    live, tokens = live[~done], tokens[~done]
-                attention_t = torch.cat([attention_t, torch.ones((len(live), 1), dtype=torch.int64)], dim=1)
-                hidden, past = self.model.trunk(torch.from_numpy(tokens[:, None]), attention_t, past,
-                                                next_position, use_cache=True)
-                next_position = next_position + 1
+                # finished rows stop adding columns; the rest append their token to their entry
+                live, tokens = live[~done], tokens[~done]
+                entries, slots = cache.entry_of[live], cache.slot_of[live]
+                width = int(np.bincount(entries, minlength=cache.num_entries).max())
+                column = np.zeros(len(live), dtype=np.int64)
+                order = np.lexsort((slots, entries))
+                starts = np.searchsorted(entries[order], entries[order])
+                column[order] = np.arange(len(live)) - starts
+                ids = np.zeros((cache.num_entries, width), dtype=np.int64)
+                owner = np.full((cache.num_entries, width), -2, dtype=np.int64)
+                positions = np.zeros((cache.num_entries, width), dtype=np.int64)
+                ids[entries, column], owner[entries, column] = tokens, slots
+                positions[entries, column] = cache.prompt_length[entries] + step
+                step_hidden = cache.extend(ids, owner, positions)
+                hidden = step_hidden[torch.from_numpy(entries), torch.from_numpy(column)]
         return out.freeze()
 
     def generate_naive(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, rng: np.random.Generator,
@@ -424,6 +412,181 @@ class LMPolicy:
                     hidden, past = self.model.trunk(torch.from_numpy(tokens[:, None]), None, past, position,
                                                     use_cache=True)
         return out.freeze()
+
+
+class PromptStore:
+    """Keys, values and last hidden state of prompts already read, by their tokens (LRU).
+
+    Valid for one set of weights only: whoever changes the weights clears it. A league asks the
+    same positions over and over (every turn of every match, and again when a response is
+    retried), so a policy that keeps its prompts reads each one once per weights version."""
+
+    def __init__(self, capacity: int = 512):
+        self.capacity = capacity
+        self.entries: "OrderedDict[tuple[int, ...], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]]" = \
+            OrderedDict()
+
+    def get(self, prompt: tuple[int, ...]):
+        entry = self.entries.get(prompt)
+        if entry is not None:
+            self.entries.move_to_end(prompt)
+        return entry
+
+    def put(self, prompt: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]], hidden: torch.Tensor) -> None:
+        self.entries[prompt] = (layers, hidden)
+        self.entries.move_to_end(prompt)
+        while len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+class SharedPromptCache:
+    """A KV cache in which rows that share a prompt share its keys and values.
+
+    Rows are grouped by DISTINCT prompt; a league asks the same position many times (Kuhn poker
+    has 12 information states), and every prompt starts with the same chat header and rules. The
+    common prefix is read once, each distinct prompt once, and the rows' own tokens (sampled ones
+    while generating, a response while training) are packed after their prompt in the same cache
+    entry, each row attending to its prompt and to its own earlier tokens only (a 4-D attention
+    mask, as tree-attention decoding does). No row holds a copy of its prompt's keys and values,
+    so a step costs the prompt once per entry, not once per row. A prompt asked by more than
+    `rows_per_entry` rows is split over several entries (its prompt computed once, its cache
+    copied), so that the packed columns of the entries stay balanced.
+
+    Position ids count the real tokens before a token in its own row, so each row is computed
+    exactly as if it were alone. Gradients flow through the shared prompt as if each row had its
+    own copy (training reads responses this way). With a `store` (no gradients), prompts read
+    before are taken from it and new ones are added to it.
+    """
+
+    def __init__(self, model: "LMWithValueHead", rows: Sequence[Sequence[int]], rows_per_entry: int | None = None,
+                 share: bool = True, store: PromptStore | None = None):
+        self.model = model
+        batch = len(rows)
+        if share:
+            index: dict[tuple[int, ...], int] = {}
+            prompt_of = np.array([index.setdefault(tuple(r), len(index)) for r in rows], dtype=np.int64)
+            distinct = [list(r) for r in index]
+        else:  # the reference: every row its own entry, nothing shared
+            prompt_of, distinct = np.arange(batch), [list(r) for r in rows]
+        cap = rows_per_entry or max(8, -(-batch // len(distinct)))
+        # entries: chunks of at most `cap` rows of one distinct prompt
+        self.entry_of = np.zeros(batch, dtype=np.int64)
+        self.slot_of = np.zeros(batch, dtype=np.int64)  # the row's index within its entry
+        entry_prompt: list[int] = []
+        for d in range(len(distinct)):
+            members = np.flatnonzero(prompt_of == d)
+            for start in range(0, len(members), cap):
+                chunk = members[start:start + cap]
+                self.entry_of[chunk] = len(entry_prompt)
+                self.slot_of[chunk] = np.arange(len(chunk))
+                entry_prompt.append(d)
+        self.num_entries = len(entry_prompt)
+        if store is None:
+            past, hidden_last, real = self._read(model, distinct, share)
+        else:
+            past, hidden_last, real = self._read_with_store(model, distinct, store)
+        count = len(distinct)
+        owner = np.where(real, -1, -2)
+        to_entries = torch.from_numpy(np.array(entry_prompt, dtype=np.int64))
+        if self.num_entries != count:
+            past.batch_select_indices(to_entries)
+        self.past = past
+        self.owner = owner[entry_prompt]
+        self.prompt_hidden = hidden_last[to_entries]
+        """[entries, H] hidden state of each entry's last prompt token."""
+        self.prompt_length = real.sum(axis=1)[entry_prompt]
+        """[entries] real tokens of each entry's prompt."""
+
+    @classmethod
+    def _read(cls, model: "LMWithValueHead", distinct: list[list[int]], share: bool
+              ) -> tuple[Any, torch.Tensor, np.ndarray]:
+        """Read the prompts: their common prefix once, then each one's rest, LEFT-padded so that
+        every prompt ends in the last column. Returns (KV cache [D, ...], last hidden [D, H],
+        real [D, T]: which cache columns hold prompt tokens)."""
+        count = len(distinct)
+        # every distinct prompt keeps at least one token after the shared prefix: its last
+        # token's hidden state gives its rows' first logits
+        shared = min(common_prefix_length(distinct), min(len(r) for r in distinct) - 1) if share and count > 1 else 0
+        past = None
+        if shared > 0:
+            prefix = torch.tensor([distinct[0][:shared]], dtype=torch.int64)
+            _, past = model.trunk(prefix, None, None, torch.arange(shared)[None], use_cache=True)
+            past.batch_repeat_interleave(count)
+        suffixes = [row[shared:] for row in distinct]
+        longest = max(len(r) for r in suffixes)
+        ids = np.zeros((count, longest), dtype=np.int64)
+        real = np.zeros((count, shared + longest), dtype=bool)
+        real[:, :shared] = True
+        for i, row in enumerate(suffixes):
+            ids[i, longest - len(row):] = row
+            real[i, shared + longest - len(row):] = True
+        positions = np.maximum(np.cumsum(real, axis=1) - 1, 0)
+        owner = np.where(real, -1, -2)
+        mask = cls._mask(owner[:, :shared], owner[:, shared:])
+        hidden, past = model.trunk(torch.from_numpy(ids), mask, past, torch.from_numpy(positions[:, shared:]),
+                                   use_cache=True)
+        return past, hidden[:, -1], real
+
+    @classmethod
+    def _read_with_store(cls, model: "LMWithValueHead", distinct: list[list[int]], store: PromptStore
+                         ) -> tuple[Any, torch.Tensor, np.ndarray]:
+        """`_read` for the prompts the store lacks (added to it); the others come from the store.
+        The cache is assembled LEFT-padded from each prompt's own columns."""
+        from transformers import DynamicCache
+
+        keys = [tuple(r) for r in distinct]
+        missing = [i for i, key in enumerate(keys) if store.get(key) is None]
+        if missing:
+            past, hidden, real = cls._read(model, [distinct[i] for i in missing], share=True)
+            for j, i in enumerate(missing):
+                columns = torch.from_numpy(np.flatnonzero(real[j]))
+                layers = [(layer.keys[j:j + 1, :, columns].clone(), layer.values[j:j + 1, :, columns].clone())
+                          for layer in past.layers]
+                store.put(keys[i], layers, hidden[j].clone())
+        entries = [store.get(key) for key in keys]
+        longest = max(len(r) for r in distinct)
+        real = np.zeros((len(distinct), longest), dtype=bool)
+        for i, r in enumerate(distinct):
+            real[i, longest - len(r):] = True
+        cache = DynamicCache()
+        for layer in range(len(entries[0][0])):
+            k0, v0 = entries[0][0][layer]
+            k = k0.new_zeros((len(distinct), k0.shape[1], longest, k0.shape[3]))
+            v = v0.new_zeros((len(distinct), v0.shape[1], longest, v0.shape[3]))
+            for i, (layers, _) in enumerate(entries):
+                n = layers[layer][0].shape[2]
+                k[i, :, longest - n:] = layers[layer][0][0]
+                v[i, :, longest - n:] = layers[layer][1][0]
+            cache.update(k, v, layer)
+        return cache, torch.stack([hidden for _, hidden in entries]), real
+
+    @staticmethod
+    def _mask(old_owner: np.ndarray, new_owner: np.ndarray) -> torch.Tensor:
+        """[E, 1, K, old + K] bool: new column q (owned by slot r) sees the prompt's columns and
+        the earlier-or-same columns of slot r; a prompt column (r = -1) sees earlier prompt columns;
+        padding sees itself only (so no row of the softmax is empty)."""
+        new_k = new_owner.shape[1]
+        owners = np.concatenate([old_owner, new_owner], axis=1)
+        q_owner = new_owner[:, :, None]
+        k_owner = owners[:, None, :]
+        k_index = np.arange(owners.shape[1])[None, None, :]
+        q_index = (old_owner.shape[1] + np.arange(new_k))[None, :, None]
+        causal = k_index <= q_index
+        sees = causal & ((k_owner == -1) | ((k_owner == q_owner) & (q_owner >= 0)))
+        sees |= (k_index == q_index) & (q_owner == -2)
+        return torch.from_numpy(sees[:, None])
+
+    def extend(self, tokens: np.ndarray, owner: np.ndarray, positions: np.ndarray) -> torch.Tensor:
+        """Append K columns per entry: tokens [E, K] of the rows in slots `owner` [E, K] (-2 for
+        padding), at `positions` [E, K]; returns their hidden states [E, K, H]."""
+        mask = self._mask(self.owner, owner)
+        hidden, self.past = self.model.trunk(torch.from_numpy(tokens), mask, self.past, torch.from_numpy(positions),
+                                             use_cache=True)
+        self.owner = np.concatenate([self.owner, owner], axis=1)
+        return hidden
 
 
 def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
