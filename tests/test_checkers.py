@@ -71,7 +71,9 @@ def test_check_policy_catches_an_illegal_move_and_a_policy_that_ignores_its_seed
 
         def act(self, batch, rng, greedy=False):
             legal = np.flatnonzero(batch.mask[0])
-            action = np.array([self.rng.choice(legal)], np.int64)
+            # greedy play is deterministic, so only the unseeded sampling can fail (two samples
+            # may agree by chance at one step; a later step then tells them apart)
+            action = np.array([legal[0] if greedy else self.rng.choice(legal)], np.int64)
             return ActOutput(action, np.full(1, -np.log(len(legal)), np.float32), np.zeros(1, np.float32))
 
     with pytest.raises(PolicyCheckError, match="would not replay"):
