@@ -47,7 +47,8 @@ class PolicyProvider:
         self.spec = spec
         self.architecture = architecture
         self.members: dict[str, Member] = {}
-        self.cache = PolicyCache(lambda pid: load_member_policy(self.members[pid], spec), cache_size)
+        self.cache = PolicyCache(lambda pid: load_member_policy(self.members[pid], spec, architecture.lm_base),
+                                 cache_size)
         self.learners: dict[str, tuple[int, Policy]] = {}
 
     def set_population(self, members: list[Member]) -> None:
@@ -91,13 +92,13 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def _play_with_one_thread(runner: Runner, task: PlayTask, provider: PolicyProvider) -> PlayResult:
-    # Workers run one torch thread each; the serial backend does the same so both compute the
-    # exact same floats (thread count changes reduction order in matmuls).
+def _play_with_threads(runner: Runner, task: PlayTask, provider: PolicyProvider, runner_threads: int) -> PlayResult:
+    # Workers run `runner_threads` torch threads each; the serial backend does the same so both
+    # compute the exact same floats (thread count changes reduction order in matmuls).
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(runner_threads)
     try:
         return runner.play(task, provider.policy_of)
     finally:
@@ -108,9 +109,10 @@ class SerialBackend:
     """Runs tasks in this process, one after another, at submit time."""
 
     def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
-                 cache_size: int, seed: int = 0):
+                 cache_size: int, seed: int = 0, runner_threads: int = 1):
         self.provider = PolicyProvider(spec, architecture, cache_size)
         self.runner = make_runner(game_id, num_envs, seed)
+        self.runner_threads = runner_threads
         self.restarts = 0
 
     def set_population(self, members: list[Member]) -> None:
@@ -119,7 +121,7 @@ class SerialBackend:
     def submit(self, tasks: list[PlayTask], weights: list[LearnerWeights]) -> list[PlayResult]:
         for w in weights:
             self.provider.set_learner(w)
-        return [_play_with_one_thread(self.runner, task, self.provider) for task in tasks]
+        return [_play_with_threads(self.runner, task, self.provider, self.runner_threads) for task in tasks]
 
     def collect(self, handle: list[PlayResult]) -> list[PlayResult]:
         return handle
@@ -133,11 +135,11 @@ class SerialBackend:
 
 
 def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchitecture, num_envs: int,
-                 cache_size: int, seed: int, log_path: str | None) -> None:
+                 cache_size: int, seed: int, runner_threads: int, log_path: str | None) -> None:
     """A runner process: receives population/weights/tasks, sends PlayResults or a traceback."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(runner_threads)
     if log_path:
         log = open(log_path, "a", buffering=1)
         os.dup2(log.fileno(), 2)
@@ -169,7 +171,7 @@ def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchit
 
 
 class ProcessBackend:
-    """N runner processes (one torch thread each); task i goes to worker i % N.
+    """N runner processes (`runner_threads` torch threads each); task i goes to worker i % N.
 
     A worker that dies (killed, out of memory, a broken pipe at any moment) is restarted and its
     tasks are played again from the start, so matches it had not finished are never recorded; more
@@ -180,8 +182,8 @@ class ProcessBackend:
 
     def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
                  cache_size: int, num_workers: int, seed: int = 0, log_dir: str | None = None,
-                 max_restarts: int = 5):
-        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed)
+                 max_restarts: int = 5, runner_threads: int = 1):
+        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed, runner_threads)
         self.num_workers = num_workers
         self.log_dir = log_dir
         self.max_restarts = max_restarts
@@ -306,7 +308,7 @@ def make_backend(config, spec: GameSpec, architecture: PolicyArchitecture, membe
                  log_dir: str) -> Backend:
     """The backend `config.backend` names (a LeagueConfig), holding `members` for its runners."""
     common = dict(game_id=config.game, spec=spec, architecture=architecture, num_envs=config.num_envs,
-                  cache_size=config.policy_cache_size, seed=config.seed)
+                  cache_size=config.policy_cache_size, seed=config.seed, runner_threads=config.runner_threads)
     if config.backend == "serial":
         backend: Backend = SerialBackend(**common)
     elif config.backend == "process":
