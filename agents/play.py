@@ -141,11 +141,15 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
             print_fn(game.render())
             movers = game.to_move()
             # Opponents choose before the person types, but from the same position (simultaneous moves).
-            actions = {seat: _opponent_action(opponent, game, seat, rng) for seat in movers if seat != human_seat}
+            actions, said = {}, {}
+            for seat in (s for s in movers if s != human_seat):
+                actions[seat] = _opponent_action(opponent, game, seat, rng)
+                turns = getattr(opponent, "last_turns", None)  # a language model: what it wrote
+                said[seat] = f' (it wrote "{turns.texts[0]}")' if turns is not None else ""
             if human_seat in movers:
                 actions[human_seat] = _ask_action(game, human_seat, input_fn, print_fn)
             for seat in sorted(s for s in actions if s != human_seat):
-                print_fn(f"seat {seat} plays {actions[seat]}")
+                print_fn(f"seat {seat} plays {actions[seat]}{said[seat]}")
             game.step(actions)
     except EOFError:
         return _result(game, human_seat, print_fn, finished=False)

@@ -42,6 +42,11 @@ class ActOutput:
     deterministic bots); PPO uses it as the behaviour log-prob."""
     values: np.ndarray
     """[N] float32 value estimates (0 when the agent has no critic)."""
+    responses: np.ndarray | None = None
+    """Text agents only: [N, W] int64 token ids of the response each action was read from, -1 after
+    its end (a turn's action is one whole response; the learner trains on these tokens)."""
+    response_log_probs: np.ndarray | None = None
+    """Text agents only: [N, W] float32 behaviour log-probability of each response token, 0 after its end."""
 
 
 @runtime_checkable

@@ -163,8 +163,14 @@ class TorchAdam:
     def step(self, loss: torch.Tensor) -> float:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        return self.apply()
+
+    def apply(self) -> float:
+        """Clip and apply the gradients accumulated by `loss.backward()` calls since the last
+        step (gradient accumulation: micro-batches that together are one minibatch); clears them."""
         grad_norm = nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
         self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         return float(grad_norm)
 
     def set_learning_rate(self, learning_rate: float) -> None:

@@ -200,17 +200,28 @@ def load_pretrained_lm(config: PretrainedLMConfig = PretrainedLMConfig(), seed: 
     model.requires_grad_(False)
     lora = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
                       target_modules=list(config.lora.target_modules), bias="none")
-    with torch.random.fork_rng(devices=[]):  # adapters' A init and the value head, seeded
+    with torch.random.fork_rng(devices=[]):  # the adapters' A init, seeded
         torch.manual_seed(seed)
         try:
             inject_adapter_in_model(lora, model.lm)
         except ValueError as exc:  # peft: target modules not found in the base model
             raise LMError(f"cannot put LoRA adapters on {directory}: {str(exc).splitlines()[0]}") from None
-        model.value_head.reset_parameters()
+        # the value head starts at exactly 0 (no baseline yet), not at a random linear function of
+        # hidden states whose norms run to the hundreds in a pretrained LM
+        torch.nn.init.zeros_(model.value_head.weight)
+        torch.nn.init.zeros_(model.value_head.bias)
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(_is_trained(name))
     model.to(device=config.device, dtype=DTYPES[config.dtype])
     return PretrainedLM(model.eval(), loaded.tokenizer, base_content_hash(directory), config)
+
+
+@functools.lru_cache(maxsize=2)
+def shared_base(config: PretrainedLMConfig) -> PretrainedLM:
+    """One base model with (zero) adapters per process and config: frozen LM members and runner
+    copies of learners swap their few MB of adapter tensors into it before they act, so a process
+    holding ten LM members holds one base."""
+    return load_pretrained_lm(config, seed=0)
 
 
 def _is_trained(name: str) -> bool:

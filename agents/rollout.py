@@ -105,6 +105,10 @@ class RolloutBatch:
     """[N] int64 game slot the transition came from."""
     seats: np.ndarray
     """[N] int64 seat that acted."""
+    responses: np.ndarray | None = None
+    """Text agents: [N, W] int64 response tokens of each action, -1 after the response (`ActOutput.responses`)."""
+    response_log_probs: np.ndarray | None = None
+    """Text agents: [N, W] float32 behaviour log-probs of the response tokens, 0 after the response."""
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
@@ -135,6 +139,7 @@ class SeatTrajectoryBuilder:
         self.observation_dtype = np.dtype(observation_dtype)
         # Row of each (slot, seat)'s open transition in the storage below; -1 when none is open.
         self.open_row = np.full((num_games, num_players), -1, dtype=np.int64)
+        self.response_width = 0
         self._allocate(max(capacity, num_games * num_players))
         self.size = 0
 
@@ -153,14 +158,29 @@ class SeatTrajectoryBuilder:
         self.policy_version = np.zeros(capacity, dtype=np.int64)
         self.slots = np.zeros(capacity, dtype=np.int64)
         self.seats = np.zeros(capacity, dtype=np.int64)
+        if self.response_width:
+            self.responses = np.full((capacity, self.response_width), -1, dtype=np.int64)
+            self.response_log_probs = np.zeros((capacity, self.response_width), dtype=np.float32)
 
-    _COLUMNS = ("obs", "mask", "actions", "logprobs", "values", "rewards", "dones", "closed", "next_values",
-                "policy_version", "slots", "seats")
+    _BASE_COLUMNS = ("obs", "mask", "actions", "logprobs", "values", "rewards", "dones", "closed", "next_values",
+                     "policy_version", "slots", "seats")
+
+    @property
+    def _columns(self) -> tuple[str, ...]:
+        return self._BASE_COLUMNS + (("responses", "response_log_probs") if self.response_width else ())
+
+    def _start_responses(self, width: int) -> None:
+        """Text agents' responses get their own columns, sized by the first response seen."""
+        if self.size:
+            raise ValueError("a builder records responses from its first row on, or never")
+        self.response_width = width
+        self.responses = np.full((len(self.actions), width), -1, dtype=np.int64)
+        self.response_log_probs = np.zeros((len(self.actions), width), dtype=np.float32)
 
     def _reserve(self, extra: int) -> None:
         if self.size + extra <= len(self.actions):
             return
-        old = {name: getattr(self, name)[:self.size] for name in self._COLUMNS}
+        old = {name: getattr(self, name)[:self.size] for name in self._columns}
         self._allocate(max(2 * len(self.actions), self.size + extra))
         for name, column in old.items():
             getattr(self, name)[:self.size] = column
@@ -171,13 +191,15 @@ class SeatTrajectoryBuilder:
         return int((self.open_row >= 0).sum())
 
     def record_actions(self, ts: TimeStep, actions: np.ndarray, log_probs: np.ndarray, values: np.ndarray,
-                       record: np.ndarray, policy_version: int | np.ndarray = 0) -> None:
+                       record: np.ndarray, policy_version: int | np.ndarray = 0,
+                       responses: np.ndarray | None = None, response_log_probs: np.ndarray | None = None) -> None:
         """Open a transition for every recorded acting seat, closing that seat's previous one.
 
         ts: the TimeStep the actions answer. actions, log_probs, values: [B, P] (entries of
         unrecorded seats are ignored). record: [B, P] bool (or anything broadcastable to it,
         e.g. [P] for the same seats in every slot); only seats that act in `ts` are recorded.
         policy_version: the acting policy's version, an int or [B, P].
+        responses, response_log_probs: text agents' [B, P, W] response tokens and their log-probs.
         """
         shape = (self.num_games, self.num_players)
         record = np.broadcast_to(np.asarray(record, dtype=bool), shape) & ts.acting
@@ -216,6 +238,15 @@ class SeatTrajectoryBuilder:
             self.policy_version[rows] = np.asarray(policy_version, dtype=np.int64)[slots, seats]
         self.slots[rows] = slots
         self.seats[rows] = seats
+        if responses is not None:
+            if not self.response_width:
+                self._start_responses(responses.shape[2])
+            if responses.shape[2] != self.response_width:
+                raise ValueError(f"responses are {responses.shape[2]} tokens wide, this builder's {self.response_width}")
+            self.responses[rows] = responses[slots, seats]
+            self.response_log_probs[rows] = response_log_probs[slots, seats]
+        elif self.response_width:
+            raise ValueError("this builder records responses: every recorded row needs one")
         self.open_row[slots, seats] = np.arange(self.size, self.size + count)
         self.size += count
 
@@ -262,7 +293,7 @@ class SeatTrajectoryBuilder:
         closed_rows = np.nonzero(self.closed[:size])[0]
         # Group by (slot, seat), in time order within each (rows grow with time).
         order = closed_rows[np.lexsort((closed_rows, self.seats[closed_rows], self.slots[closed_rows]))]
-        batch_columns = {name: getattr(self, name)[order] for name in self._COLUMNS}
+        batch_columns = {name: getattr(self, name)[order] for name in self._columns}
 
         # One backward pass over all (slot, seat) sequences at once: a closed, not-done transition
         # is followed in its sequence by the turn that closed it, or, at the end of the sequence,
@@ -280,14 +311,15 @@ class SeatTrajectoryBuilder:
             logprobs=batch_columns["logprobs"], values=batch_columns["values"], rewards=batch_columns["rewards"],
             dones=batch_columns["dones"], advantages=advantages, returns=returns,
             policy_version=batch_columns["policy_version"], slots=batch_columns["slots"],
-            seats=batch_columns["seats"])
+            seats=batch_columns["seats"], responses=batch_columns.get("responses"),
+            response_log_probs=batch_columns.get("response_log_probs"))
 
     def _keep_open_only(self) -> None:
         """Move the open transitions to the front of the storage (in their time order)."""
         open_mask = self.open_row >= 0
         old_rows = np.sort(self.open_row[open_mask])
         count = len(old_rows)
-        for name in self._COLUMNS:
+        for name in self._columns:
             column = getattr(self, name)
             column[:count] = column[old_rows]
         new_row_of_old = np.full(self.size, -1, dtype=np.int64)

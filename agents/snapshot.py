@@ -411,7 +411,7 @@ def load_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> Lo
     return LoadedSnapshot(ref, manifest, config, net)
 
 
-def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> Policy:
+def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None, lm_base: Any | None = None) -> Policy:
     """The Policy of any snapshot: a TorchPolicy for kind "actor_critic", an `agents.lm.LMPolicy`
     for kind "lm" (token games: it reads the game's token ids, padding id 0)."""
     manifest, _ = read_manifest(path)
@@ -419,6 +419,10 @@ def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None
         from agents.lm import LMPolicy
 
         return LMPolicy(load_lm_snapshot(path, expect_game).lm.model, pad_id=0)
+    if manifest.kind == KIND_LM_ADAPTER:
+        from agents.text_policy import text_policy_from_snapshot
+
+        return text_policy_from_snapshot(path, expect_game, lm_base)
     return TorchPolicy(load_snapshot(path, expect_game).net)
 
 
@@ -521,44 +525,74 @@ class LoadedAdapterSnapshot:
 
 
 def save_adapter_snapshot(lm: Any, spec: GameSpec, directory: str | os.PathLike,
-                          lineage: Lineage = Lineage()) -> SnapshotRef:
-    """Freeze the adapters and value head of an `agents.pretrained.PretrainedLM` as kind "lm_adapter"."""
+                          lineage: Lineage = Lineage(), play: Mapping[str, Any] | None = None) -> SnapshotRef:
+    """Freeze the adapters and value head of an `agents.pretrained.PretrainedLM` as kind "lm_adapter".
+
+    `play`: how the LM plays text games (`agents.text_policy.TextPlayConfig.to_json()`), stored so
+    that the snapshot plays the same way wherever it is loaded."""
     from safetensors.torch import save as safetensors_bytes
 
     from agents.pretrained import adapter_architecture, trained_state
 
+    architecture = adapter_architecture(lm)
+    if play is not None:
+        architecture["play"] = dict(play)
     header = {"format_version": FORMAT_VERSION, "game": spec.to_json(), "game_id": spec.id,
-              "kind": KIND_LM_ADAPTER, "architecture": adapter_architecture(lm), "lineage": lineage.to_json()}
+              "kind": KIND_LM_ADAPTER, "architecture": architecture, "lineage": lineage.to_json()}
     return write_snapshot(directory, header, {ADAPTER_WEIGHTS_NAME: safetensors_bytes(trained_state(lm.model))})
 
 
-def load_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
-                          expect_game: str | None = None) -> LoadedAdapterSnapshot:
-    """Verify an "lm_adapter" snapshot and restore it onto a base.
+@dataclass(frozen=True)
+class AdapterSnapshotRecord:
+    """A verified "lm_adapter" snapshot read from disk, not yet put onto a model."""
+
+    ref: SnapshotRef
+    manifest: SnapshotManifest
+    base: Any
+    """The `agents.pretrained.PretrainedLMConfig` to load it onto (base and the snapshot's adapters)."""
+    tensors: dict[str, torch.Tensor]
+    """Adapter and value-head tensors."""
+
+    @property
+    def play(self) -> dict | None:
+        """How it plays text games (`TextPlayConfig` JSON), when the snapshot records it."""
+        return self.manifest.architecture.get("play")
+
+
+def read_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
+                          expect_game: str | None = None) -> AdapterSnapshotRecord:
+    """Verify an "lm_adapter" snapshot: files, manifest, and that `base` is the base it was trained on.
 
     `base`: an `agents.pretrained.PretrainedLMConfig` naming the base (the operator's choice,
-    e.g. a local directory); None loads the base id the snapshot records, which must be one the
+    e.g. a local directory); None takes the base id the snapshot records, which must be one the
     host ships (`agents.pretrained.BASE_MODELS`) — a snapshot never chooses a path to read. A
     snapshot of another base (content hash) is refused with a one-line error."""
     from safetensors import SafetensorError
     from safetensors.torch import load as safetensors_load
 
     from agents.lm import LMError
-    from agents.pretrained import BASE_MODELS, LoRAConfig, PretrainedLMConfig, load_pretrained_lm, restore_adapters
+    from agents.pretrained import (ADAPTER_FORMAT, BASE_MODELS, LoRAConfig, PretrainedLMConfig, base_content_hash,
+                                   base_model_dir)
 
     directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM_ADAPTER, ADAPTER_WEIGHTS_NAME)
     ref, data = _check_files(directory, manifest, manifest_bytes, keep=ADAPTER_WEIGHTS_NAME)
     architecture = manifest.architecture
     try:
+        if architecture.get("format") != ADAPTER_FORMAT:
+            raise SnapshotError(f"snapshot {directory}: not an LM adapter record (format {architecture.get('format')!r})")
         lora = LoRAConfig(**{**architecture["lora"], "target_modules": tuple(architecture["lora"]["target_modules"])})
         if base is None:
             if architecture.get("base") not in BASE_MODELS:
                 raise SnapshotError(f"snapshot {directory} was trained on a local base model; pass its directory "
                                     f"(PretrainedLMConfig(base=...)) to load it")
             base = PretrainedLMConfig(base=architecture["base"])
-        lm = load_pretrained_lm(replace(base, lora=lora))
+        base = replace(base, lora=lora)
+        base_hash = base_content_hash(base_model_dir(base.base))
+        if architecture.get("base_hash") != base_hash:
+            raise SnapshotError(f"snapshot {directory} was trained on base {str(architecture.get('base_hash'))[:12]} "
+                                f"({architecture.get('base') or 'a local directory'}); this base is {base_hash[:12]} "
+                                f"({base.base}): load it onto the base it was trained on")
         tensors = safetensors_load(data)
-        restore_adapters(lm, architecture, tensors, f"snapshot {directory}")
     except SnapshotError:
         raise
     except (KeyError, TypeError) as exc:
@@ -568,4 +602,19 @@ def load_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
             raise SnapshotError(str(exc)) from None
         raise SnapshotError(f"corrupt adapter file {directory / ADAPTER_WEIGHTS_NAME}: "
                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    return LoadedAdapterSnapshot(ref, manifest, lm)
+    return AdapterSnapshotRecord(ref, manifest, base, tensors)
+
+
+def load_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
+                          expect_game: str | None = None) -> LoadedAdapterSnapshot:
+    """Verify an "lm_adapter" snapshot (`read_adapter_snapshot`) and restore it onto a fresh copy of its base."""
+    from agents.lm import LMError
+    from agents.pretrained import load_pretrained_lm, restore_adapters
+
+    record = read_adapter_snapshot(path, base, expect_game)
+    try:
+        lm = load_pretrained_lm(record.base)
+        restore_adapters(lm, record.manifest.architecture, record.tensors, f"snapshot {record.ref.path}")
+    except LMError as exc:
+        raise SnapshotError(str(exc)) from None
+    return LoadedAdapterSnapshot(record.ref, record.manifest, lm)

@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "of a run directory: its output policy, newest and best snapshot")
     p.add_argument("--probe-steps", type=int, default=None, metavar="N",
                    help="train a fresh PPO exploiter against the checkpoint for N steps and report its score")
+    p.add_argument("--base", metavar="DIR", default=None,
+                   help="the base model directory an LM snapshot was trained on (when it is not a base Ludus ships)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=_evaluate)
 
@@ -67,7 +69,16 @@ def _evaluate(args) -> int:
     elif args.exploitability:
         from agents.exploitability import exploitability_of
 
-        result = exploitability_of(args.checkpoint)
+        checkpoint = args.checkpoint
+        if args.base is not None:
+            from agents.pretrained import PretrainedLMConfig
+            from agents.snapshot import policy_from_snapshot, read_manifest
+
+            game_id = read_manifest(checkpoint)[0].game_id
+            checkpoint = policy_from_snapshot(checkpoint, lm_base=PretrainedLMConfig(base=args.base))
+            result = exploitability_of(checkpoint, game_id)
+        else:
+            result = exploitability_of(checkpoint)
         output["exploitability"] = result.to_json()
         exploit = "" if result.exploitability is None else f"exploitability {result.exploitability:.6f}  "
         text.append(f"{result.game_id}: {exploit}NashConv {result.nash_conv:.6f} "

@@ -329,8 +329,9 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
         greedy: the checkpoint and the snapshot opponents act greedily instead of sampling.
         num_envs: games each runner steps at once.
     """
-    from agents.nets import NetConfig
-    from agents.snapshot import load_snapshot
+    from agents.snapshot import verify_snapshot
+    from league.config import config_from_dict
+    from league.learning import make_learner_architecture
     from games.registry import spec as game_spec
     from league.api import stored_ratings
     from league.backends import ProcessBackend, SerialBackend
@@ -353,8 +354,10 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
         components = _mixture_members(checkpoint_path, mixture)
         weights = [c.weight for c in mixture.components]
     else:
-        loaded = load_snapshot(checkpoint_path, expect_game=run.game_id)
-        candidate_id, snapshot_id = f"eval:{loaded.ref.snapshot_id[:12]}", loaded.ref.snapshot_id
+        ref = verify_snapshot(checkpoint_path)
+        if ref.game_id != run.game_id:
+            raise EvaluationError(f"{checkpoint_path} plays {ref.game_id}, the run {run.game_id}")
+        candidate_id, snapshot_id = f"eval:{ref.snapshot_id[:12]}", ref.snapshot_id
         components = [Member(candidate_id, "snapshot", "evaluated", snapshot_path=str(checkpoint_path),
                              snapshot_id=snapshot_id)]
         weights = None
@@ -372,10 +375,12 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
     tasks = _shard(assignments, num_runners, seed, greedy_players)
     envs = max(1, min(num_envs, -(-len(assignments) // len(tasks))))
     members = [*opponents, *components]
+    # the run's learner architecture: frozen LM members load onto the run's base model
+    architecture = make_learner_architecture(config_from_dict(run.config))
     if backend == "serial":
-        runner_backend = SerialBackend(spec.id, spec, NetConfig(), envs, cache_size=len(members), seed=seed)
+        runner_backend = SerialBackend(spec.id, spec, architecture, envs, cache_size=len(members), seed=seed)
     else:
-        runner_backend = ProcessBackend(spec.id, spec, NetConfig(), envs, cache_size=len(members),
+        runner_backend = ProcessBackend(spec.id, spec, architecture, envs, cache_size=len(members),
                                         num_workers=num_runners, seed=seed, log_dir=None)
     try:
         runner_backend.set_population(members)

@@ -10,6 +10,9 @@ from agents.lm import TinyLMConfig
 from agents.deepspeed_backend import LearnerBackendConfig, micro_batch_size
 from agents.nets import NetConfig
 from agents.ppo import PPOConfig
+from agents.pretrained import PretrainedLMConfig
+from agents.text_policy import TextPlayConfig
+from agents.text_ppo import TextPPOConfig
 from agents.token_ppo import TokenPPOConfig
 from league.configio import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
 
@@ -108,6 +111,18 @@ class DialogueConfig:
 
 
 @dataclass(frozen=True)
+class TextLMConfig:
+    """Pretrained language models that play through a game's text view (learner 'text_ppo'; docs/llm.md)."""
+
+    model: PretrainedLMConfig = field(default_factory=PretrainedLMConfig)
+    """The base model (an id the host ships, or a local directory), dtype, device and LoRA adapters."""
+    play: TextPlayConfig = field(default_factory=TextPlayConfig)
+    """Prompt format, response budget, temperature and what an invalid response costs."""
+    ppo: TextPPOConfig = field(default_factory=TextPPOConfig)
+    """Turn-level PPO: role baselines (RAE), KL to the base, micro-batches."""
+
+
+@dataclass(frozen=True)
 class LeagueConfig:
     """Everything `ludus train` needs. Keys are documented by the string under each field."""
 
@@ -149,14 +164,18 @@ class LeagueConfig:
     seed_population: tuple[str, ...] = ()
     """Extra frozen members at start: snapshot directories or other run directories."""
     torch_threads: int = 1
-    """Torch threads of the manager process (learner updates; serial runners always use one).
-    One is fastest on a small machine shared with runner processes."""
+    """Torch threads of the manager process (learner updates). One is fastest on a small machine
+    shared with runner processes."""
+    runner_threads: int = 1
+    """Torch threads of each runner (the serial runner too): one for board-game nets, whose small
+    matrices gain nothing from more; two for pretrained LMs, whose generation is large matrix products."""
     policy_cache_size: int = 64
     """Frozen snapshots kept loaded (LRU); the rest stay on disk."""
     max_opponents_per_iteration: int = 32
     """Distinct opponents a learner may face per iteration (bounds inference batches)."""
-    learner: Literal["ppo", "token_ppo"] = "ppo"
-    """Learning algorithm: 'ppo' (actor-critic nets) or 'token_ppo' (language-model policies)."""
+    learner: Literal["ppo", "token_ppo", "text_ppo"] = "ppo"
+    """Learning algorithm: 'ppo' (actor-critic nets), 'token_ppo' (tiny LMs on token games) or 'text_ppo'
+    (pretrained LMs through a game's text view)."""
     learner_backend: LearnerBackendConfig = field(default_factory=LearnerBackendConfig)
     """Optimizer backend of the learners."""
     net: NetConfig = field(default_factory=NetConfig)
@@ -165,6 +184,8 @@ class LeagueConfig:
     """PPO hyperparameters of the learners."""
     dialogue: DialogueConfig = field(default_factory=DialogueConfig)
     """Language-model learners for token games (learner 'token_ppo'): model, token PPO, imitation warm start."""
+    text_lm: TextLMConfig = field(default_factory=TextLMConfig)
+    """Pretrained LM learners (learner 'text_ppo'): base model, adapters, prompts, turn-level PPO."""
     roles: tuple[RoleConfig, ...] = (RoleConfig(),)
     """Learning roles; each is one learner."""
     log: LogConfig = field(default_factory=LogConfig)
@@ -172,7 +193,7 @@ class LeagueConfig:
 
     def __post_init__(self) -> None:
         positive = ("iterations", "matches_per_iteration", "num_envs", "num_runners",
-                    "snapshot_every_steps", "torch_threads", "policy_cache_size", "max_opponents_per_iteration")
+                    "snapshot_every_steps", "torch_threads", "runner_threads", "policy_cache_size", "max_opponents_per_iteration")
         for key in positive:
             if getattr(self, key) < 1:
                 raise ConfigError(f"config key {key!r} must be >= 1, got {getattr(self, key)}")
@@ -201,6 +222,14 @@ class LeagueConfig:
                 raise ConfigError(f"learner_backend.backend 'deepspeed' trains learner 'ppo' only, not "
                                   f"{self.learner!r}; set learner_backend.backend=torch")
             micro_batch_size(self.learner_backend, self.ppo.minibatch_size)  # fixed-size minibatches agree
+        if self.learner == "text_ppo":
+            from games.text import TEXT_VIEWS
+
+            if self.game not in TEXT_VIEWS:
+                raise ConfigError(f"learner 'text_ppo' plays games with a text view; {self.game!r} has none "
+                                  f"(games with one: {', '.join(sorted(TEXT_VIEWS))})")
+        if "base" in self.anchors and self.learner != "text_ppo":
+            raise ConfigError("anchor 'base' (the untrained base LM) needs learner 'text_ppo'")
         if self.backend != "ray" and self.ray_address is not None:
             raise ConfigError("config key 'ray_address' needs backend 'ray'")
 
@@ -302,6 +331,30 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "num_minibatches": 4, "update_epochs": 4, "ent_coef": 0.05},
         "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 0.0,
                    "meta_nash": 1.0, "reset_every_snapshots": 1}],
+    },
+    # Pretrained LMs (docs/llm.md): SmolLM2-135M-Instruct with rank-8 LoRA adapters plays through
+    # the game's text view; turn-level PPO with role baselines (RAE) and KL to the base. A turn is
+    # a short answer opened with "[" (a 135M model rarely finds the bracket format on its own) and
+    # closed at "]". Self-play and PFSP over its snapshots, the random mover and the untrained base
+    # (anchor 'base') pin the rating scale. One runner in the manager's process: generation is
+    # the cost, and it is batched over every seat the LM plays in the iteration's matches.
+    "llm_kuhn_poker": {
+        "game": "spiel:kuhn_poker", "learner": "text_ppo", "iterations": 60, "matches_per_iteration": 128,
+        "torch_threads": 2, "runner_threads": 2,
+        "num_envs": 128, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
+        "anchors": ["random", "base"], "draw_probability": 0.0,
+        "roles": [{"name": "main", "kind": "main", "self_play": 0.5, "pfsp": 0.3, "uniform": 0.2}],
+        "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7},
+                    "ppo": {"learning_rate": 5e-4, "kl_coef": 0.01, "minibatch_size": 512, "micro_batch_size": 256}},
+    },
+    "llm_tic_tac_toe": {
+        "game": "tic_tac_toe", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 64,
+        "torch_threads": 2, "runner_threads": 2,
+        "num_envs": 64, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
+        "anchors": ["random", "base"],
+        "roles": [{"name": "main", "kind": "main", "self_play": 0.3, "pfsp": 0.3, "uniform": 0.4}],
+        "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7},
+                    "ppo": {"learning_rate": 5e-4, "kl_coef": 0.01, "minibatch_size": 512, "micro_batch_size": 256}},
     },
     # Dialogue (docs/reference.md §4, docs/dialogue.md): a tiny LM imitates dialogues among the
     # four scripted negotiators (a population of styles, as a human corpus is) for 1200 steps,

@@ -71,6 +71,7 @@ class LMArchitecture:
     """A tiny LM with a value head acting through `LMPolicy` (learner 'token_ppo')."""
 
     tiny_lm: TinyLMConfig
+    lm_base = None
 
     def build(self, spec: GameSpec) -> tuple[LMWithValueHead, LMPolicy]:
         if self.tiny_lm.vocab_size != spec.num_actions:

@@ -19,6 +19,8 @@ def founding_members(config: LeagueConfig, spec: GameSpec) -> list[Member]:
     """Anchors, then seeded snapshots, in the order they join (a member imported twice joins once)."""
     members: dict[str, Member] = {}
     for name in config.anchors:
+        if name == BASE_ANCHOR:
+            continue  # the untrained base LM: joins with the learners' first snapshot (`base_anchor`)
         if os.path.isdir(name):
             member = imported_snapshot(name, "anchor", spec)
         else:
@@ -31,6 +33,18 @@ def founding_members(config: LeagueConfig, spec: GameSpec) -> list[Member]:
         for member in _seeded(Path(source), spec):
             members.setdefault(member.player_id, member)
     return list(members.values())
+
+
+BASE_ANCHOR = "base"
+"""Anchor name of the untrained base LM (learner 'text_ppo'): adapters at zero are the base itself."""
+
+
+def base_anchor(first_snapshot: Member) -> Member:
+    """`anchor:base`: a rated, never-trained copy of the LM learners' starting point. The first
+    snapshot of an LM learner is its initial adapters, which are zero (LoRA's B = 0), so that
+    snapshot plays exactly as the base model; the anchor plays the same files under its own id."""
+    return Member(f"anchor:{BASE_ANCHOR}", "snapshot", "anchor", snapshot_path=first_snapshot.snapshot_path,
+                  snapshot_id=first_snapshot.snapshot_id)
 
 
 def imported_snapshot(path: str | os.PathLike, role: str, spec: GameSpec) -> Member:

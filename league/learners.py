@@ -28,6 +28,11 @@ class PolicyArchitecture(Protocol):
     """Enough to rebuild a learner's policy module anywhere (a runner process, a Ray actor): a
     frozen record of our own types, sent to our own runners."""
 
+    @property
+    def lm_base(self) -> Any:
+        """The `PretrainedLMConfig` that the league's frozen LM snapshots load onto; None without LMs."""
+        ...
+
     def build(self, spec: GameSpec) -> tuple[nn.Module, Policy]:
         """A fresh policy module and the Policy acting with it; its weights are whatever the
         caller loads next (a runner loads the learner's)."""
@@ -39,6 +44,7 @@ class ActorCriticArchitecture:
     """An `ActorCritic` net acting through `TorchPolicy` (learner 'ppo')."""
 
     net: NetConfig
+    lm_base = None
 
     def build(self, spec: GameSpec) -> tuple[nn.Module, Policy]:
         from agents.torch_policy import TorchPolicy

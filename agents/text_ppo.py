@@ -1,0 +1,237 @@
+"""Turn-level PPO for a pretrained LM playing text games (pure compute: `TextPPOLearner.update`).
+
+One row of a `TurnBatch` is one turn: the prompt the LM read and the response it wrote (its
+first response of the turn, agents/text_policy.py), the behaviour log-prob of every response
+token, and the turn's return (the seat's final game result; -penalty when the response did not
+count). Following SPIRAL (Liu et al. 2025, arXiv 2506.24119, §3.3) the advantage of a turn is
+its return minus a role-conditioned baseline (RAE: one running mean per game seat, because the
+first and second player of a zero-sum game have different expected returns), the same for every
+token of the response. The loss per response token is PPO's clipped surrogate (agents/ppo_core.py;
+the ratio is to the behaviour log-probs, so rows played by an older policy version in async mode
+are corrected by importance sampling) plus a KL penalty to the base model, which is the same
+network with its LoRA adapters switched off (agents/pretrained.py), estimated per token with
+Schulman's k3 estimator (exp(ref - logp) - (ref - logp) - 1: unbiased and always >= 0, as
+GRPO uses it).
+
+Every prompt of a batch starts with the same chat header and rules, and many turns ask the same
+position. Prompts are read as generation reads them (agents/lm.py `SharedPromptCache`): the
+common prefix and each distinct prompt once per micro-batch, each row's response packed after its
+prompt with a mask that lets it see only its prompt and itself. Gradients flow back through the
+shared prompt exactly as if each row had its own copy. Micro-batches accumulate gradients into one optimizer
+step per minibatch (`TorchAdam.apply`), so memory is bounded by `micro_batch_size`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+
+from agents.lm import LMWithValueHead, PromptStore, SharedPromptCache
+from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms
+from agents.pretrained import adapter_disabled
+
+
+@dataclass(frozen=True)
+class TextPPOConfig:
+    """Turn-level PPO on the LM's own response tokens."""
+
+    learning_rate: float = 2e-4
+    """Adam step size of the LoRA adapters (adapters tolerate ~10x the full-model rate)."""
+    clip_coef: float = 0.2
+    """PPO's surrogate clipping epsilon."""
+    kl_coef: float = 0.02
+    """Weight of the per-token KL penalty to the base model (adapters off)."""
+    baseline: Literal["rae", "value"] = "value"
+    """What a turn's return is compared with: 'rae', one running mean per seat (SPIRAL's role-conditioned
+    advantage), or 'value', the value head at the turn's prompt (a baseline per position)."""
+    rae_decay: float = 0.95
+    """Role baselines follow b <- decay * b + (1 - decay) * mean return of the role's turns (SPIRAL: 0.95)."""
+    vf_coef: float = 0.5
+    """Weight of the value head's squared error (baseline 'value')."""
+    epochs: int = 1
+    """Passes over a batch of turns."""
+    minibatch_size: int = 64
+    """Turns per optimizer step."""
+    micro_batch_size: int = 16
+    """Turns per forward/backward pass; gradients of a minibatch's micro-batches accumulate."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    adam_eps: float = 1e-8
+    """Adam epsilon."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rae_decay < 1.0:
+            raise ValueError(f"rae_decay must be in [0, 1), got {self.rae_decay}")
+        if self.micro_batch_size < 1 or self.minibatch_size < self.micro_batch_size:
+            raise ValueError(f"need 1 <= micro_batch_size <= minibatch_size, got {self.micro_batch_size} and "
+                             f"{self.minibatch_size}")
+        if self.epochs < 1 or self.learning_rate <= 0:
+            raise ValueError("epochs must be >= 1 and learning_rate > 0")
+
+
+@dataclass(frozen=True)
+class TurnBatch:
+    """Turns to train on, one row each."""
+
+    prompts: tuple[tuple[int, ...], ...]
+    """Token ids the LM read (chat template and any response prefix included)."""
+    responses: tuple[tuple[int, ...], ...]
+    """Token ids it wrote (at least one each)."""
+    behaviour_log_probs: tuple[np.ndarray, ...]
+    """Per response token, its log-prob under the policy that wrote it."""
+    returns: np.ndarray
+    """[N] the turn's return."""
+    roles: np.ndarray
+    """[N] int seat of the turn (the RAE baseline it is compared with)."""
+    values: np.ndarray | None = None
+    """[N] the value head's estimate at the turn's prompt when it was played (baseline 'value')."""
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def role_advantages(returns: np.ndarray, roles: np.ndarray, baselines: np.ndarray, decay: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """RAE (SPIRAL, Algorithm 1): advantage = return - the role's baseline before this batch;
+    then each role's baseline moves towards the mean return of its turns in the batch.
+    Returns (advantages, new baselines)."""
+    advantages = (returns - baselines[roles]).astype(np.float32)
+    updated = baselines.copy()
+    for role in np.unique(roles):
+        updated[role] = decay * baselines[role] + (1 - decay) * float(returns[roles == role].mean())
+    return advantages, updated
+
+
+def response_log_probs(model: LMWithValueHead, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                       temperature: float, store: PromptStore | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-probs of each response token given its prompt, and the entropy of each of those
+    distributions, under softmax(logits / temperature), and the value head at each prompt;
+    gradients flow when enabled.
+
+    Read as generation reads them (`SharedPromptCache`): the common prefix and each distinct
+    prompt once, each row's response packed after its prompt, attending to it and to itself.
+    `store` (no gradients): prompts read before with the same weights.
+    Returns (log_probs [B, W], entropies [B, W], mask [B, W], values [B]) with W the longest
+    response; response tokens are left-aligned, `mask` marks the real ones."""
+    batch = len(prompts)
+    cache = SharedPromptCache(model, [list(p) for p in prompts], store=store)
+    lengths = np.array([len(r) for r in responses])
+    width = int(lengths.max())
+    tokens = np.zeros((batch, width), dtype=np.int64)
+    for i, r in enumerate(responses):
+        tokens[i, :len(r)] = r
+    # response tokens 0..len-2 of each row are read to predict tokens 1..len-1; token 0 is
+    # predicted from the prompt's last hidden state
+    reads = lengths - 1
+    start = np.zeros(batch, dtype=np.int64)
+    for entry in range(cache.num_entries):
+        rows = np.flatnonzero(cache.entry_of == entry)
+        start[rows] = np.concatenate([[0], np.cumsum(reads[rows])[:-1]])
+    columns = int(max(1, max(start[cache.entry_of == e].max() + reads[cache.entry_of == e].max()
+                             for e in range(cache.num_entries))))
+    ids = np.zeros((cache.num_entries, columns), dtype=np.int64)
+    owner = np.full((cache.num_entries, columns), -2, dtype=np.int64)
+    positions = np.zeros((cache.num_entries, columns), dtype=np.int64)
+    for i in range(batch):
+        e, cols = cache.entry_of[i], start[i] + np.arange(reads[i])
+        ids[e, cols] = tokens[i, :reads[i]]
+        owner[e, cols] = cache.slot_of[i]
+        positions[e, cols] = cache.prompt_length[e] + np.arange(reads[i])
+    read = cache.extend(ids, owner, positions) if reads.max() > 0 else None
+    first = cache.prompt_hidden[torch.from_numpy(cache.entry_of)][:, None]
+    if read is not None and width > 1:
+        rows = np.repeat(np.arange(batch), width - 1)
+        cols = (start[:, None] + np.arange(width - 1)[None, :]).clip(max=columns - 1).reshape(-1)
+        rest = read[torch.from_numpy(cache.entry_of[rows]), torch.from_numpy(cols)].reshape(batch, width - 1, -1)
+        hidden = torch.cat([first, rest], dim=1)
+    else:
+        hidden = first
+    logits, _ = model.heads(hidden)
+    log_pi = torch.log_softmax(logits.float() / temperature, dim=-1)
+    chosen = log_pi.gather(-1, torch.from_numpy(tokens)[..., None]).squeeze(-1)
+    mask_np = np.arange(width)[None, :] < lengths[:, None]
+    # the value head reads the prompt's last hidden state without moving the trunk: a linear probe,
+    # so that fitting the baseline never pulls on the adapters that write the text
+    values = model.value_head(first[:, 0].detach()).squeeze(-1)
+    return chosen, categorical_entropy(log_pi), torch.from_numpy(mask_np), values
+
+
+class TextPPOLearner:
+    """Turn-level PPO with role baselines and a KL penalty to the adapter-free base."""
+
+    def __init__(self, model: LMWithValueHead, config: TextPPOConfig, temperature: float, num_roles: int, seed: int):
+        self.model, self.config, self.temperature = model, config, temperature
+        self.backend = TorchAdam(model.parameters(), config.learning_rate, config.adam_eps, config.max_grad_norm,
+                                 fused=False)
+        self.baselines = np.zeros(num_roles, dtype=np.float64)
+        # the base never changes: the prompts it has read stay valid for the whole run
+        self.reference_prompts = PromptStore(capacity=256)
+        self.rng = np.random.default_rng(seed)
+        self.updates = 0
+
+    def update(self, batch: TurnBatch) -> dict[str, float]:
+        config = self.config
+        # Returns are game results (bounded by the game's utilities), so advantages are used as
+        # they are: dividing by their spread would blow up a batch whose turns all scored alike.
+        if config.baseline == "value":
+            if batch.values is None:
+                raise ValueError("baseline 'value' needs the turns' behaviour values (TurnBatch.values)")
+            advantages = (batch.returns - batch.values).astype(np.float32)
+        else:
+            advantages, self.baselines = role_advantages(batch.returns, batch.roles, self.baselines,
+                                                         config.rae_decay)
+        means, grad_norms = StatMeans(), []
+        self.model.train()
+        for _ in range(config.epochs):
+            order = self.rng.permutation(len(batch))
+            for start in range(0, len(batch), config.minibatch_size):
+                rows = order[start:start + config.minibatch_size]
+                tokens_in_minibatch = sum(len(batch.responses[i]) for i in rows)
+                for micro in range(0, len(rows), config.micro_batch_size):
+                    means.add(self._micro_step(batch, rows[micro:micro + config.micro_batch_size], advantages,
+                                               tokens_in_minibatch))
+                grad_norms.append(self.backend.apply())
+        self.model.eval()
+        self.updates += 1
+        stats = means.means()
+        stats.update({"grad_norm": float(np.mean(grad_norms)), "mean_return": float(batch.returns.mean()), "turns": float(len(batch)),
+                      "response_tokens": float(np.mean([len(r) for r in batch.responses]))})
+        stats.update({f"rae_baseline_seat{r}": float(b) for r, b in enumerate(self.baselines)})
+        return stats
+
+    def _micro_step(self, batch: TurnBatch, rows: np.ndarray, advantages: np.ndarray,
+                    tokens_in_minibatch: int) -> dict[str, float]:
+        prompts = [batch.prompts[i] for i in rows]
+        responses = [batch.responses[i] for i in rows]
+        with torch.no_grad(), adapter_disabled(self.model):
+            reference, _, _, _ = response_log_probs(self.model, prompts, responses, self.temperature,
+                                                    store=self.reference_prompts)
+        log_probs, entropy, mask, values = response_log_probs(self.model, prompts, responses, self.temperature)
+        width = log_probs.shape[1]
+        behaviour = torch.zeros((len(rows), width))
+        for k, i in enumerate(rows):
+            behaviour[k, :len(batch.responses[i])] = torch.from_numpy(np.asarray(batch.behaviour_log_probs[i]))
+        adv = torch.from_numpy(advantages[rows])[:, None].expand(-1, width)
+        weights = mask.float()
+        zeros = torch.zeros_like(log_probs)
+        terms = ppo_terms(log_probs, behaviour, adv, entropy, zeros, zeros, zeros, self.config.clip_coef,
+                          value_clip=None, weights=weights)
+        log_ratio_ref = torch.where(mask, reference - log_probs, zeros)
+        kl = (log_ratio_ref.exp() - log_ratio_ref - 1) * weights
+        # token-mean over the whole minibatch: each micro-batch adds its share of the tokens
+        share = float(weights.sum()) / tokens_in_minibatch
+        loss = terms.policy_loss + self.config.kl_coef * kl.sum() / weights.sum()
+        stats = terms.stats()
+        if self.config.baseline == "value":
+            value_loss = 0.5 * ((values.float() - torch.from_numpy(batch.returns[rows]).float()) ** 2).mean()
+            loss = loss + self.config.vf_coef * value_loss
+            stats["value_loss"] = float(value_loss.detach())
+        else:
+            del stats["value_loss"]
+        (loss * share).backward()
+        stats["kl_to_base"] = float(kl.detach().sum() / weights.sum())
+        return stats

@@ -1,0 +1,184 @@
+"""Pretrained language models in the league (learner 'text_ppo').
+
+A member is a base model (agents/pretrained.py) plus LoRA adapters and a value head; it plays any
+game with a text view (games/text.py) through `TextLMPolicy`, so it meets nets, bots and other LMs
+in the same league. This module connects the pieces to the league's seams:
+
+* `TextLMArchitecture.build` gives a runner an `AdapterWeights` module (only the adapter and value
+  head tensors travel from the learner to the runners: a few MB, not the base) and a policy acting
+  on the process's shared base (`shared_base`): every LM of one base in a process shares one copy.
+* `TextLMLeagueLearner` is the `LeagueLearner`: it turns the runner's rows (`RolloutBatch` with
+  `responses`) into turns, scores each turn with the seat's final result (or the invalid-response
+  penalty), and runs turn-level PPO (agents/text_ppo.py). Its first snapshot is the untrained base
+  (adapters start at zero), which the `base` anchor also plays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.pretrained import PretrainedLMConfig, load_pretrained_lm, shared_base, trained_state
+from agents.rollout import RolloutBatch
+from agents.snapshot import Lineage, SnapshotRef
+from agents.text_policy import PromptEncoder, TextLMPolicy, TextPlayConfig
+from agents.text_ppo import TextPPOLearner, TurnBatch
+from games.core import GameSpec
+from games.text import parse_response, text_view
+
+
+class AdapterWeights(nn.Module):
+    """The tensors an LM member owns (adapters and value head) as a module whose state dict is
+    exactly those: what runners receive, load and hand to their policy."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]):
+        super().__init__()
+        self.tensors = {k: v.clone() for k, v in tensors.items()}
+        self.policy: TextLMPolicy | None = None
+        """The policy acting with these tensors (told when they change)."""
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        return dict(self.tensors)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True, assign: bool = False):  # type: ignore[override]
+        if strict and set(state) != set(self.tensors):
+            raise ValueError("adapter weights do not match the model's adapters")
+        for name, value in state.items():
+            self.tensors[name].copy_(value)
+        if self.policy is not None:
+            self.policy.weights_changed()
+
+
+class LiveAdapterWeights(AdapterWeights):
+    """A learner's own trained tensors, read from its model at every call (no copy kept)."""
+
+    def __init__(self, model: nn.Module):
+        nn.Module.__init__(self)
+        self.model = model
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        return trained_state(self.model)
+
+
+@dataclass(frozen=True)
+class TextLMArchitecture:
+    """A pretrained LM with adapters playing through the game's text view."""
+
+    model: PretrainedLMConfig
+    play: TextPlayConfig
+
+    @property
+    def lm_base(self) -> PretrainedLMConfig:
+        return self.model
+
+    def build(self, spec: GameSpec) -> tuple[AdapterWeights, TextLMPolicy]:
+        lm = shared_base(self.model)
+        weights = AdapterWeights(trained_state(lm.model))
+        # the policy holds the module's own tensor dict: loading new weights updates what it swaps in
+        weights.policy = TextLMPolicy(lm.model, lm.tokenizer, text_view(spec.id), self.play, adapters=weights.tensors)
+        return weights, weights.policy
+
+
+def turn_returns(batch: RolloutBatch) -> np.ndarray:
+    """Monte-Carlo return of every row: the seat's rewards from that turn to the end of its game
+    (rows are grouped by (slot, seat) in time order; `dones` ends a game)."""
+    returns = np.zeros(len(batch), dtype=np.float64)
+    running = 0.0
+    for i in range(len(batch) - 1, -1, -1):
+        same_sequence = (i + 1 < len(batch) and batch.slots[i + 1] == batch.slots[i]
+                         and batch.seats[i + 1] == batch.seats[i] and not batch.dones[i])
+        running = batch.rewards[i] + (running if same_sequence else 0.0)
+        returns[i] = running
+    return returns
+
+
+class TextLMLeagueLearner:
+    """Turn-level PPO on a pretrained LM's adapters, as a `league.learners.LeagueLearner`."""
+
+    def __init__(self, spec: GameSpec, config: Any, role_index: int, seed: int, init_seed: int):
+        self.spec = spec
+        self.text = config.text_lm
+        self.seed = seed
+        self.view = text_view(spec.id)
+        self.lm = load_pretrained_lm(self.text.model, seed=init_seed)
+        self.architecture = TextLMArchitecture(self.text.model, self.text.play)
+        self.module = LiveAdapterWeights(self.lm.model)
+        self.encode = PromptEncoder(self.lm.tokenizer, self.view, self.text.play.prompt)
+        self.ppo = self._new_ppo(seed)
+
+    def _new_ppo(self, seed: int) -> TextPPOLearner:
+        return TextPPOLearner(self.lm.model, self.text.ppo, self.text.play.temperature, self.spec.num_players, seed)
+
+    @property
+    def updates(self) -> int:
+        return self.ppo.updates
+
+    def turns(self, batch: RolloutBatch) -> tuple[TurnBatch, np.ndarray]:
+        """The batch's rows as turns, and which rows' first response did not count."""
+        if batch.responses is None:
+            raise ValueError("text_ppo trains on text agents' rows: this batch carries no responses")
+        returns = turn_returns(batch)
+        first_answer = bool(self.text.play.prompt.response_prefix)
+        prompts, responses, behaviour = [], [], []
+        invalid = np.zeros(len(batch), dtype=bool)
+        for i in range(len(batch)):
+            obs, seat, mask = batch.obs[i], int(batch.seats[i]), batch.mask[i]
+            length = int((batch.responses[i] >= 0).sum())
+            tokens = batch.responses[i, :length]
+            prompts.append(tuple(self.encode(obs, seat, mask)))
+            responses.append(tuple(tokens.tolist()))
+            behaviour.append(batch.response_log_probs[i, :length])
+            text = self.text.play.prompt.response_prefix + self.lm.tokenizer.decode(
+                [t for t in tokens.tolist() if t != self.lm.tokenizer.eos_token_id], skip_special_tokens=True)
+            invalid[i] = parse_response(self.view, text, obs, seat, mask, last=not first_answer).action is None
+        returns = np.where(invalid, -self.text.play.invalid.penalty, returns)
+        return TurnBatch(tuple(prompts), tuple(responses), tuple(behaviour), returns.astype(np.float64),
+                         batch.seats.astype(np.int64), batch.values.astype(np.float64)), invalid
+
+    def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
+        turns, invalid = self.turns(batch)
+        stats = self.ppo.update(turns)
+        stats["valid_response_rate"] = float(1.0 - invalid.mean())
+        return stats
+
+    def freeze(self, directory: Path, lineage: Lineage) -> SnapshotRef:
+        from agents.snapshot import save_adapter_snapshot
+
+        return save_adapter_snapshot(self.lm, self.spec, directory, lineage, play=self.text.play.to_json())
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Adapters, value head, Adam state, role baselines, the shuffling RNG and the update count."""
+        from league.dialogue import _generator_to_tensor
+
+        state = {f"model.{k}": v for k, v in trained_state(self.lm.model).items()}
+        state.update({f"optimizer.{k}": v for k, v in self.ppo.backend.state_dict().items()})
+        state["baselines"] = torch.from_numpy(self.ppo.baselines.copy())
+        state["rng"] = _generator_to_tensor(self.ppo.rng)
+        state["updates"] = torch.tensor(self.ppo.updates, dtype=torch.int64)
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        from agents.ppo_core import prefixed
+        from league.dialogue import _generator_from_tensor
+
+        self.lm.model.load_state_dict(prefixed(state, "model."), strict=False)
+        self.ppo = self._new_ppo(self.seed)
+        self.ppo.backend.load_state_dict(prefixed(state, "optimizer."))
+        self.ppo.baselines = state["baselines"].numpy().astype(np.float64).copy()
+        self.ppo.rng = _generator_from_tensor(state["rng"])
+        self.ppo.updates = int(state["updates"])
+
+    def reset_to(self, snapshot: Path, seed: int) -> None:
+        """Restart from a snapshot's adapters with a fresh optimizer and baselines."""
+        from agents.snapshot import read_adapter_snapshot
+
+        record = read_adapter_snapshot(snapshot, self.text.model, self.spec.id)
+        self.lm.model.load_state_dict(record.tensors, strict=False)
+        updates = self.ppo.updates
+        self.ppo = self._new_ppo(seed)
+        self.ppo.updates = updates  # versions keep increasing: runners key weights by version

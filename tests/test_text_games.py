@@ -1,0 +1,341 @@
+"""Pretrained LMs playing text games (games/text.py, agents/text_policy.py, agents/text_ppo.py,
+league/text_lm.py), on a tiny random-initialised Llama with SmolLM2's real tokenizer and chat
+template (tests/conftest.py `tiny_bases`): every path runs in seconds; the real SmolLM2 runs in
+`test_smollm2_league_two_updates`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agents.pretrained import PretrainedLMConfig, adapter_disabled, load_pretrained_lm, trained_state
+from agents.policy import ActBatch
+from agents.text_policy import (InvalidResponses, PromptFormat, TextLMPolicy, TextPlayConfig, played_distribution,
+                                response_action_probabilities, sampled_action_probabilities)
+from agents.text_ppo import TextPPOConfig, TextPPOLearner, TurnBatch, response_log_probs, role_advantages
+from games import registry
+from games.core import GameError
+from games.text import TEXT_VIEWS, canonical_answer, check_text_view, parse_response, text_view
+
+KUHN = "spiel:kuhn_poker"
+
+
+def _positions(game_id: str, n: int) -> ActBatch:
+    """n decision points of random play (seat to move, its observation and legal mask)."""
+    obs, masks, seats = [], [], []
+    for seed in range(n):
+        game = registry.make(game_id)
+        game.reset(seed)
+        rng = np.random.default_rng(seed)
+        for _ in range(seed % 3):
+            seat = game.to_move()[0]
+            game.step({seat: int(rng.choice(np.flatnonzero(game.legal_mask(seat))))})
+            if game.is_terminal():
+                game.reset(seed)
+                break
+        seat = game.to_move()[0]
+        obs.append(game.observation(seat))
+        masks.append(game.legal_mask(seat))
+        seats.append(seat)
+    return ActBatch(np.stack(obs), np.stack(masks), np.array(seats))
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tiny_bases):
+    return load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=3)
+
+
+def _policy(lm, game_id=KUHN, **play) -> TextLMPolicy:
+    return TextLMPolicy(lm.model, lm.tokenizer, text_view(game_id), TextPlayConfig(**play))
+
+
+# --------------------------------------------------------------------------------- the views
+
+
+@pytest.mark.parametrize("game_id", sorted(TEXT_VIEWS))
+def test_every_text_view_passes_its_checker(game_id):
+    check_text_view(text_view(game_id), registry.make(game_id))
+
+
+def test_kuhn_view_tells_the_seat_only_what_it_sees():
+    game = registry.make(KUHN)
+    game.reset(1)
+    game.step({0: 1})  # player 0 bets
+    view = text_view(KUHN)
+    state = view.state(game.observation(1), 1, game.legal_mask(1))
+    assert "Player 0 bets." in state and "[fold] [call]" in state
+    other = view.state(game.observation(0), 0, np.zeros(2, bool))
+    card_1 = state.split("Your card: ")[1].split(".")[0]
+    assert card_1 not in other.split("So far")[0] or card_1 == other.split("Your card: ")[1].split(".")[0]
+
+
+def test_parse_outcomes_are_named():
+    game = registry.make(KUHN)
+    game.reset(0)
+    view, obs, mask = text_view(KUHN), game.observation(0), game.legal_mask(0)
+    assert parse_response(view, "I think [Check]", obs, 0, mask).action == 0
+    assert parse_response(view, "[bet] or rather [check]", obs, 0, mask).action == 0  # the last counts
+    assert parse_response(view, "[bet] or rather [check]", obs, 0, mask, last=False).action == 1
+    assert parse_response(view, "check", obs, 0, mask).problem == "no answer"
+    assert parse_response(view, "[raise]", obs, 0, mask).problem == "unknown answer"
+    facing = registry.make(KUHN)
+    facing.reset(0)
+    facing.step({0: 1})
+    assert parse_response(view, "[check]", facing.observation(1), 1, facing.legal_mask(1)).problem == "unknown answer"
+    ttt = registry.make("tic_tac_toe")
+    ttt.reset(0)
+    ttt.step({0: 4})
+    board = text_view("tic_tac_toe")
+    assert parse_response(board, "[4]", ttt.observation(1), 1, ttt.legal_mask(1)).problem == "illegal answer"
+    assert canonical_answer(board, ttt.observation(1), 1, ttt.legal_mask(1), 0) == "[0]"
+
+
+def test_a_game_without_a_text_view_is_a_one_line_error():
+    with pytest.raises(GameError, match="no text view"):
+        text_view("connect_three")
+
+
+# --------------------------------------------------------------------------------- the policy
+
+
+def test_text_policy_always_plays_a_legal_action_and_records_its_first_response(tiny_lm):
+    batch = _positions("tic_tac_toe", 24)
+    policy = _policy(tiny_lm, "tic_tac_toe", max_new_tokens=4, invalid=InvalidResponses(retries=1))
+    out = policy.act(batch, np.random.default_rng(0))
+    assert batch.mask[np.arange(24), out.actions].all()
+    turns = policy.last_turns
+    # a random tiny model rarely answers: every row retried once, then played a random legal move
+    assert (turns.attempts[turns.fallback] == 2).all() and turns.fallback.any()
+    lengths = (out.responses >= 0).sum(axis=1)
+    assert (lengths >= 1).all() and (lengths <= 4).all()
+    np.testing.assert_allclose(out.log_probs, out.response_log_probs.sum(axis=1), rtol=1e-6)
+    for i in range(24):  # the recorded response is the first one, and the text it was parsed from
+        assert policy.decode(out.responses[i, :lengths[i]].tolist()) == turns.texts[i][1:]
+
+
+def test_text_policy_is_reproducible_from_its_seed(tiny_lm):
+    batch = _positions(KUHN, 16)
+    a = _policy(tiny_lm).act(batch, np.random.default_rng(7))
+    b = _policy(tiny_lm).act(batch, np.random.default_rng(7))
+    np.testing.assert_array_equal(a.actions, b.actions)
+    np.testing.assert_array_equal(a.responses, b.responses)
+
+
+def test_distinct_prompts_are_read_once_with_the_same_tokens(tiny_lm):
+    """Rows asking the same position share its KV cache: same tokens as reading each row alone."""
+    from agents.lm import LMPolicy
+
+    policy = _policy(tiny_lm)
+    batch = _positions(KUHN, 12)
+    prompts = [policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i]) for i in range(12)] * 3
+    assert len({tuple(p) for p in prompts}) < len(prompts)
+    generator = LMPolicy(tiny_lm.model, pad_id=0)
+    for greedy in (True, False):
+        shared = generator.generate(prompts, 6, np.random.default_rng(1), stop_token=policy.stop_tokens, greedy=greedy)
+        alone = generator.generate(prompts, 6, np.random.default_rng(1), stop_token=policy.stop_tokens, greedy=greedy,
+                                   reuse_prefix=False)
+        np.testing.assert_array_equal(shared.tokens, alone.tokens)
+        np.testing.assert_allclose(shared.log_probs, alone.log_probs, atol=1e-4)
+    # prompts kept from an earlier call (a PromptStore) give the same tokens again
+    from agents.lm import PromptStore
+
+    store = PromptStore()
+    for _ in range(2):
+        kept = generator.generate(prompts, 6, np.random.default_rng(1), stop_token=policy.stop_tokens, store=store)
+        np.testing.assert_array_equal(kept.tokens, alone.tokens)
+    assert len(store.entries) == len({tuple(p) for p in prompts})
+
+
+def test_exact_action_probabilities_match_sampling(tiny_lm):
+    """The enumerated response distribution agrees with 4000 samples of the policy as it plays."""
+    game = registry.make(KUHN)
+    game.reset(2)
+    obs, mask = game.observation(0), game.legal_mask(0)
+    # a model that answers: fine-tuned for a few steps to say "check]" or "bet]" (then anything)
+    policy = _policy(tiny_lm, max_new_tokens=3, temperature=1.0, invalid=InvalidResponses(retries=1))
+    probs, invalid = response_action_probabilities(policy, obs, 0, mask)
+    played = played_distribution(probs, invalid, mask, retries=1)
+    assert played.sum() == pytest.approx(1.0)
+    sampled = sampled_action_probabilities(policy, ActBatch(obs[None], mask[None], np.zeros(1, int)), samples=4000)[0]
+    np.testing.assert_allclose(sampled, played, atol=0.03)
+
+
+# --------------------------------------------------------------------------------- the learner
+
+
+def test_role_advantages_follow_spiral():
+    returns = np.array([1.0, -1.0, 1.0, 1.0])
+    roles = np.array([0, 0, 1, 1])
+    advantages, baselines = role_advantages(returns, roles, np.array([0.5, -0.5]), decay=0.9)
+    np.testing.assert_allclose(advantages, [0.5, -1.5, 1.5, 1.5])
+    np.testing.assert_allclose(baselines, [0.9 * 0.5 + 0.1 * 0.0, 0.9 * -0.5 + 0.1 * 1.0])
+
+
+def test_training_reads_the_behaviour_log_probs_back_exactly(tiny_lm):
+    """On-policy, the learner's log-probs of the recorded responses are the generator's (ratio 1)."""
+    policy = _policy(tiny_lm, max_new_tokens=5)
+    batch = _positions(KUHN, 20)
+    out = policy.act(batch, np.random.default_rng(0))
+    lengths = (out.responses >= 0).sum(axis=1)
+    prompts = [policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i]) for i in range(20)]
+    responses = [out.responses[i, :lengths[i]].tolist() for i in range(20)]
+    with torch.no_grad():
+        log_probs, _, mask, _ = response_log_probs(tiny_lm.model, prompts, responses, temperature=1.0)
+    np.testing.assert_allclose(log_probs[mask].numpy(), out.response_log_probs[out.responses >= 0], atol=1e-4)
+
+
+def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases):
+    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=0)
+    before = {k: v.clone() for k, v in lm.model.state_dict().items()}
+    policy = _policy(lm, max_new_tokens=2)
+    batch = _positions(KUHN, 32)
+    out = policy.act(batch, np.random.default_rng(0))
+    lengths = (out.responses >= 0).sum(axis=1)
+    first = out.responses[:, 0]
+    target = int(np.bincount(first).argmax())
+    turns = TurnBatch(tuple(tuple(policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i])) for i in range(32)),
+                      tuple(tuple(out.responses[i, :lengths[i]].tolist()) for i in range(32)),
+                      tuple(out.response_log_probs[i, :lengths[i]] for i in range(32)),
+                      np.where(first == target, 1.0, -1.0), batch.seats.astype(np.int64), out.values.astype(np.float64))
+    learner = TextPPOLearner(lm.model, TextPPOConfig(learning_rate=1e-2, minibatch_size=32, micro_batch_size=8,
+                                                     epochs=4), temperature=1.0, num_roles=2, seed=0)
+    prompt = list(turns.prompts[int(np.flatnonzero(first == target)[0])])
+
+    def target_log_prob():
+        with torch.no_grad():
+            return float(response_log_probs(lm.model, [prompt], [[target]], 1.0)[0][0, 0])
+
+    start = target_log_prob()
+    stats = learner.update(turns)
+    assert target_log_prob() > start + 0.02  # PPO clips each update to a ratio of 1 + clip_coef
+    assert stats["kl_to_base"] >= 0 and np.isfinite(stats["policy_loss"]) and stats["value_loss"] > 0
+    after = lm.model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all("lora_" in k or k.startswith("value_head.") for k in changed)
+    assert any(k.startswith("value_head.") for k in changed)  # the value baseline learns
+    with adapter_disabled(lm.model):  # the base itself never moved
+        assert all(torch.equal(before[k], lm.model.state_dict()[k]) for k in before
+                   if "lora_" not in k and not k.startswith("value_head."))
+
+
+# --------------------------------------------------------------------------------- the league
+
+
+def _league_config(base: Path, *extra: str):
+    from league.api import load_config
+
+    return load_config("llm_kuhn_poker", [f"text_lm.model.base={base}", "iterations=2", "matches_per_iteration=24",
+                                          "num_envs=24", "log.wandb=disabled", "log.tensorboard=false",
+                                          "log.progress=false", "text_lm.ppo.minibatch_size=64",
+                                          "text_lm.ppo.micro_batch_size=32", *extra])
+
+
+def test_llm_league_trains_rates_and_resumes_exactly(tiny_bases, tmp_path):
+    from league.api import League
+    from league.ledger import Store
+
+    config = _league_config(tiny_bases[0], "snapshot_every_steps=20")
+    whole = League.create(config, tmp_path / "whole")
+    whole.run()
+    members = {m.player_id: m for m in whole.population.members()}
+    assert {"anchor:base", "anchor:random", "main@0"} <= set(members)
+    assert members["anchor:base"].snapshot_id == members["main@0"].snapshot_id  # the untrained base
+    assert any(p.startswith("main@") and p != "main@0" for p in members)
+    metrics = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    learned = [m for m in metrics if "losses/main/valid_response_rate" in m]
+    assert len(learned) == 2 and all(0 <= m["losses/main/valid_response_rate"] <= 1 for m in learned)
+    whole.close()
+
+    half = League.create(config, tmp_path / "half")
+    half.run(until_iteration=1)  # stopped at the first iteration boundary, as a kill would leave it
+    half.close()
+    resumed = League.resume(tmp_path / "half")
+    resumed.run()
+    resumed.close()
+    a, b = Store.open(tmp_path / "whole"), Store.open(tmp_path / "half")
+    assert a.comparable_rows() == b.comparable_rows()
+    snapshots = lambda run: sorted((p.name, (p / "manifest.json").read_text()) for p in (run / "snapshots").iterdir())
+    assert snapshots(tmp_path / "whole") == snapshots(tmp_path / "half")
+
+
+def test_async_llm_league_drops_stale_turns(tiny_bases, tmp_path):
+    from league.api import League
+
+    config = _league_config(tiny_bases[0], "pipeline_depth=2", "max_policy_lag=0", "iterations=3")
+    league = League.create(config, tmp_path / "run")
+    summaries = league.run()
+    league.close()
+    # in async mode the next iteration's games are played by the weights before this update: with
+    # max_policy_lag 0 those turns are dropped, never trained on
+    assert sum(s.dropped_transitions for s in summaries) > 0
+    assert league.learners["main"].state.dropped_stale > 0
+
+
+def test_lm_snapshot_plays_anywhere_its_base_is_and_nowhere_else(tiny_bases, tmp_path):
+    from agents.snapshot import SnapshotError, policy_from_snapshot, save_adapter_snapshot
+
+    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
+    play = TextPlayConfig(max_new_tokens=3, temperature=0.5)
+    save_adapter_snapshot(lm, registry.spec(KUHN), tmp_path / "snap", play=play.to_json())
+    policy = policy_from_snapshot(tmp_path / "snap", expect_game=KUHN, lm_base=PretrainedLMConfig(base=str(tiny_bases[0])))
+    assert isinstance(policy, TextLMPolicy) and policy.play == play
+    for name, tensor in trained_state(lm.model).items():
+        assert torch.equal(policy.adapters[name], tensor)
+    with pytest.raises(SnapshotError, match="trained on base"):
+        policy_from_snapshot(tmp_path / "snap", lm_base=PretrainedLMConfig(base=str(tiny_bases[1])))
+    with pytest.raises(SnapshotError, match="local base model"):
+        policy_from_snapshot(tmp_path / "snap")
+
+
+def test_lm_exploitability_on_kuhn(tiny_lm):
+    from agents.exploitability import exploitability
+
+    policy = _policy(tiny_lm, max_new_tokens=3)
+    value = exploitability(KUHN, policy)
+    # a random tiny model almost never answers: it plays the random fallback, exploitability ~0.458
+    assert 0.3 < value < 0.6
+
+
+def test_text_learner_config_errors_are_one_line(tiny_bases):
+    from league.api import load_config
+    from league.configio import ConfigError
+
+    with pytest.raises(ConfigError, match="text view"):
+        load_config("llm_kuhn_poker", ["game=connect_three"])
+    with pytest.raises(ConfigError, match="needs learner 'text_ppo'"):
+        load_config("tic_tac_toe", ["anchors=[base]"])
+    with pytest.raises(ConfigError, match="temperature"):
+        load_config("llm_kuhn_poker", ["text_lm.play.temperature=0"])
+    with pytest.raises(ConfigError, match="response_prefix"):
+        load_config("llm_kuhn_poker", ["text_lm.play.prompt.think=true"])
+
+
+def test_smollm2_league_two_updates(smollm2_dir, tmp_path):
+    """The real SmolLM2-135M-Instruct: a league with two learner updates, rated."""
+    from league.api import League, load_config
+
+    config = load_config("llm_kuhn_poker", ["iterations=2", "matches_per_iteration=16", "num_envs=16",
+                                            "log.wandb=disabled", "log.tensorboard=false", "log.progress=false"])
+    league = League.create(config, tmp_path / "run")
+    league.run()
+    assert league.learners["main"].version == 2
+    assert "anchor:base" in league.ratings
+    league.close()
+
+
+def test_text_learner_passes_the_learner_checker(tiny_bases):
+    """Save, restore into a fresh learner, same second batch: identical state and statistics."""
+    from league.check import check_learner
+
+    report = check_learner(_league_config(tiny_bases[0], "text_lm.ppo.learning_rate=2e-4"))
+    assert report.learner == "text_ppo" and report.tensors > 0 and report.rows > 0
+
+
+def test_exponent_numbers_on_the_command_line_are_numbers():
+    from league.api import load_config
+
+    assert load_config("llm_kuhn_poker", ["text_lm.ppo.learning_rate=2e-4"]).text_lm.ppo.learning_rate == 2e-4
