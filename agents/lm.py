@@ -368,8 +368,10 @@ class LMPolicy:
                 done = np.isin(tokens, stops)
                 if done.all() or step == max_new_tokens - 1:
                     break
-                # finished rows stop adding columns; the rest append their token to their entry
+                # finished rows stop adding columns (an entry left without rows leaves the cache);
+                # the rest append their token to their entry
                 live, tokens = live[~done], tokens[~done]
+                cache.keep_entries(np.unique(cache.entry_of[live]))
                 entries, slots = cache.entry_of[live], cache.slot_of[live]
                 width = int(np.bincount(entries, minlength=cache.num_entries).max())
                 column = np.zeros(len(live), dtype=np.int64)
@@ -578,6 +580,21 @@ class SharedPromptCache:
         sees = causal & ((k_owner == -1) | ((k_owner == q_owner) & (q_owner >= 0)))
         sees |= (k_index == q_index) & (q_owner == -2)
         return torch.from_numpy(sees[:, None])
+
+    def keep_entries(self, entries: np.ndarray) -> None:
+        """Drop every entry not in `entries` (increasing): the entries whose rows all finished
+        leave the cache, so later steps compute nothing for them. Rows' `entry_of` is remapped
+        (rows of dropped entries get -1)."""
+        entries = np.asarray(entries, dtype=np.int64)
+        if len(entries) == self.num_entries:
+            return
+        self.past.batch_select_indices(torch.from_numpy(entries))
+        self.owner, self.prompt_length = self.owner[entries], self.prompt_length[entries]
+        self.prompt_hidden = self.prompt_hidden[torch.from_numpy(entries)]
+        new_index = np.full(self.num_entries, -1, dtype=np.int64)
+        new_index[entries] = np.arange(len(entries))
+        self.entry_of = new_index[self.entry_of]
+        self.num_entries = len(entries)
 
     def extend(self, tokens: np.ndarray, owner: np.ndarray, positions: np.ndarray) -> torch.Tensor:
         """Append K columns per entry: tokens [E, K] of the rows in slots `owner` [E, K] (-2 for

@@ -9,9 +9,9 @@ stopping at the tokenizer's end-of-turn token. The figure counts the tokens each
 (up to and including the stop token) per second; the two sample differently (their own random
 streams), so their lengths differ by chance, which the repeats average out.
 
-(a) Ludus: `agents.lm.LMPolicy.generate` — one batch, KV cache, the shared prompt prefix read once
-    and its cache shared by all rows (`reuse_prefix`), finished rows leaving the batch and the
-    cache, sampling with the caller's Generator;
+(a) Ludus: `agents.lm.LMPolicy.generate` — one batch, KV cache, the shared prompt prefix and each
+    distinct prompt read once (`agents.lm.SharedPromptCache`), finished rows adding no more
+    columns and leaving the cache with their entry, sampling with the caller's Generator;
 (b) Hugging Face: `model.generate(do_sample=True, top_k=0, top_p=1.0)` on the same left-padded
     batch with its attention mask (KV cache on, every prompt read in full, finished rows padded
     until the last one stops).
