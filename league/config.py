@@ -119,7 +119,7 @@ class TextLMConfig:
     play: TextPlayConfig = field(default_factory=TextPlayConfig)
     """Prompt format, response budget, temperature and what an invalid response costs."""
     ppo: TextPPOConfig = field(default_factory=TextPPOConfig)
-    """Turn-level PPO: role baselines (RAE), KL to the base, micro-batches."""
+    """Turn-level PPO: the baseline (value head or per-seat running means), KL to the base, micro-batches."""
 
 
 @dataclass(frozen=True)
@@ -345,7 +345,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "anchors": ["random", "base"], "draw_probability": 0.0,
         "roles": [{"name": "main", "kind": "main", "self_play": 0.5, "pfsp": 0.3, "uniform": 0.2}],
         "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7},
-                    "ppo": {"learning_rate": 5e-4, "kl_coef": 0.01, "minibatch_size": 512, "micro_batch_size": 256}},
+                    "ppo": {"learning_rate": 2e-4, "kl_coef": 0.02, "minibatch_size": 512, "micro_batch_size": 256}},
     },
     "llm_tic_tac_toe": {
         "game": "tic_tac_toe", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 64,
@@ -354,7 +354,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "anchors": ["random", "base"],
         "roles": [{"name": "main", "kind": "main", "self_play": 0.3, "pfsp": 0.3, "uniform": 0.4}],
         "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7},
-                    "ppo": {"learning_rate": 5e-4, "kl_coef": 0.01, "minibatch_size": 512, "micro_batch_size": 256}},
+                    "ppo": {"learning_rate": 2e-4, "kl_coef": 0.02, "minibatch_size": 512, "micro_batch_size": 256}},
     },
     # Dialogue (docs/reference.md §4, docs/dialogue.md): a tiny LM imitates dialogues among the
     # four scripted negotiators (a population of styles, as a human corpus is) for 1200 steps,

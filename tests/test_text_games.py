@@ -151,17 +151,17 @@ def test_distinct_prompts_are_read_once_with_the_same_tokens(tiny_lm):
 
 
 def test_exact_action_probabilities_match_sampling(tiny_lm):
-    """The enumerated response distribution agrees with 4000 samples of the policy as it plays."""
+    """The enumerated response distribution agrees with 1200 samples of the policy as it plays
+    (a probability's standard error is at most 0.015: 0.05 is over three of them)."""
     game = registry.make(KUHN)
     game.reset(2)
     obs, mask = game.observation(0), game.legal_mask(0)
-    # a model that answers: fine-tuned for a few steps to say "check]" or "bet]" (then anything)
     policy = _policy(tiny_lm, max_new_tokens=3, temperature=1.0, invalid=InvalidResponses(retries=1))
     probs, invalid = response_action_probabilities(policy, obs, 0, mask)
     played = played_distribution(probs, invalid, mask, retries=1)
     assert played.sum() == pytest.approx(1.0)
-    sampled = sampled_action_probabilities(policy, ActBatch(obs[None], mask[None], np.zeros(1, int)), samples=4000)[0]
-    np.testing.assert_allclose(sampled, played, atol=0.03)
+    sampled = sampled_action_probabilities(policy, ActBatch(obs[None], mask[None], np.zeros(1, int)), samples=1200)[0]
+    np.testing.assert_allclose(sampled, played, atol=0.05)
 
 
 # --------------------------------------------------------------------------------- the learner
@@ -339,3 +339,10 @@ def test_exponent_numbers_on_the_command_line_are_numbers():
     from league.api import load_config
 
     assert load_config("llm_kuhn_poker", ["text_lm.ppo.learning_rate=2e-4"]).text_lm.ppo.learning_rate == 2e-4
+
+
+@pytest.mark.parametrize("game_id", [KUHN, "tic_tac_toe"])
+def test_text_policy_passes_the_policy_checker(tiny_lm, game_id):
+    from agents.check import check_policy
+
+    check_policy(_policy(tiny_lm, game_id, max_new_tokens=3), game_id, num_games=2)
