@@ -43,8 +43,6 @@ def exploitability_of_lm(policy) -> float:
 
 
 def run_seed(seed: int, budget: float, run_dir: Path, overrides: list[str], eval_every: float) -> dict:
-    import torch
-
     from agents.pretrained import adapter_disabled
     from agents.text_policy import TextLMPolicy
     from league.api import League, load_config

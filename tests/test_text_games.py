@@ -14,7 +14,7 @@ import torch
 
 from agents.pretrained import PretrainedLMConfig, adapter_disabled, load_pretrained_lm, trained_state
 from agents.policy import ActBatch
-from agents.text_policy import (InvalidResponses, PromptFormat, TextLMPolicy, TextPlayConfig, played_distribution,
+from agents.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, played_distribution,
                                 response_action_probabilities, sampled_action_probabilities)
 from agents.text_ppo import TextPPOConfig, TextPPOLearner, TurnBatch, response_log_probs, role_advantages
 from games import registry
