@@ -159,8 +159,11 @@ class SeatTrajectoryBuilder:
         self.slots = np.zeros(capacity, dtype=np.int64)
         self.seats = np.zeros(capacity, dtype=np.int64)
         if self.response_width:
-            self.responses = np.full((capacity, self.response_width), -1, dtype=np.int64)
-            self.response_log_probs = np.zeros((capacity, self.response_width), dtype=np.float32)
+            self._allocate_responses(capacity)
+
+    def _allocate_responses(self, capacity: int) -> None:
+        self.responses = np.full((capacity, self.response_width), -1, dtype=np.int64)
+        self.response_log_probs = np.zeros((capacity, self.response_width), dtype=np.float32)
 
     _BASE_COLUMNS = ("obs", "mask", "actions", "logprobs", "values", "rewards", "dones", "closed", "next_values",
                      "policy_version", "slots", "seats")
@@ -174,8 +177,7 @@ class SeatTrajectoryBuilder:
         if self.size:
             raise ValueError("a builder records responses from its first row on, or never")
         self.response_width = width
-        self.responses = np.full((len(self.actions), width), -1, dtype=np.int64)
-        self.response_log_probs = np.zeros((len(self.actions), width), dtype=np.float32)
+        self._allocate_responses(len(self.actions))
 
     def _reserve(self, extra: int) -> None:
         if self.size + extra <= len(self.actions):

@@ -26,10 +26,10 @@ from torch import nn
 from agents.pretrained import PretrainedLMConfig, load_pretrained_lm, shared_base, trained_state
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
-from agents.text_policy import PromptEncoder, TextLMPolicy, TextPlayConfig
+from agents.text_policy import TextLMPolicy, TextPlayConfig
 from agents.text_ppo import TextPPOLearner, TurnBatch
 from games.core import GameSpec
-from games.text import parse_response, text_view
+from games.text import text_view
 
 
 class AdapterWeights(nn.Module):
@@ -108,7 +108,8 @@ class TextLMLeagueLearner:
         self.lm = load_pretrained_lm(self.text.model, seed=init_seed)
         self.architecture = TextLMArchitecture(self.text.model, self.text.play)
         self.module = LiveAdapterWeights(self.lm.model)
-        self.encode = PromptEncoder(self.lm.tokenizer, self.view, self.text.play.prompt)
+        # the learner's own policy renders prompts and reads responses exactly as its runners' copies do
+        self.policy = TextLMPolicy(self.lm.model, self.lm.tokenizer, self.view, self.text.play)
         self.ppo = self._new_ppo(seed)
 
     def _new_ppo(self, seed: int) -> TextPPOLearner:
@@ -123,19 +124,16 @@ class TextLMLeagueLearner:
         if batch.responses is None:
             raise ValueError("text_ppo trains on text agents' rows: this batch carries no responses")
         returns = turn_returns(batch)
-        first_answer = bool(self.text.play.prompt.response_prefix)
         prompts, responses, behaviour = [], [], []
         invalid = np.zeros(len(batch), dtype=bool)
         for i in range(len(batch)):
             obs, seat, mask = batch.obs[i], int(batch.seats[i]), batch.mask[i]
             length = int((batch.responses[i] >= 0).sum())
-            tokens = batch.responses[i, :length]
-            prompts.append(tuple(self.encode(obs, seat, mask)))
-            responses.append(tuple(tokens.tolist()))
+            tokens = batch.responses[i, :length].tolist()
+            prompts.append(tuple(self.policy.encode(obs, seat, mask)))
+            responses.append(tuple(tokens))
             behaviour.append(batch.response_log_probs[i, :length])
-            text = self.text.play.prompt.response_prefix + self.lm.tokenizer.decode(
-                [t for t in tokens.tolist() if t != self.lm.tokenizer.eos_token_id], skip_special_tokens=True)
-            invalid[i] = parse_response(self.view, text, obs, seat, mask, last=not first_answer).action is None
+            invalid[i] = self.policy.parse(self.policy.response_text(tokens), obs, seat, mask).action is None
         returns = np.where(invalid, -self.text.play.invalid.penalty, returns)
         return TurnBatch(tuple(prompts), tuple(responses), tuple(behaviour), returns.astype(np.float64),
                          batch.seats.astype(np.int64), batch.values.astype(np.float64)), invalid
