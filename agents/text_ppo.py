@@ -49,8 +49,13 @@ class TextPPOConfig:
     advantage), or 'value', the value head at the turn's prompt (a baseline per position)."""
     rae_decay: float = 0.95
     """Role baselines follow b <- decay * b + (1 - decay) * mean return of the role's turns (SPIRAL: 0.95)."""
-    vf_coef: float = 0.5
-    """Weight of the value head's squared error (baseline 'value')."""
+    value_learning_rate: float = 3e-3
+    """Adam step size of the value head (baseline 'value'), which has its own optimizer: see `value_steps`."""
+    value_steps: int = 16
+    """Full-batch Adam steps on the value head per update (baseline 'value'). The head is a linear probe on
+    the prompt's last hidden state, whose features are read by the policy's forward pass anyway, so
+    fitting it costs almost nothing; one shared step per update (as in the policy's optimizer) left it
+    far from the returns, and its gradient, clipped together with the adapters', shrank theirs."""
     epochs: int = 1
     """Passes over a batch of turns."""
     minibatch_size: int = 64
@@ -68,8 +73,10 @@ class TextPPOConfig:
         if self.micro_batch_size < 1 or self.minibatch_size < self.micro_batch_size:
             raise ValueError(f"need 1 <= micro_batch_size <= minibatch_size, got {self.micro_batch_size} and "
                              f"{self.minibatch_size}")
-        if self.epochs < 1 or self.learning_rate <= 0:
-            raise ValueError("epochs must be >= 1 and learning_rate > 0")
+        if self.epochs < 1 or self.learning_rate <= 0 or self.value_learning_rate <= 0:
+            raise ValueError("epochs must be >= 1 and learning rates > 0")
+        if self.value_steps < 0:
+            raise ValueError(f"value_steps must be >= 0, got {self.value_steps}")
 
 
 @dataclass(frozen=True)
@@ -109,13 +116,13 @@ def response_log_probs(model: LMWithValueHead, prompts: Sequence[Sequence[int]],
                        temperature: float, store: PromptStore | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probs of each response token given its prompt, and the entropy of each of those
-    distributions, under softmax(logits / temperature), and the value head at each prompt;
-    gradients flow when enabled.
+    distributions, under softmax(logits / temperature), and each prompt's last hidden state (what
+    the value head reads, detached); gradients flow when enabled.
 
     Read as generation reads them (`SharedPromptCache`): the common prefix and each distinct
     prompt once, each row's response packed after its prompt, attending to it and to itself.
     `store` (no gradients): prompts read before with the same weights.
-    Returns (log_probs [B, W], entropies [B, W], mask [B, W], values [B]) with W the longest
+    Returns (log_probs [B, W], entropies [B, W], mask [B, W], features [B, H]) with W the longest
     response; response tokens are left-aligned, `mask` marks the real ones."""
     batch = len(prompts)
     cache = SharedPromptCache(model, [list(p) for p in prompts], store=store)
@@ -156,8 +163,7 @@ def response_log_probs(model: LMWithValueHead, prompts: Sequence[Sequence[int]],
     mask_np = np.arange(width)[None, :] < lengths[:, None]
     # the value head reads the prompt's last hidden state without moving the trunk: a linear probe,
     # so that fitting the baseline never pulls on the adapters that write the text
-    values = model.value_head(first[:, 0].detach()).squeeze(-1)
-    return chosen, categorical_entropy(log_pi), torch.from_numpy(mask_np), values
+    return chosen, categorical_entropy(log_pi), torch.from_numpy(mask_np), first[:, 0].detach()
 
 
 class TextPPOLearner:
@@ -165,8 +171,11 @@ class TextPPOLearner:
 
     def __init__(self, model: LMWithValueHead, config: TextPPOConfig, temperature: float, num_roles: int, seed: int):
         self.model, self.config, self.temperature = model, config, temperature
-        self.backend = TorchAdam(model.parameters(), config.learning_rate, config.adam_eps, config.max_grad_norm,
-                                 fused=False)
+        value_head = {id(p) for p in model.value_head.parameters()}
+        self.backend = TorchAdam([p for p in model.parameters() if id(p) not in value_head], config.learning_rate,
+                                 config.adam_eps, config.max_grad_norm, fused=False)
+        self.value_backend = TorchAdam(model.value_head.parameters(), config.value_learning_rate, config.adam_eps,
+                                       max_grad_norm=float("inf"), fused=False)
         self.baselines = np.zeros(num_roles, dtype=np.float64)
         # the base never changes: the prompts it has read stay valid for the whole run
         self.reference_prompts = PromptStore(capacity=256)
@@ -185,6 +194,7 @@ class TextPPOLearner:
             advantages, self.baselines = role_advantages(batch.returns, batch.roles, self.baselines,
                                                          config.rae_decay)
         means, grad_norms = StatMeans(), []
+        features = [None] * len(batch)
         self.model.train()
         for _ in range(config.epochs):
             order = self.rng.permutation(len(batch))
@@ -192,25 +202,46 @@ class TextPPOLearner:
                 rows = order[start:start + config.minibatch_size]
                 tokens_in_minibatch = sum(len(batch.responses[i]) for i in rows)
                 for micro in range(0, len(rows), config.micro_batch_size):
-                    means.add(self._micro_step(batch, rows[micro:micro + config.micro_batch_size], advantages,
-                                               tokens_in_minibatch))
+                    micro_rows = rows[micro:micro + config.micro_batch_size]
+                    step_stats, micro_features = self._micro_step(batch, micro_rows, advantages, tokens_in_minibatch)
+                    means.add(step_stats)
+                    for k, i in enumerate(micro_rows):
+                        features[i] = micro_features[k]
                 grad_norms.append(self.backend.apply())
         self.model.eval()
-        self.updates += 1
         stats = means.means()
+        if config.baseline == "value":
+            stats.update(self._fit_values(torch.stack(features), batch.returns))
+        self.updates += 1
         stats.update({"grad_norm": float(np.mean(grad_norms)), "mean_return": float(batch.returns.mean()), "turns": float(len(batch)),
                       "response_tokens": float(np.mean([len(r) for r in batch.responses]))})
         stats.update({f"rae_baseline_seat{r}": float(b) for r, b in enumerate(self.baselines)})
         return stats
 
+    def _fit_values(self, features: torch.Tensor, returns: np.ndarray) -> dict[str, float]:
+        """`value_steps` full-batch Adam steps of the value head towards the turns' returns, on the
+        prompt features of the policy's last pass (detached: the adapters do not move)."""
+        target = torch.from_numpy(returns).float()
+
+        def loss() -> torch.Tensor:
+            return 0.5 * ((self.model.value_head(features).squeeze(-1) - target) ** 2).mean()
+
+        with torch.no_grad():
+            before = float(loss())
+        for _ in range(self.config.value_steps):
+            self.value_backend.step(loss())
+        with torch.no_grad():
+            after = float(loss())
+        return {"value_loss": before, "value_loss_after_fit": after}
+
     def _micro_step(self, batch: TurnBatch, rows: np.ndarray, advantages: np.ndarray,
-                    tokens_in_minibatch: int) -> dict[str, float]:
+                    tokens_in_minibatch: int) -> tuple[dict[str, float], torch.Tensor]:
         prompts = [batch.prompts[i] for i in rows]
         responses = [batch.responses[i] for i in rows]
         with torch.no_grad(), adapter_disabled(self.model):
             reference, _, _, _ = response_log_probs(self.model, prompts, responses, self.temperature,
                                                     store=self.reference_prompts)
-        log_probs, entropy, mask, values = response_log_probs(self.model, prompts, responses, self.temperature)
+        log_probs, entropy, mask, features = response_log_probs(self.model, prompts, responses, self.temperature)
         width = log_probs.shape[1]
         behaviour = torch.zeros((len(rows), width))
         for k, i in enumerate(rows):
@@ -226,12 +257,7 @@ class TextPPOLearner:
         share = float(weights.sum()) / tokens_in_minibatch
         loss = terms.policy_loss + self.config.kl_coef * kl.sum() / weights.sum()
         stats = terms.stats()
-        if self.config.baseline == "value":
-            value_loss = 0.5 * ((values.float() - torch.from_numpy(batch.returns[rows]).float()) ** 2).mean()
-            loss = loss + self.config.vf_coef * value_loss
-            stats["value_loss"] = float(value_loss.detach())
-        else:
-            del stats["value_loss"]
+        del stats["value_loss"]  # the value head is fitted apart (`_fit_values`)
         (loss * share).backward()
         stats["kl_to_base"] = float(kl.detach().sum() / weights.sum())
-        return stats
+        return stats, features

@@ -217,6 +217,7 @@ def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases):
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed and all("lora_" in k or k.startswith("value_head.") for k in changed)
     assert any(k.startswith("value_head.") for k in changed)  # the value baseline learns
+    assert stats["value_loss_after_fit"] < 0.5 * stats["value_loss"]  # its own steps fit the returns
     with adapter_disabled(lm.model):  # the base itself never moved
         assert all(torch.equal(before[k], lm.model.state_dict()[k]) for k in before
                    if "lora_" not in k and not k.startswith("value_head."))
