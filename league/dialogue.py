@@ -26,7 +26,6 @@ connects them to the league:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from agents.snapshot import Lineage, SnapshotRef
 from agents.token_ppo import ImitationStats, TokenBatch, TokenPPOLearner
 from games.core import GameSpec
 from league.configio import ConfigError
+from league.seeds import rng_from_tensor, rng_to_tensor
 
 PAD_ID = 0
 """Every dialogue vocabulary has <pad> at id 0 (games.dialogue.Vocabulary); LM rows are right-padded with it."""
@@ -271,21 +271,6 @@ VALUE_FIT_ROWS = 1024
 """Demonstration transcripts the value head's warm start is fitted on."""
 
 
-def _generator_to_tensor(rng: np.random.Generator) -> torch.Tensor:
-    """A numpy Generator's state as a uint8 tensor (JSON bytes; safetensors stores only tensors)."""
-    data = json.dumps(rng.bit_generator.state, sort_keys=True).encode("ascii")
-    return torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy())
-
-
-def _generator_from_tensor(tensor: torch.Tensor) -> np.random.Generator:
-    state = json.loads(bytes(tensor.numpy().astype(np.uint8).tobytes()).decode("ascii"))
-    if state.get("bit_generator") != "PCG64":
-        raise ValueError(f"unexpected generator state {state.get('bit_generator')!r} in a learner checkpoint")
-    bit_generator = np.random.PCG64()
-    bit_generator.state = state
-    return np.random.Generator(bit_generator)
-
-
 @dataclass(frozen=True)
 class WarmStartReport:
     """What the imitation warm start did."""
@@ -413,8 +398,8 @@ class TokenPPOLeagueLearner:
         state = {f"model.{k}": v.detach().clone() for k, v in learner.model.state_dict().items()}
         state.update({f"reference.{k}": v.detach().clone() for k, v in learner.ref_model.state_dict().items()})
         state.update({f"optimizer.{k}": v for k, v in learner.backend.state_dict().items()})
-        state["ppo_rng"] = _generator_to_tensor(learner.rng)
-        state["imitation_rng"] = _generator_to_tensor(self._imitation_rng)
+        state["ppo_rng"] = rng_to_tensor(learner.rng)
+        state["imitation_rng"] = rng_to_tensor(self._imitation_rng)
         state["kl_beta"] = torch.tensor(learner.kl_controller.value, dtype=torch.float64)
         state["counters"] = torch.tensor([self._updates, learner.rl_updates, learner.rl_updates_since_imitation],
                                          dtype=torch.int64)
@@ -427,8 +412,8 @@ class TokenPPOLeagueLearner:
         learner = TokenPPOLearner(self._model, ref_model=reference, config=self.dialogue.token_ppo,
                                   seed=self._ppo_seed)
         learner.backend.load_state_dict(prefixed(state, "optimizer."))
-        learner.rng = _generator_from_tensor(state["ppo_rng"])
-        self._imitation_rng = _generator_from_tensor(state["imitation_rng"])
+        learner.rng = rng_from_tensor(state["ppo_rng"])
+        self._imitation_rng = rng_from_tensor(state["imitation_rng"])
         learner.kl_controller.value = float(state["kl_beta"])
         self._updates, learner.rl_updates, learner.rl_updates_since_imitation = (
             int(x) for x in state["counters"].tolist())

@@ -42,3 +42,20 @@ def rng_from_json(state: dict[str, Any]) -> np.random.Generator:
     bit_generator = getattr(np.random, state["bit_generator"])()
     bit_generator.state = state
     return np.random.Generator(bit_generator)
+
+
+def rng_to_tensor(rng: np.random.Generator):
+    """A generator's state as a uint8 torch tensor of its JSON (safetensors stores only tensors):
+    how a learner's update randomness travels in its checkpoint state dict."""
+    import torch
+
+    data = json.dumps(rng_to_json(rng), sort_keys=True).encode("ascii")
+    return torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy())
+
+
+def rng_from_tensor(tensor) -> np.random.Generator:
+    """The generator `rng_to_tensor` stored (PCG64, numpy's default, is the only one Ludus makes)."""
+    state = json.loads(bytes(tensor.numpy().astype(np.uint8).tobytes()).decode("ascii"))
+    if state.get("bit_generator") != "PCG64":
+        raise ValueError(f"unexpected generator state {state.get('bit_generator')!r} in a learner checkpoint")
+    return rng_from_json(state)

@@ -30,6 +30,7 @@ from agents.text_policy import TextLMPolicy, TextPlayConfig
 from agents.text_ppo import TextPPOLearner, TurnBatch
 from games.core import GameSpec
 from games.text import text_view
+from league.seeds import rng_from_tensor, rng_to_tensor
 
 
 class AdapterWeights(nn.Module):
@@ -151,26 +152,23 @@ class TextLMLeagueLearner:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Adapters, value head, both Adam states, role baselines, the shuffling RNG and the update count."""
-        from league.dialogue import _generator_to_tensor
-
         state = {f"model.{k}": v for k, v in trained_state(self.lm.model).items()}
         state.update({f"optimizer.{k}": v for k, v in self.ppo.backend.state_dict().items()})
         state.update({f"value_optimizer.{k}": v for k, v in self.ppo.value_backend.state_dict().items()})
         state["baselines"] = torch.from_numpy(self.ppo.baselines.copy())
-        state["rng"] = _generator_to_tensor(self.ppo.rng)
+        state["rng"] = rng_to_tensor(self.ppo.rng)
         state["updates"] = torch.tensor(self.ppo.updates, dtype=torch.int64)
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         from agents.ppo_core import prefixed
-        from league.dialogue import _generator_from_tensor
 
         self.lm.model.load_state_dict(prefixed(state, "model."), strict=False)
         self.ppo = self._new_ppo(self.seed)
         self.ppo.backend.load_state_dict(prefixed(state, "optimizer."))
         self.ppo.value_backend.load_state_dict(prefixed(state, "value_optimizer."))
         self.ppo.baselines = state["baselines"].numpy().astype(np.float64).copy()
-        self.ppo.rng = _generator_from_tensor(state["rng"])
+        self.ppo.rng = rng_from_tensor(state["rng"])
         self.ppo.updates = int(state["updates"])
 
     def reset_to(self, snapshot: Path, seed: int) -> None:
