@@ -315,6 +315,32 @@ def _answer_tokens(tokenizer: Any, answers: Sequence[str]) -> tuple[np.ndarray, 
     return cache[key]
 
 
+def answer_start_tokens(tokenizer: Any, answers: Mapping[str, int]) -> tuple[np.ndarray, ...]:
+    """For each legal action (in increasing id order), the ids of the tokens a response opened with
+    "[" can begin with on its way to naming that action and no other: a token whose text (case and
+    spaces ignored) is a non-empty prefix of answers of that action only, or closes one of them
+    ("bet]"). The first-token mass of each group is the LM's answer distribution at that token,
+    which the learner's answer-entropy bonus reads (agents/text_ppo.py)."""
+    key = tuple(sorted(answers.items()))
+    cache = tokenizer.__dict__.setdefault("_ludus_answer_start_tokens", {})
+    if key not in cache:
+        words = {" ".join(a.lower().split()): action for a, action in answers.items()}
+        groups: dict[int, list[int]] = {action: [] for action in sorted(set(words.values()))}
+        for token, text in token_texts(tokenizer).items():
+            if "[" in text or "\n" in text:
+                continue
+            if "]" in text:
+                core = " ".join(text[: text.index("]")].lower().split())
+                actions = {words[core]} if core in words else set()
+            else:
+                core = " ".join(text.lower().split())
+                actions = {action for w, action in words.items() if core and w.startswith(core)}
+            if len(actions) == 1:
+                groups[actions.pop()].append(token)
+        cache[key] = tuple(np.array(sorted(ids), dtype=np.int64) for ids in groups.values())
+    return cache[key]
+
+
 PROBABILITY_FLOOR = 1e-8
 """Response prefixes less likely than this are not expanded by `response_action_probabilities`."""
 

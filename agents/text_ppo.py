@@ -24,7 +24,7 @@ step per minibatch (`TorchAdam.apply`), so memory is bounded by `micro_batch_siz
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -49,6 +49,14 @@ class TextPPOConfig:
     advantage), or 'value', the value head at the turn's prompt (a baseline per position)."""
     rae_decay: float = 0.95
     """Role baselines follow b <- decay * b + (1 - decay) * mean return of the role's turns (SPIRAL: 0.95)."""
+    answer_entropy_coef: float = 0.0
+    """Weight of an entropy bonus on the LM's answer distribution at a response's first token (tokens
+    grouped by the legal answer they begin, `agents.text_policy.answer_start_tokens`, renormalised over
+    the answers). Every prompt of a game differs from the others in a few words, so an update that
+    favours one answer moves all of them; without a bonus the policy can settle on one answer at every
+    position before the position-specific advantages (fold the Jack, call with the King) have been
+    sampled often enough to separate them. An entropy over the whole vocabulary would instead reward
+    text that is no answer. 0 disables it."""
     value_learning_rate: float = 3e-3
     """Adam step size of the value head (baseline 'value'), which has its own optimizer: see `value_steps`."""
     value_steps: int = 16
@@ -95,6 +103,9 @@ class TurnBatch:
     """[N] int seat of the turn (the RAE baseline it is compared with)."""
     values: np.ndarray | None = None
     """[N] the value head's estimate at the turn's prompt when it was played (baseline 'value')."""
+    answer_tokens: tuple[tuple[np.ndarray, ...], ...] | None = None
+    """Per turn, per legal action, the token ids a response can begin that answer with
+    (`agents.text_policy.answer_start_tokens`; needed when answer_entropy_coef > 0)."""
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -112,18 +123,31 @@ def role_advantages(returns: np.ndarray, roles: np.ndarray, baselines: np.ndarra
     return advantages, updated
 
 
+class ResponseReading(NamedTuple):
+    """What `response_log_probs` reads. W is the longest response; response tokens are
+    left-aligned, `mask` marks the real ones."""
+
+    log_probs: torch.Tensor
+    """[B, W] log-prob of each response token."""
+    entropies: torch.Tensor
+    """[B, W] entropy of the distribution each token was drawn from."""
+    mask: torch.Tensor
+    """[B, W] bool."""
+    features: torch.Tensor
+    """[B, H] the prompt's last hidden state (what the value head reads), detached."""
+    first_log_pi: torch.Tensor
+    """[B, V] the distribution of the response's first token."""
+
+
 def response_log_probs(model: LMWithValueHead, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                       temperature: float, store: PromptStore | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                       temperature: float, store: PromptStore | None = None) -> ResponseReading:
     """Log-probs of each response token given its prompt, and the entropy of each of those
     distributions, under softmax(logits / temperature), and each prompt's last hidden state (what
     the value head reads, detached); gradients flow when enabled.
 
     Read as generation reads them (`SharedPromptCache`): the common prefix and each distinct
     prompt once, each row's response packed after its prompt, attending to it and to itself.
-    `store` (no gradients): prompts read before with the same weights.
-    Returns (log_probs [B, W], entropies [B, W], mask [B, W], features [B, H]) with W the longest
-    response; response tokens are left-aligned, `mask` marks the real ones."""
+    `store` (no gradients): prompts read before with the same weights."""
     batch = len(prompts)
     cache = SharedPromptCache(model, [list(p) for p in prompts], store=store)
     lengths = np.array([len(r) for r in responses])
@@ -163,7 +187,19 @@ def response_log_probs(model: LMWithValueHead, prompts: Sequence[Sequence[int]],
     mask_np = np.arange(width)[None, :] < lengths[:, None]
     # the value head reads the prompt's last hidden state without moving the trunk: a linear probe,
     # so that fitting the baseline never pulls on the adapters that write the text
-    return chosen, categorical_entropy(log_pi), torch.from_numpy(mask_np), first[:, 0].detach()
+    return ResponseReading(chosen, categorical_entropy(log_pi), torch.from_numpy(mask_np), first[:, 0].detach(),
+                           log_pi[:, 0])
+
+
+def answer_entropies(first_log_pi: torch.Tensor, answer_tokens: Sequence[Sequence[np.ndarray]]) -> torch.Tensor:
+    """[B] entropy of each row's answer distribution at the first response token: the mass of each
+    legal answer's opening tokens, renormalised over the answers."""
+    out = []
+    for row, groups in zip(first_log_pi, answer_tokens):
+        mass = torch.stack([torch.logsumexp(row[torch.from_numpy(g)], dim=0) for g in groups if len(g)])
+        log_q = torch.log_softmax(mass, dim=0)
+        out.append(-(log_q.exp() * log_q).sum())
+    return torch.stack(out)
 
 
 class TextPPOLearner:
@@ -239,9 +275,10 @@ class TextPPOLearner:
         prompts = [batch.prompts[i] for i in rows]
         responses = [batch.responses[i] for i in rows]
         with torch.no_grad(), adapter_disabled(self.model):
-            reference, _, _, _ = response_log_probs(self.model, prompts, responses, self.temperature,
-                                                    store=self.reference_prompts)
-        log_probs, entropy, mask, features = response_log_probs(self.model, prompts, responses, self.temperature)
+            reference = response_log_probs(self.model, prompts, responses, self.temperature,
+                                           store=self.reference_prompts).log_probs
+        log_probs, entropy, mask, features, first_log_pi = response_log_probs(self.model, prompts, responses,
+                                                                              self.temperature)
         width = log_probs.shape[1]
         behaviour = torch.zeros((len(rows), width))
         for k, i in enumerate(rows):
@@ -258,6 +295,12 @@ class TextPPOLearner:
         loss = terms.policy_loss + self.config.kl_coef * kl.sum() / weights.sum()
         stats = terms.stats()
         del stats["value_loss"]  # the value head is fitted apart (`_fit_values`)
+        if self.config.answer_entropy_coef > 0:
+            if batch.answer_tokens is None:
+                raise ValueError("answer_entropy_coef > 0 needs the turns' answer tokens (TurnBatch.answer_tokens)")
+            answer_entropy = answer_entropies(first_log_pi, [batch.answer_tokens[i] for i in rows]).mean()
+            loss = loss - self.config.answer_entropy_coef * answer_entropy
+            stats["answer_entropy"] = float(answer_entropy.detach())
         (loss * share).backward()
         stats["kl_to_base"] = float(kl.detach().sum() / weights.sum())
         return stats, features

@@ -26,7 +26,7 @@ from torch import nn
 from agents.pretrained import PretrainedLMConfig, load_pretrained_lm, shared_base, trained_state
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
-from agents.text_policy import TextLMPolicy, TextPlayConfig
+from agents.text_policy import TextLMPolicy, TextPlayConfig, answer_start_tokens
 from agents.text_ppo import TextPPOLearner, TurnBatch
 from games.core import GameSpec
 from games.text import text_view
@@ -136,8 +136,13 @@ class TextLMLeagueLearner:
             behaviour.append(batch.response_log_probs[i, :length])
             invalid[i] = self.policy.parse(self.policy.response_text(tokens), obs, seat, mask).action is None
         returns = np.where(invalid, -self.text.play.invalid.penalty, returns)
+        answer_tokens = None
+        if self.text.ppo.answer_entropy_coef > 0:
+            answer_tokens = tuple(answer_start_tokens(self.lm.tokenizer, self.view.answers(batch.obs[i], int(batch.seats[i]),
+                                                                                          batch.mask[i]))
+                                  for i in range(len(batch)))
         return TurnBatch(tuple(prompts), tuple(responses), tuple(behaviour), returns.astype(np.float64),
-                         batch.seats.astype(np.int64), batch.values.astype(np.float64)), invalid
+                         batch.seats.astype(np.int64), batch.values.astype(np.float64), answer_tokens), invalid
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
         turns, invalid = self.turns(batch)

@@ -5,6 +5,7 @@ template (tests/conftest.py `tiny_bases`): every path runs in seconds; the real 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,9 +15,10 @@ import torch
 
 from agents.pretrained import PretrainedLMConfig, adapter_disabled, load_pretrained_lm, trained_state
 from agents.policy import ActBatch
-from agents.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, played_distribution,
-                                response_action_probabilities, sampled_action_probabilities)
-from agents.text_ppo import TextPPOConfig, TextPPOLearner, TurnBatch, response_log_probs, role_advantages
+from agents.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, answer_start_tokens,
+                                played_distribution, response_action_probabilities, sampled_action_probabilities)
+from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, answer_entropies, response_log_probs,
+                             role_advantages)
 from games import registry
 from games.core import GameError
 from games.text import TEXT_VIEWS, canonical_answer, check_text_view, parse_response, text_view
@@ -184,7 +186,8 @@ def test_training_reads_the_behaviour_log_probs_back_exactly(tiny_lm):
     prompts = [policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i]) for i in range(20)]
     responses = [out.responses[i, :lengths[i]].tolist() for i in range(20)]
     with torch.no_grad():
-        log_probs, _, mask, _ = response_log_probs(tiny_lm.model, prompts, responses, temperature=1.0)
+        reading = response_log_probs(tiny_lm.model, prompts, responses, temperature=1.0)
+        log_probs, mask = reading.log_probs, reading.mask
     np.testing.assert_allclose(log_probs[mask].numpy(), out.response_log_probs[out.responses >= 0], atol=1e-4)
 
 
@@ -207,7 +210,7 @@ def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases):
 
     def target_log_prob():
         with torch.no_grad():
-            return float(response_log_probs(lm.model, [prompt], [[target]], 1.0)[0][0, 0])
+            return float(response_log_probs(lm.model, [prompt], [[target]], 1.0).log_probs[0, 0])
 
     start = target_log_prob()
     stats = learner.update(turns)
@@ -221,6 +224,49 @@ def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases):
     with adapter_disabled(lm.model):  # the base itself never moved
         assert all(torch.equal(before[k], lm.model.state_dict()[k]) for k in before
                    if "lora_" not in k and not k.startswith("value_head."))
+
+
+def test_answer_start_tokens_group_the_vocabulary_by_the_answer_they_begin(tiny_lm):
+    texts = {i: tiny_lm.tokenizer.decode([i]) for i in range(len(tiny_lm.tokenizer))}
+    fold, call = answer_start_tokens(tiny_lm.tokenizer, {"fold": 0, "call": 1})
+    assert {" fold", "fold", "f"} <= {texts[i] for i in fold}
+    assert {" call", "call", "ca"} <= {texts[i] for i in call}
+    # "c" begins "call" only here, but "check" too when those are the answers: then it is nobody's
+    assert "c" in {texts[i] for i in call}
+    check, call_or_bet = answer_start_tokens(tiny_lm.tokenizer, {"check": 0, "call": 1})
+    assert "c" not in {texts[i] for i in check} | {texts[i] for i in call_or_bet}
+    assert not {texts[i] for i in fold} & {"[", "]", "x"}
+
+
+def test_the_answer_entropy_bonus_spreads_the_answers(tiny_bases):
+    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
+    policy = _policy(lm, max_new_tokens=2)
+    batch = _positions(KUHN, 24)
+    out = policy.act(batch, np.random.default_rng(0))
+    lengths = (out.responses >= 0).sum(axis=1)
+    view = text_view(KUHN)
+    groups = tuple(answer_start_tokens(lm.tokenizer, view.answers(batch.obs[i], int(batch.seats[i]), batch.mask[i]))
+                   for i in range(24))
+    prompts = tuple(tuple(policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i])) for i in range(24))
+    responses = tuple(tuple(out.responses[i, :lengths[i]].tolist()) for i in range(24))
+    # returns equal to the behaviour values: zero advantages, so only the bonus moves the adapters
+    turns = TurnBatch(prompts, responses, tuple(out.response_log_probs[i, :lengths[i]] for i in range(24)),
+                      out.values.astype(np.float64), batch.seats.astype(np.int64), out.values.astype(np.float64),
+                      groups)
+
+    def answer_entropy() -> float:
+        with torch.no_grad():
+            return float(answer_entropies(response_log_probs(lm.model, prompts, responses, 1.0).first_log_pi,
+                                          groups).mean())
+
+    start = answer_entropy()
+    config = TextPPOConfig(learning_rate=1e-2, kl_coef=0.0, answer_entropy_coef=1.0, minibatch_size=24,
+                           micro_batch_size=12, epochs=3)
+    stats = TextPPOLearner(lm.model, config, temperature=1.0, num_roles=2, seed=0).update(turns)
+    # every row has two legal answers: the bonus closes most of the gap to ln 2 (random init starts near it)
+    assert stats["answer_entropy"] > 0 and np.log(2) - answer_entropy() < 0.5 * (np.log(2) - start)
+    with pytest.raises(ValueError, match="answer tokens"):
+        TextPPOLearner(lm.model, config, 1.0, 2, 0).update(dataclasses.replace(turns, answer_tokens=None))
 
 
 # --------------------------------------------------------------------------------- the league
