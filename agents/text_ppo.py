@@ -44,9 +44,13 @@ class TextPPOConfig:
     """PPO's surrogate clipping epsilon."""
     kl_coef: float = 0.02
     """Weight of the per-token KL penalty to the base model (adapters off)."""
-    baseline: Literal["rae", "value"] = "value"
+    baseline: Literal["rae", "value", "prompt"] = "value"
     """What a turn's return is compared with: 'rae', one running mean per seat (SPIRAL's role-conditioned
-    advantage), or 'value', the value head at the turn's prompt (a baseline per position)."""
+    advantage), 'value', the value head at the turn's prompt (a baseline per position), or 'prompt', the
+    mean return of the batch's OTHER turns asked the same prompt (GRPO's group baseline, Shao et al.
+    2024, with the turn left out so that it stays unbiased; a prompt asked once falls back to its seat's
+    RAE baseline). In a game whose positions recur (Kuhn poker's 12 information states) the advantages
+    of one prompt then sum to about zero: nothing pushes every prompt towards one answer."""
     rae_decay: float = 0.95
     """Role baselines follow b <- decay * b + (1 - decay) * mean return of the role's turns (SPIRAL: 0.95)."""
     answer_entropy_coef: float = 0.0
@@ -109,6 +113,20 @@ class TurnBatch:
 
     def __len__(self) -> int:
         return len(self.prompts)
+
+
+def prompt_advantages(returns: np.ndarray, prompts: Sequence[Sequence[int]], fallback: np.ndarray) -> np.ndarray:
+    """Advantage = return - the mean return of the other turns with the same prompt (leave-one-out
+    group baseline); `fallback` [N] is the baseline of a turn whose prompt no other turn has."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        groups.setdefault(tuple(prompt), []).append(i)
+    baseline = np.asarray(fallback, dtype=np.float64).copy()
+    for rows in groups.values():
+        if len(rows) > 1:
+            total = returns[rows].sum()
+            baseline[rows] = (total - returns[rows]) / (len(rows) - 1)
+    return (returns - baseline).astype(np.float32)
 
 
 def role_advantages(returns: np.ndarray, roles: np.ndarray, baselines: np.ndarray, decay: float
@@ -229,6 +247,8 @@ class TextPPOLearner:
         else:
             advantages, self.baselines = role_advantages(batch.returns, batch.roles, self.baselines,
                                                          config.rae_decay)
+            if config.baseline == "prompt":
+                advantages = prompt_advantages(batch.returns, batch.prompts, batch.returns - advantages)
         means, grad_norms = StatMeans(), []
         features = [None] * len(batch)
         self.model.train()

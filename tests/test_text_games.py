@@ -17,8 +17,8 @@ from agents.pretrained import PretrainedLMConfig, adapter_disabled, load_pretrai
 from agents.policy import ActBatch
 from agents.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, answer_start_tokens,
                                 played_distribution, response_action_probabilities, sampled_action_probabilities)
-from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, answer_entropies, response_log_probs,
-                             role_advantages)
+from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, answer_entropies, prompt_advantages,
+                             response_log_probs, role_advantages)
 from games import registry
 from games.core import GameError
 from games.text import TEXT_VIEWS, canonical_answer, check_text_view, parse_response, text_view
@@ -175,6 +175,14 @@ def test_role_advantages_follow_spiral():
     advantages, baselines = role_advantages(returns, roles, np.array([0.5, -0.5]), decay=0.9)
     np.testing.assert_allclose(advantages, [0.5, -1.5, 1.5, 1.5])
     np.testing.assert_allclose(baselines, [0.9 * 0.5 + 0.1 * 0.0, 0.9 * -0.5 + 0.1 * 1.0])
+
+
+def test_prompt_baseline_is_the_mean_of_the_other_turns_with_the_same_prompt():
+    prompts = [(1, 2), (1, 2), (1, 2), (3,), (1, 2)]
+    returns = np.array([2.0, -2.0, -1.0, 1.0, 2.0])
+    advantages = prompt_advantages(returns, prompts, fallback=np.full(5, 0.25))
+    np.testing.assert_allclose(advantages, [2 - (-1 / 3), -2 - 1.0, -1 - (2 / 3), 1 - 0.25, 2 - (-1 / 3)], rtol=1e-6)
+    assert abs(float(advantages[[0, 1, 2, 4]].sum())) < 1e-5  # one prompt's advantages sum to 0
 
 
 def test_training_reads_the_behaviour_log_probs_back_exactly(tiny_lm):
@@ -374,11 +382,13 @@ def test_smollm2_league_two_updates(smollm2_dir, tmp_path):
     league.close()
 
 
-def test_text_learner_passes_the_learner_checker(tiny_bases):
+@pytest.mark.parametrize("baseline", ["value", "prompt"])
+def test_text_learner_passes_the_learner_checker(tiny_bases, baseline):
     """Save, restore into a fresh learner, same second batch: identical state and statistics."""
     from league.check import check_learner
 
-    report = check_learner(_league_config(tiny_bases[0], "text_lm.ppo.learning_rate=2e-4"))
+    report = check_learner(_league_config(tiny_bases[0], "text_lm.ppo.learning_rate=2e-4",
+                                          f"text_lm.ppo.baseline={baseline}", "text_lm.ppo.answer_entropy_coef=0.05"))
     assert report.learner == "text_ppo" and report.tensors > 0 and report.rows > 0
 
 
