@@ -3,10 +3,12 @@
 One row of a `TurnBatch` is one turn: the prompt the LM read and the response it wrote (its
 first response of the turn, agents/text_policy.py), the behaviour log-prob of every response
 token, and the turn's return (the seat's final game result; -penalty when the response did not
-count). Following SPIRAL (Liu et al. 2025, arXiv 2506.24119, §3.3) the advantage of a turn is
-its return minus a role-conditioned baseline (RAE: one running mean per game seat, because the
-first and second player of a zero-sum game have different expected returns), the same for every
-token of the response. The loss per response token is PPO's clipped surrogate (agents/ppo_core.py;
+count). The advantage of a turn is its return minus a baseline, the same for every token of the
+response: the value head at the prompt, a role-conditioned running mean as SPIRAL's (Liu et al.
+2025, arXiv 2506.24119, §3.3: RAE, one per game seat, because the first and second player of a
+zero-sum game have different expected returns), or the mean of the batch's other turns with the
+same prompt (GRPO's group baseline) — `TextPPOConfig.baseline`. An optional entropy bonus on the
+answer at the response's first token keeps every answer sampled. The loss per response token is PPO's clipped surrogate (agents/ppo_core.py;
 the ratio is to the behaviour log-probs, so rows played by an older policy version in async mode
 are corrected by importance sampling) plus a KL penalty to the base model, which is the same
 network with its LoRA adapters switched off (agents/pretrained.py), estimated per token with
