@@ -29,7 +29,7 @@ import torch
 
 from agents.lm import LMError, LMPolicy, LMWithValueHead, PromptStore
 from agents.policy import ActBatch, ActOutput, sample_legal_uniform
-from games.text import ParsedResponse, TextView, parse_response
+from games.text import ParsedResponse, TextView, normal_answer, parse_response
 
 
 @dataclass(frozen=True)
@@ -324,16 +324,16 @@ def answer_start_tokens(tokenizer: Any, answers: Mapping[str, int]) -> tuple[np.
     key = tuple(sorted(answers.items()))
     cache = tokenizer.__dict__.setdefault("_ludus_answer_start_tokens", {})
     if key not in cache:
-        words = {" ".join(a.lower().split()): action for a, action in answers.items()}
+        words = {normal_answer(a): action for a, action in answers.items()}
         groups: dict[int, list[int]] = {action: [] for action in sorted(set(words.values()))}
         for token, text in token_texts(tokenizer).items():
             if "[" in text or "\n" in text:
                 continue
             if "]" in text:
-                core = " ".join(text[: text.index("]")].lower().split())
+                core = normal_answer(text[: text.index("]")])
                 actions = {words[core]} if core in words else set()
             else:
-                core = " ".join(text.lower().split())
+                core = normal_answer(text)
                 actions = {action for w, action in words.items() if core and w.startswith(core)}
             if len(actions) == 1:
                 groups[actions.pop()].append(token)
@@ -366,9 +366,6 @@ def response_action_probabilities(policy: TextLMPolicy, obs: np.ndarray, seat: i
     probs = np.zeros(len(mask), dtype=np.float64)
     frontier: list[tuple[tuple[int, ...], str, float]] = [((), "", 1.0)]
 
-    def normal(text: str) -> str:
-        return " ".join(text.lower().split())
-
     with torch.inference_mode():
         for step in range(policy.play.max_new_tokens):
             if not frontier:
@@ -385,10 +382,11 @@ def response_action_probabilities(policy: TextLMPolicy, obs: np.ndarray, seat: i
                     text = node_text + candidate_texts[k]
                     if "]" in text:
                         inside = text[: text.index("]")]
-                        if "[" not in inside and normal(inside) in answers:
-                            probs[answers[normal(inside)]] += mass * p
-                    elif not last_step and any(w.startswith(normal(text)) for w in answers) and normal(text) \
-                            and not text.endswith("\n"):
+                        if "[" not in inside and normal_answer(inside) in answers:
+                            probs[answers[normal_answer(inside)]] += mass * p
+                        continue
+                    core = normal_answer(text)
+                    if not last_step and core and any(w.startswith(core) for w in answers) and not text.endswith("\n"):
                         grown.append((node + (token,), text, mass * p))
             frontier = grown
     return probs, float(max(0.0, 1.0 - probs.sum()))

@@ -65,6 +65,11 @@ class ParsedResponse:
     """The bracketed answer it gave (the last one), lower case."""
 
 
+def normal_answer(text: str) -> str:
+    """An answer as the parser compares it with the view's answers: lower case, runs of spaces as one."""
+    return " ".join(text.lower().split())
+
+
 def parse_response(view: TextView, response: str, obs: np.ndarray, seat: int, mask: np.ndarray,
                    last: bool = True) -> ParsedResponse:
     """The action of `response`: its last bracketed answer (the first with `last=False`: a response
@@ -72,7 +77,7 @@ def parse_response(view: TextView, response: str, obs: np.ndarray, seat: int, ma
     found = _ANSWER.findall(response)
     if not found:
         return ParsedResponse(None, "no answer")
-    answer = " ".join(found[-1 if last else 0].lower().split())
+    answer = normal_answer(found[-1 if last else 0])
     accepted = view.answers(obs, seat, mask)
     if answer in accepted:
         return ParsedResponse(accepted[answer], "", answer)
