@@ -247,10 +247,11 @@ class TextPPOLearner:
                 raise ValueError("baseline 'value' needs the turns' behaviour values (TurnBatch.values)")
             advantages = (batch.returns - batch.values).astype(np.float32)
         else:
+            role_baselines = self.baselines[batch.roles]
             advantages, self.baselines = role_advantages(batch.returns, batch.roles, self.baselines,
                                                          config.rae_decay)
             if config.baseline == "prompt":
-                advantages = prompt_advantages(batch.returns, batch.prompts, batch.returns - advantages)
+                advantages = prompt_advantages(batch.returns, batch.prompts, fallback=role_baselines)
         means, grad_norms = StatMeans(), []
         features = [None] * len(batch)
         self.model.train()
