@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 NAMESPACE_TIMEOUT_S = 600  # a hang guard, not a speed check (~25 s quiet; >240 s seen on a machine loaded 3x)
 
 # A small tic-tac-toe league whose runner tasks take ~0.5 s each (4 games at a time), so a
-# runner killed 0.1 s after its task was sent is in the middle of it.
+# runner killed 0.02 s after its task was sent is usually in the middle of it.
 KILL_LEAGUE = ["game=tic_tac_toe", "iterations=2", "matches_per_iteration=256", "num_envs=4", "num_runners=2",
                "net.hidden=[32]", "snapshot_every_steps=200", "anchors=[random]", "log.progress=false"]
 QUICKSTART = ["iterations=2", "num_runners=2", "log.progress=false"]
