@@ -47,6 +47,9 @@ class ActOutput:
     its end (a turn's action is one whole response; the learner trains on these tokens)."""
     response_log_probs: np.ndarray | None = None
     """Text agents only: [N, W] float32 behaviour log-probability of each response token, 0 after its end."""
+    forfeits: np.ndarray | None = None
+    """[N] bool: the row's seat gives up the match instead of moving (a text agent none of whose
+    responses named a legal action, configured to forfeit); its action is then not played. None: no forfeits."""
 
 
 @runtime_checkable

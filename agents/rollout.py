@@ -273,6 +273,18 @@ class SeatTrajectoryBuilder:
         self.next_values[rows] = np.where(truncated, self.values[rows], 0.0)
         self.open_row[ended] = -1
 
+    def end_game(self, slot: int, rewards: np.ndarray) -> None:
+        """The game in `slot` ends now, outside the game's rules (a seat forfeited): credit
+        `rewards` [P] to the slot's open transitions and close them as terminal. The slot's
+        seats record nothing more until its next game."""
+        seats = np.flatnonzero(self.open_row[slot] >= 0)
+        rows = self.open_row[slot, seats]
+        self.rewards[rows] += np.asarray(rewards, dtype=np.float32)[seats]
+        self.dones[rows] = True
+        self.closed[rows] = True
+        self.next_values[rows] = 0.0
+        self.open_row[slot, seats] = -1
+
     def build(self, ts: TimeStep, bootstrap_values: np.ndarray | None, gamma: float,
               gae_lambda: float) -> RolloutBatch:
         """All closed transitions as a `RolloutBatch` with GAE per (slot, seat) sequence.

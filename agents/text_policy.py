@@ -69,7 +69,10 @@ class InvalidResponses:
     """What happens when a response names no legal action."""
 
     retries: int = 2
-    """New samples the turn may take before a uniformly random legal action is played."""
+    """New samples the turn may take before the turn fails."""
+    forfeit: bool = False
+    """A failed turn forfeits the match (recorded in the ledger as the seat's 'invalid' status, the
+    game's worst return for it); False plays a uniformly random legal action instead."""
     penalty: float = 1.0
     """The learner scores a turn whose first response did not count as -penalty (not the game's result)."""
 
@@ -156,7 +159,8 @@ class TextTurns:
     attempts: np.ndarray
     """[N] responses each row took (1 when the first counted; retries + 1 then a random move otherwise)."""
     fallback: np.ndarray
-    """[N] bool: no response counted and a random legal action was played."""
+    """[N] bool: no response counted (the turn failed): a random legal action was played, or the
+    seat forfeits (`InvalidResponses.forfeit`)."""
 
 
 class TextLMPolicy:
@@ -245,6 +249,7 @@ class TextLMPolicy:
                 actions[i] = -1 if action is None else action
         fallback = actions < 0
         if fallback.any():
+            # under `forfeit` the action is not part of the match (the runner ends it), but it is legal
             actions[fallback] = sample_legal_uniform(mask[fallback], rng)
         steps = np.arange(width)[None, :] < gen.lengths[:, None]
         responses = np.where(steps, gen.tokens, -1)
@@ -256,7 +261,8 @@ class TextLMPolicy:
         # The behaviour log-prob of a turn is its first response's; values: the value head at the
         # response's first token (the state the turn was decided in).
         return ActOutput(actions, token_log_probs.sum(axis=1).astype(np.float32), gen.values[:, 0].copy(),
-                         responses.astype(np.int64), token_log_probs)
+                         responses.astype(np.int64), token_log_probs,
+                         forfeits=fallback.copy() if self.play.invalid.forfeit else None)
 
 
 def text_policy_from_snapshot(path: Any, expect_game: str | None = None, base: Any | None = None) -> TextLMPolicy:

@@ -18,12 +18,12 @@ import numpy as np
 from arena import protocol
 from arena.isolation import MIB, Isolation, SandboxConfig, SandboxError
 from arena.sandbox import SandboxLimits, SandboxProcess, describe_exit
+from games.core import forfeit_returns
 from ludus.text import printable, safe_file_name
 
 if TYPE_CHECKING:
     from agents.policy import Policy
     from arena.submission import Submission
-    from games.core import GameSpec
 
 
 class MatchStatus(str, enum.Enum):
@@ -111,34 +111,6 @@ class MatchRecord:
     @property
     def forfeit(self) -> bool:
         return any(f is not None for f in self.faults)
-
-
-FORFEIT_LOSS_UNKNOWN_BOUNDS = -1.0
-"""A faulting seat's return in a game whose worst return is not known (an adapted game with no
-recorded facts: infinite `min_utility`); the others then get its negation when the best return is
-not known either. The ledger needs finite returns, and a forfeit must still read as a loss."""
-
-
-def forfeit_returns(spec: "GameSpec", faulted: Sequence[bool]) -> tuple[float, ...]:
-    """Returns of a match that ended by forfeit.
-
-    Faulting seats get `min_utility`. In zero-sum games the other seats share what the faulting
-    seats lost, each getting ``(utility_sum - k * min_utility) / (P - k)`` clipped to
-    `max_utility` (for two-player zero-sum games: the opponent wins, ``max_utility``); in other
-    games they get `max_utility`. If every seat faulted, all get `min_utility`. Unknown (infinite)
-    bounds are replaced by `FORFEIT_LOSS_UNKNOWN_BOUNDS` and its negation.
-    """
-    lo = float(spec.min_utility) if math.isfinite(spec.min_utility) else FORFEIT_LOSS_UNKNOWN_BOUNDS
-    hi = float(spec.max_utility) if math.isfinite(spec.max_utility) else -FORFEIT_LOSS_UNKNOWN_BOUNDS
-    k = sum(bool(f) for f in faulted)
-    n = len(faulted)
-    if k == n:
-        return tuple(lo for _ in faulted)
-    if spec.zero_sum and spec.utility_sum is not None:
-        share = min(hi, (spec.utility_sum - k * lo) / (n - k))
-    else:
-        share = hi
-    return tuple(lo if f else share for f in faulted)
 
 
 # ------------------------------------------------------------------------------------- agents

@@ -193,7 +193,7 @@ class Replay:
 def replay_match(run_dir: str | Path, match_id: int) -> Replay:
     """Re-simulate a match from its seed and recorded moves; compare the returns with the ledger."""
     from games.registry import make
-    from league.replay import replay_moves
+    from league.replay import replay_forfeit, replay_moves
 
     with Store.open(Path(run_dir), mode="read") as store:
         match = store.get_match(match_id)
@@ -203,8 +203,11 @@ def replay_match(run_dir: str | Path, match_id: int) -> Replay:
     moves = match.moves
     if moves is None:
         raise RunError(f"match {match_id} has no recorded moves")
-    returns, transcript = replay_moves(game, match.seed, moves,
-                                       header=f"match {match_id} ({match.kind}): "
-                                              f"{' vs '.join(match.player_ids)}, seed {match.seed}")
+    header = f"match {match_id} ({match.kind}): {' vs '.join(match.player_ids)}, seed {match.seed}"
+    forfeited = [seat.status != "ok" for seat in match.seats]
+    if any(forfeited):
+        returns, transcript = replay_forfeit(game, match.seed, moves, forfeited, header=header)
+    else:
+        returns, transcript = replay_moves(game, match.seed, moves, header=header)
     recorded = tuple(s.episode_return for s in match.seats)
     return Replay(match_id, recorded, tuple(float(r) for r in returns), transcript)

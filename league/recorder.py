@@ -105,7 +105,9 @@ class Recorder:
         outcomes = outcomes_from_returns(played.returns, teams)
         seats = tuple(
             SeatResult(seat=s, team=teams[s], player_id=pid, episode_return=played.returns[s], outcome=outcomes[s],
-                       player_version=self._version_label(pid, played.player_versions[s], learners))
+                       player_version=self._version_label(pid, played.player_versions[s], learners),
+                       status="invalid" if s in played.forfeited else "ok",
+                       error="forfeited: gave no legal move" if s in played.forfeited else "")
             for s, pid in enumerate(a.players))
         return MatchResult(match_id=a.match_id, kind=a.kind, game_id=self.spec.id, seed=a.seed, seats=seats,
                            length=played.length, started_at=started_at, duration_s=duration,

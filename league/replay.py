@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from games.core import Game, is_over
+from games.core import Game, forfeit_returns, is_over
 from ludus.errors import UserError
 
 
@@ -54,3 +54,16 @@ def replay_prefix(game: Game, seed: int, moves: Sequence[int], stop_when_over: b
         lines.append(f"-- {', '.join(f'seat {s} plays {a}' for s, a in actions.items())}")
         lines.append(game.render())
     return lines, position
+
+
+def replay_forfeit(game: Game, seed: int, moves: Sequence[int], forfeited: Sequence[bool],
+                   header: str = "") -> tuple[tuple[float, ...], str]:
+    """Replay a match that ended by forfeit (`forfeited`: per seat): its moves are the prefix of a
+    game that is not over; returns (the returns the forfeit rule gives, a transcript)."""
+    lines, _ = replay_prefix(game, seed, moves)
+    if is_over(game):
+        raise ReplayError(f"the match is recorded as a forfeit but its {len(moves)} moves finish the game")
+    returns = forfeit_returns(game.spec, forfeited)
+    lines += [f"seat {s} forfeits" for s, f in enumerate(forfeited) if f]
+    lines.append(f"returns (by forfeit): {list(returns)}")
+    return returns, "\n".join(([header] if header else []) + lines)

@@ -20,7 +20,7 @@ import numpy as np
 
 from agents.policy import ActBatch, Policy
 from agents.rollout import RolloutBatch, SeatTrajectoryBuilder
-from games.core import VectorGame
+from games.core import VectorGame, forfeit_returns
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,9 @@ class PlayedMatch:
     """Policy version per seat (learners' version; 0 for frozen players)."""
     truncated: bool = False
     """The game hit its step limit rather than ending by its rules."""
+    forfeited: tuple[int, ...] = ()
+    """Seats that gave up the match (`ActOutput.forfeits`): it ended there, `moves` is the prefix
+    played, and `returns` follow `games.core.forfeit_returns`."""
 
 
 @dataclass(frozen=True)
@@ -175,13 +178,18 @@ class Runner:
         values = np.zeros((num_slots, num_players), dtype=np.float32)
         # Text learners' responses per (slot, seat) of this step, by player code: [S, P, W] tokens and log-probs.
         responses: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # Seats giving up this step (ActOutput.forfeits), and each seat's reward so far in its match
+        # (a forfeit sets the match's returns: the learners' last transitions get the difference).
+        gave_up = np.zeros((num_slots, num_players), dtype=bool)
+        rewarded = np.zeros((num_slots, num_players), dtype=np.float64)
         played: list[PlayedMatch] = []
         env_steps = 0
         learner_steps = {pid: 0 for pid, _ in learner_codes.values()}
         inference = 0.0
         live_slots_count = int((slot_match >= 0).sum())
 
-        while live_slots_count > 0:
+        # (a slot whose match was forfeited idles until its game ends, then takes the next match)
+        while live_slots_count > 0 or next_match < num_matches:
             acting = ts.acting
             live = acting & (seat_codes >= 0)
             # Idle slots play their first legal action: cheap, and they never reach the ledger.
@@ -209,6 +217,9 @@ class Runner:
                 out = policy.act(ActBatch(obs_sorted[lo:hi], mask_sorted[lo:hi], seats_sorted[lo:hi], histories),
                                  rng, greedy=code in greedy_codes)
                 acts[lo:hi], lps[lo:hi], vals[lo:hi] = out.actions, out.log_probs, out.values
+                if out.forfeits is not None and out.forfeits.any():
+                    quit_rows = np.flatnonzero(out.forfeits) + lo
+                    gave_up[slots_sorted[quit_rows], seats_sorted[quit_rows]] = True
                 if code in learner_codes:
                     learner_steps[learner_codes[code][0]] += hi - lo
                     if out.responses is not None:
@@ -228,6 +239,26 @@ class Runner:
                     tokens, token_log_probs = responses.get(code, (None, None))
                     builder.record_actions(ts, actions, log_probs, values, seat_codes == code, versions,
                                            tokens, token_log_probs)
+            if gave_up.any():
+                # The match ends here by forfeit. Its game still runs out in the vector (the slot
+                # idles, as slots past the end of the queue do) and the slot then takes the next match.
+                for slot in np.flatnonzero(gave_up.any(axis=1)).tolist():
+                    returns = forfeit_returns(spec, gave_up[slot].tolist())
+                    steps = move_log[slot, :move_count[slot]]
+                    played.append(PlayedMatch(
+                        assignment=queue[slot_match[slot]],
+                        returns=returns,
+                        length=int(move_count[slot]),
+                        moves=tuple(steps[steps >= 0].tolist()),
+                        player_versions=tuple(code_version[seat_codes[slot]].tolist()),
+                        forfeited=tuple(np.flatnonzero(gave_up[slot]).tolist()),
+                    ))
+                    for builder in builders.values():
+                        builder.end_game(slot, np.asarray(returns) - rewarded[slot])
+                    slot_match[slot] = -1
+                    seat_codes[slot] = -1
+                    live_slots_count -= 1
+                gave_up[:] = False
             # Log the moves of live games (simultaneous games log every acting seat of the step).
             live_slots = np.flatnonzero(slot_match >= 0)
             step_index = np.minimum(move_count[live_slots], max_len)
@@ -239,10 +270,12 @@ class Runner:
             ts = vec.step(actions)
             for builder in builders.values():
                 builder.record_outcome(ts)
+            rewarded += ts.rewards
             if not ts.done.any():
                 continue
             # seed_source ran inside step for exactly these slots, in this order.
             ended = np.flatnonzero(ts.done)
+            rewarded[ended] = 0.0
             finished = slot_match[ended]
             was_live = finished >= 0
             for slot, index in zip(ended[was_live].tolist(), finished[was_live].tolist()):

@@ -221,3 +221,53 @@ def test_a_one_player_game_shows_its_returns_in_metrics_and_status(tmp_path):
     main = next(m for m in report.members if m.player_id == "main")
     assert main.games == 16 and main.recent_return == pytest.approx(main.recent_length)
     assert "return" in format_status(report).splitlines()[1]
+
+
+class _Quitter:
+    """Plays its first legal action; gives up the match at its second move (tic-tac-toe: the
+    first time it is to move with two or more cells taken)."""
+
+    needs_history = False
+
+    def act(self, batch, rng, greedy=False):
+        import numpy as np
+        from agents.policy import ActOutput
+
+        mask = np.asarray(batch.mask, dtype=bool)
+        n = len(mask)
+        return ActOutput(np.argmax(mask, axis=1), np.zeros(n, np.float32), np.zeros(n, np.float32),
+                         forfeits=(~mask).sum(axis=1) >= 2)
+
+
+def test_a_seat_that_forfeits_ends_its_match_and_the_runner_goes_on():
+    """ActOutput.forfeits: the match ends at once with the forfeit rule's returns, its moves are
+    the prefix played (replayable), the learners' last transitions get the result, and the slot
+    goes on to the next match (a slot's game left unfinished idles out, as queue ends do)."""
+    import numpy as np
+    from agents.bots import make_bot
+    from games import registry
+    from games.registry import make_vector
+    from league.replay import replay_forfeit
+    from league.runner import MatchAssignment, PlayTask, Runner
+
+    spec = registry.make("tic_tac_toe").spec
+    players = {"quitter": _Quitter(), "steady": make_bot("random", spec)}
+    assignments = tuple(MatchAssignment(i, 500 + i, ("quitter", "steady") if i % 2 == 0 else ("steady", "quitter"))
+                        for i in range(10))
+    result = Runner(lambda n: make_vector("tic_tac_toe", n, seed=0), 3).play(
+        PlayTask(0, assignments, sample_seed=1, learners=("quitter", "steady"), learner_versions=(4, 2)),
+        players.__getitem__)
+    assert [m.assignment.match_id for m in result.matches] == list(range(10))
+    for match in result.matches:
+        quitter = match.assignment.players.index("quitter")
+        assert match.forfeited == (quitter,)
+        assert match.returns[quitter] == -1.0 and match.returns[1 - quitter] == 1.0
+        assert len(match.moves) == (2 if quitter == 0 else 3) == match.length  # the quitter's second move never happened
+        forfeited = [s == quitter for s in range(2)]
+        returns, transcript = replay_forfeit(registry.make("tic_tac_toe"), match.assignment.seed, match.moves, forfeited)
+        assert returns == match.returns and f"seat {quitter} forfeits" in transcript
+    quit_rows, steady_rows = result.rollouts["quitter"], result.rollouts["steady"]
+    assert len(quit_rows) == 20  # per match: one move, then the turn it gave up in
+    assert quit_rows.dones.sum() == 10 and quit_rows.rewards.sum() == -10.0
+    assert np.all(quit_rows.rewards[quit_rows.dones] == -1.0)
+    assert steady_rows.dones.sum() == 10 and np.all(steady_rows.rewards[steady_rows.dones] == 1.0)

@@ -27,7 +27,8 @@ import pytest
 from arena import protocol
 from arena.isolation import (Isolation, SandboxConfig, SandboxError, pids_of_uid, resolve_isolation,
                              stray_agent_processes)
-from arena.match import AgentFault, MatchLimits, MatchStatus, SandboxedAgent, forfeit_returns, play_match
+from arena.match import AgentFault, MatchLimits, MatchStatus, SandboxedAgent, play_match
+from games.core import forfeit_returns
 from arena.sandbox import SandboxLimits
 from arena.submission import Submission, SubmissionKind, make_player, validate_submission
 from games import registry
