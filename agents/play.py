@@ -1,7 +1,10 @@
 """A person plays any registered game in the terminal against a bot or a snapshot.
 
 The board is drawn with `Game.render()`, the legal action numbers are listed, and the person
-types one. Input and output go through `input_fn`/`print_fn`, so tests drive a whole game with
+types one. A game with a text view (games/text.py: tic-tac-toe, connect four, Kuhn poker) is told
+to the person as a language model reads it: the seat's own view only (Kuhn poker does not show the
+opponent's card), answers typed as words ("bet") or numbers, and what a language-model opponent
+wrote. Input and output go through `input_fn`/`print_fn`, so tests drive a whole game with
 scripted input. End of input (Ctrl-D) leaves cleanly.
 """
 
@@ -16,6 +19,7 @@ import numpy as np
 from agents.mixture import MixturePolicy
 from agents.policy import ActBatch, Policy
 from games.core import Game, GameSpec, is_over
+from games.text import TEXT_VIEWS, TextView, canonical_answer, normal_answer
 from ludus.errors import UserError
 
 
@@ -87,18 +91,27 @@ def _opponent_action(opponent: Policy, game: Game, seat: int, rng: np.random.Gen
     return int(opponent.act(batch, rng).actions[0])
 
 
-def _ask_action(game: Game, seat: int, input_fn: Callable[[str], str], print_fn: Callable[..., None]) -> int:
-    legal = np.flatnonzero(game.legal_mask(seat)).tolist()
-    print_fn(f"Legal moves: {' '.join(str(a) for a in legal)}")
+def _ask_action(game: Game, seat: int, input_fn: Callable[[str], str], print_fn: Callable[..., None],
+                view: TextView | None = None) -> int:
+    mask = game.legal_mask(seat)
+    legal = np.flatnonzero(mask).tolist()
+    # with a text view: its answers ("bet", "[bet]"), then action numbers as everywhere else
+    answers = dict(view.answers(game.observation(seat), seat, mask)) if view is not None else {}
+    choices = " ".join(answers) if answers else " ".join(str(a) for a in legal)
+    if view is None:
+        print_fn(f"Legal moves: {choices}")
     while True:
         text = input_fn(f"seat {seat}, your move> ").strip()  # EOFError propagates: the person left
+        said = normal_answer(text.strip("[]"))
+        if said in answers:
+            return answers[said]
         try:
             action = int(text)
         except ValueError:
-            print_fn(f"{text!r} is not a number; type one of: {' '.join(str(a) for a in legal)}")
+            print_fn(f"{text!r} is not a move; type one of: {choices}")
             continue
         if action not in legal:
-            print_fn(f"{action} is not a legal move; type one of: {' '.join(str(a) for a in legal)}")
+            print_fn(f"{action} is not a legal move; type one of: {choices}")
             continue
         return action
 
@@ -132,24 +145,34 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
         print_fn(f"the mixture plays {opponent.start_game(rng)} this game")
     if is_text_game(game):
         return _play_text_dialogue(game, opponent, human_seat, rng, input_fn, print_fn)
-    print_fn(f"{game_id}: you are seat {human_seat} of {spec.num_players}. Type a move number; Ctrl-D quits.")
-    if not spec.perfect_information:
-        # Game.render() draws the whole state; the protocol has no per-seat text view yet.
+    view = TEXT_VIEWS[game_id]() if game_id in TEXT_VIEWS else None
+    print_fn(f"{game_id}: you are seat {human_seat} of {spec.num_players}. "
+             f"Type {'an answer or ' if view is not None else ''}a move number; Ctrl-D quits.")
+    if view is not None:
+        print_fn(view.rules())
+    elif not spec.perfect_information:
+        # Game.render() draws the whole state; without a text view there is no per-seat view.
         print_fn("Note: this game hides information, but the board below shows everything (no peeking!).")
     try:
         while not is_over(game):
-            print_fn(game.render())
+            if view is None:
+                print_fn(game.render())
             movers = game.to_move()
             # Opponents choose before the person types, but from the same position (simultaneous moves).
             actions, said = {}, {}
             for seat in (s for s in movers if s != human_seat):
                 actions[seat] = _opponent_action(opponent, game, seat, rng)
+                move = (canonical_answer(view, game.observation(seat), seat, game.legal_mask(seat), actions[seat])
+                        if view is not None else str(actions[seat]))
                 turns = getattr(opponent, "last_turns", None)  # a language model: what it wrote
-                said[seat] = f' (it wrote "{turns.texts[0]}")' if turns is not None else ""
+                said[seat] = f'{move} (it wrote "{turns.texts[0]}")' if turns is not None else move
             if human_seat in movers:
-                actions[human_seat] = _ask_action(game, human_seat, input_fn, print_fn)
+                if view is not None:
+                    mask = game.legal_mask(human_seat)
+                    print_fn(f"{view.role(human_seat)} {view.state(game.observation(human_seat), human_seat, mask)}")
+                actions[human_seat] = _ask_action(game, human_seat, input_fn, print_fn, view)
             for seat in sorted(s for s in actions if s != human_seat):
-                print_fn(f"seat {seat} plays {actions[seat]}{said[seat]}")
+                print_fn(f"seat {seat} plays {said[seat]}")
             game.step(actions)
     except EOFError:
         return _result(game, human_seat, print_fn, finished=False)

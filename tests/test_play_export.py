@@ -57,7 +57,8 @@ def test_play_tic_tac_toe_to_the_end_against_the_perfect_player(seat):
     for action in result.history:  # the recorded game replays legally
         game.step({game.to_move()[0]: action})
     assert tuple(game.returns()) == result.returns
-    for expected in ("Legal moves: 0 1 2 3 4 5 6 7 8" if seat == 0 else "seat 0 plays", "not a number",
+    for expected in ("Your legal moves: [0] [1] [2] [3] [4] [5] [6] [7] [8]" if seat == 0 else "seat 0 plays",
+                     "is not a move",
                      "99 is not a legal move", "Game over"):
         assert expected in term.text
 

@@ -317,6 +317,27 @@ def test_llm_league_trains_rates_and_resumes_exactly(tiny_bases, tmp_path):
     assert snapshots(tmp_path / "whole") == snapshots(tmp_path / "half")
 
 
+def test_llm_turns_that_never_answer_forfeit_when_configured(tiny_bases, tmp_path):
+    from league.api import League, replay_match
+    from league.ledger import Store
+
+    # the tiny random model rarely names a legal action: with no retries most of its turns fail
+    config = _league_config(tiny_bases[0], "iterations=1", "text_lm.play.invalid.forfeit=true",
+                            "text_lm.play.invalid.retries=0")
+    league = League.create(config, tmp_path / "run")
+    league.run()
+    league.close()
+    with Store.open(tmp_path / "run", mode="read") as store:
+        matches = [recorded.result for recorded in store.iter_matches()]
+    forfeits = [(m, s) for m in matches for s in m.seats if s.status != "ok"]
+    assert forfeits, "no LM turn forfeited"
+    for match, seat in forfeits:
+        assert seat.status == "invalid" and seat.player_id.startswith(("main", "anchor:base"))
+        assert seat.episode_return == -2.0 and seat.outcome == 0.0  # Kuhn's worst return: a loss
+    replay = replay_match(tmp_path / "run", forfeits[0][0].match_id)
+    assert replay.matches and "forfeits" in replay.transcript
+
+
 def test_async_llm_league_drops_stale_turns(tiny_bases, tmp_path):
     from league.api import League
 
@@ -344,6 +365,30 @@ def test_lm_snapshot_plays_anywhere_its_base_is_and_nowhere_else(tiny_bases, tmp
         policy_from_snapshot(tmp_path / "snap", lm_base=PretrainedLMConfig(base=str(tiny_bases[1])))
     with pytest.raises(SnapshotError, match="local base model"):
         policy_from_snapshot(tmp_path / "snap")
+
+
+def test_a_person_plays_kuhn_against_an_lm_snapshot_seeing_only_their_own_card(tiny_bases, tmp_path):
+    from agents.play import play_terminal
+    from agents.snapshot import policy_from_snapshot, save_adapter_snapshot
+
+    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
+    save_adapter_snapshot(lm, registry.spec(KUHN), tmp_path / "snap", play=TextPlayConfig(max_new_tokens=3).to_json())
+    policy = policy_from_snapshot(tmp_path / "snap", expect_game=KUHN,
+                                  lm_base=PretrainedLMConfig(base=str(tiny_bases[0])))
+    lines, out = iter(["raise", "bet", "[call]"]), []
+
+    def person(prompt: str) -> str:
+        out.append(prompt)
+        return next(lines)
+
+    # seed 3 deals the Jack to seat 0 (the person) and the Queen to the LM
+    result = play_terminal(KUHN, policy, human_seat=0, seed=3, input_fn=person,
+                           print_fn=lambda *parts: out.append(" ".join(map(str, parts))))
+    text = "\n".join(out)
+    assert result.finished and len(result.history) == 2  # bet, then the LM called or folded
+    assert "Your card: Jack." in text and "Queen." not in text.split("Game over")[0]
+    assert "'raise' is not a move; type one of: check bet" in text
+    assert 'seat 1 plays [' in text and '(it wrote "[' in text
 
 
 def test_lm_exploitability_on_kuhn(tiny_lm):
