@@ -58,14 +58,16 @@ def run_seed(seed: int, budget: float, run_dir: Path, overrides: list[str], eval
     print(f"seed {seed}: base model exploitability {base:.4f}", flush=True)
     trained_seconds, iterations, trace, last_eval = 0.0, 0, [], 0.0
     try:
-        while trained_seconds < budget:
+        last = 0.0  # the last iteration's time: the next one starts only if it fits the budget
+        while trained_seconds + last <= budget:
             if eval_every and trained_seconds - last_eval >= eval_every:  # the training clock is paused
                 last_eval = trained_seconds
                 trace.append((round(trained_seconds), exploitability_of_lm(policy)))
                 print(f"seed {seed} at {trace[-1][0]} s: exploitability {trace[-1][1]:.4f}", flush=True)
             start = time.perf_counter()
             summary, _ = league.step()
-            trained_seconds += time.perf_counter() - start
+            last = time.perf_counter() - start
+            trained_seconds += last
             iterations += 1
             losses = summary.losses.get("main", {})
             phases = " ".join(f"{k} {v:.1f}" for k, v in summary.phase_seconds.items() if v >= 0.1)

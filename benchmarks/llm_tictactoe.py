@@ -65,10 +65,12 @@ def main() -> None:
     policy = TextLMPolicy(learner.lm.model, learner.lm.tokenizer, learner.view, learner.text.play)
     trained_seconds, iterations = 0.0, 0
     try:
-        while trained_seconds < args.budget:
+        last = 0.0  # the last iteration's time: the next one starts only if it fits the budget
+        while trained_seconds + last <= args.budget:
             start = time.perf_counter()
             summary, _ = league.step()
-            trained_seconds += time.perf_counter() - start
+            last = time.perf_counter() - start
+            trained_seconds += last
             iterations += 1
             losses = summary.losses.get("main", {})
             print(f"it {iterations} {trained_seconds:6.0f}s valid {losses.get('valid_response_rate', float('nan')):.2f} "
