@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from agents.lm import LMError, LMWithValueHead, load_hf_causal_lm
-from ludus.files import files_digest
+from ludus.files import cache_root, files_digest
 
 ADAPTER_FORMAT = "ludus-lm-adapter-v1"
 ADAPTER_FILE = "adapter.safetensors"
@@ -103,11 +103,6 @@ class PretrainedLMConfig:
 # ---------------------------------------------------------------------------------- base models
 
 
-def cache_root() -> Path:
-    """Where converted base models are kept: $LUDUS_CACHE, else ~/.cache/ludus."""
-    return Path(os.environ.get("LUDUS_CACHE") or Path.home() / ".cache" / "ludus")
-
-
 def wheel_directory(source: BaseModelSource) -> Path:
     """The installed wheel's package directory (found without importing the package)."""
     spec = importlib.util.find_spec(source.package)
@@ -153,6 +148,8 @@ def _convert_gguf(source: BaseModelSource, target: Path) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     plain.save_pretrained(partial, safe_serialization=True)
     loaded.tokenizer.save_pretrained(partial)
+    for path in partial.iterdir():  # readable by all: the arena's sandboxed agents play on it (read-only)
+        path.chmod(0o644)
     os.replace(partial, target)  # a killed conversion leaves no half directory behind
 
 

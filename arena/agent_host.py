@@ -112,15 +112,18 @@ class PolicyPlayer:
 
 
 def snapshot_player(path: Path, game: str | None) -> PolicyPlayer:
-    """A league snapshot played by its `TorchPolicy` (sampling from the masked policy)."""
+    """A league snapshot played by its policy (`agents.snapshot.policy_from_snapshot`): a net
+    sampling from its masked policy, or a language model answering through the game's text view
+    on a base model the host ships (shared read-only with the sandbox, `SandboxConfig.shared_paths`)."""
     import torch
 
-    from agents.snapshot import load_snapshot
-    from agents.torch_policy import TorchPolicy
+    from agents.snapshot import policy_from_snapshot, read_manifest, verify_snapshot
+    from games import registry
 
     torch.set_num_threads(1)
-    loaded = load_snapshot(path, expect_game=game)
-    return PolicyPlayer(TorchPolicy(loaded.net), loaded.spec, f"snapshot-{loaded.ref.snapshot_id[:12]}")
+    manifest, _ = read_manifest(path)
+    policy = policy_from_snapshot(path, expect_game=game)
+    return PolicyPlayer(policy, registry.spec(manifest.game_id), f"snapshot-{verify_snapshot(path).snapshot_id[:12]}")
 
 
 class MixturePlayer(PolicyPlayer):

@@ -54,6 +54,7 @@ from arena.submission import Submission, SubmissionKind, validate_submission
 from arena.tournament import TournamentReport, TournamentSettings, play_tournament
 from league.ledger import MatchResult, Store
 from league.ratings import TrueSkillParams, ensure_params, load_params, rebuild_ratings
+from ludus.files import cache_root
 
 DEFAULT_ARENA_DIR = "arena_state"
 ARENA_ENV = "LUDUS_ARENA"
@@ -198,11 +199,15 @@ class Arena:
 
     @property
     def sandbox_config(self) -> SandboxConfig:
-        """The sandbox of this arena's agents: its own directory is hidden from them."""
+        """The sandbox of this arena's agents: its own directory is hidden from them; the host's
+        converted base models are shared read-only (a language-model snapshot plays on one of them,
+        named by an id the host ships, never on a model of its own)."""
         c = self.config
+        models = cache_root() / "models"
         return SandboxConfig(isolation=c.isolation, require_isolation=c.require_isolation,
                              workspace_root=c.workspace_root, hidden_paths=(str(self.directory.resolve()),),
-                             extra_env=c.extra_env)
+                             extra_env=(("LUDUS_CACHE", str(cache_root())),) + tuple(c.extra_env),
+                             shared_paths=(str(models),) if models.is_dir() else ())
 
     def _validate(self, path: str | os.PathLike, game: str | None) -> Submission:
         text = os.fspath(path)

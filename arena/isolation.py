@@ -62,6 +62,9 @@ class SandboxConfig:
     """If set, each match's stderr tail is written to ``<dir>/<match>.seat<s>.stderr``."""
     extra_env: tuple[tuple[str, str], ...] = ()
     """Extra environment variables for the agent (the environment is otherwise clean)."""
+    shared_paths: tuple[str, ...] = ()
+    """Host directories every agent may read (bound read-only): data the host trusts and hands to
+    agents, e.g. the converted base models that language-model snapshots play on."""
 
 
 # -------------------------------------------------------------------------------- host helpers
@@ -407,13 +410,15 @@ _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"
 
 
 def mount_plan(mode: Isolation, agent_dir: Path, submission_dir: Path, home: Path, uid: int, gid: int,
-               limits: SandboxLimits, hidden_paths: Sequence[str], new_root: Path) -> list[dict]:
+               limits: SandboxLimits, hidden_paths: Sequence[str], new_root: Path,
+               shared_paths: Sequence[str] = ()) -> list[dict]:
     """The filesystem view of one agent, as ordered operations for sandbox_init.py.
 
     A minimal root: a fresh tmpfs at `new_root` becomes the agent's ``/`` (pivot_root), holding
     only bind mounts of the runtime (/usr and its top-level links, the loader's configuration,
     the Python installation and the Ludus source), a few device nodes, its own directory with its
-    submission (read-only), and private size-capped tmpfs for /tmp, /var/tmp, /dev/shm and its home.
+    submission (read-only), the host's `shared_paths` (read-only), and private size-capped tmpfs for
+    /tmp, /var/tmp, /dev/shm and its home.
     The rest of the host's filesystem (/etc, /home, /root, other agents' directories, the arena's
     state) does not exist for it. The root is read-only once laid out."""
     del mode  # the same view in both namespace modes
@@ -434,6 +439,8 @@ def mount_plan(mode: Isolation, agent_dir: Path, submission_dir: Path, home: Pat
     plan += [{"op": "bind", "source": d, "target": d, "readonly": False} for d in _DEVICES if os.path.exists(d)]
     plan.append({"op": "tmpfs", "target": "/dev/shm", "options": f"{tmpfs},mode=1777"})
     plan.append({"op": "bind", "source": str(submission_dir), "target": str(submission_dir), "readonly": True})
+    for shared in sorted({os.path.realpath(p) for p in shared_paths if os.path.isdir(p)}, key=len):
+        plan.append({"op": "bind", "source": shared, "target": shared, "readonly": True})
     plan.append({"op": "tmpfs", "target": str(home), "options": f"{tmpfs},mode=700,uid={uid},gid={gid}"})
     for hidden in hidden_paths:  # e.g. the arena's state where it lies under a bound path
         hidden = os.path.realpath(hidden)

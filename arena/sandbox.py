@@ -234,7 +234,8 @@ class SandboxProcess:
             "argv": self.argv, "env": self._env(), "cwd": str(self.home),
             "rlimits": rlimits_for(self.limits, self._lease is None),
             "mounts": mount_plan(self.mode, self.agent_dir, self.submission_dir, self.home, self.uid,
-                                 self.gid, self.limits, self._hidden_paths(), self._new_root),
+                                 self.gid, self.limits, self._hidden_paths(), self._new_root,
+                                 self.config.shared_paths),
             "status_fd": status_w, "lifeline_fd": life_r,
             "cgroup_procs": self._cgroup.procs_files if self._cgroup is not None else [],
         }

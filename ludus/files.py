@@ -1,5 +1,5 @@
 """Files written so that readers see the old version or the whole new one, never half of either,
-and the content digest of a set of files.
+the content digest of a set of files, and where Ludus keeps its cache.
 """
 
 from __future__ import annotations
@@ -53,3 +53,9 @@ def files_digest(files: Sequence[tuple[str, str | os.PathLike]]) -> str:
                 digest.update(chunk)
         entries.append([name, digest.hexdigest()])
     return hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()
+
+
+def cache_root() -> Path:
+    """Where Ludus keeps what it converts once (base models: agents/pretrained.py): $LUDUS_CACHE,
+    else ~/.cache/ludus."""
+    return Path(os.environ.get("LUDUS_CACHE") or Path.home() / ".cache" / "ludus")

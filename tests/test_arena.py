@@ -526,3 +526,31 @@ def test_a_forfeit_in_a_game_without_known_bounds_records_a_finite_loss(tmp_path
         faulted = [s != "ok" for s in summary.statuses]
         assert any(faulted) and all(np.isfinite(summary.returns))
         assert all((r < 0) if f else (r > 0) for r, f in zip(summary.returns, faulted))
+
+
+@pytest.mark.slow  # ~35-60 s: the sandbox loads the real 135M model
+def test_an_lm_snapshot_plays_in_the_arena_on_the_hosts_base(smollm2_dir, tmp_path):
+    """A language-model snapshot enters like any snapshot and plays sandboxed, on the base model
+    the host converted (shared read-only: the agent names a base id the host ships, and brings
+    only its adapters)."""
+    require_isolation()
+    from agents.pretrained import PretrainedLMConfig, load_pretrained_lm
+    from agents.snapshot import save_adapter_snapshot
+    from agents.text_policy import TextPlayConfig
+    from games import registry
+
+    lm = load_pretrained_lm(PretrainedLMConfig(), seed=0)
+    save_adapter_snapshot(lm, registry.spec("spiel:kuhn_poker"), tmp_path / "lm",
+                          play=TextPlayConfig(max_new_tokens=4).to_json())
+    del lm
+    # a 135M model needs more memory and time than the zoo's limits give a tiny agent
+    roomy = config(sandbox_limits=SandboxLimits(startup_timeout_s=60, rss_mb=2048, data_mb=4096, max_processes=32,
+                                                cpu_time_s=300),
+                   match_limits=MatchLimits(time_per_move_s=5.0, overage_s=10.0))
+    arena = Arena.open(tmp_path / "arena", "spiel:kuhn_poker", roomy)
+    entrant = arena.submit(tmp_path / "lm", name="lm")
+    assert entrant.submission_kind == SubmissionKind.SNAPSHOT
+    arena.submit("bot:random")
+    report = arena.run_tournament(games_per_pair=4, seed=0, workers=1)
+    lm_report = report.entrant("lm")
+    assert lm_report.games == 4 and not lm_report.faults and lm_report.process_starts == 1
