@@ -353,8 +353,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_envs": 64, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
         "anchors": ["random", "base"],
         "roles": [{"name": "main", "kind": "main", "self_play": 0.3, "pfsp": 0.3, "uniform": 0.4}],
+        # every position is a distinct prompt (nothing shared between turns, unlike Kuhn's twelve),
+        # and a prompt read with gradients holds its activations: a micro-batch of 256 turns grew
+        # the process past 24 GB (killed); with 32 it peaked at ~10 GB
         "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7},
-                    "ppo": {"learning_rate": 2e-4, "kl_coef": 0.02, "minibatch_size": 512, "micro_batch_size": 256}},
+                    "ppo": {"learning_rate": 2e-4, "kl_coef": 0.02, "minibatch_size": 512, "micro_batch_size": 32}},
     },
     # Dialogue (docs/reference.md §4, docs/dialogue.md): a tiny LM imitates dialogues among the
     # four scripted negotiators (a population of styles, as a human corpus is) for 1200 steps,
