@@ -421,12 +421,20 @@ class PromptStore:
 
     Valid for one set of weights only: whoever changes the weights clears it. A league asks the
     same positions over and over (every turn of every match, and again when a response is
-    retried), so a policy that keeps its prompts reads each one once per weights version."""
+    retried), so a policy that keeps its prompts reads each one once per weights version.
+    Bounded in bytes, not entries: a prompt's keys and values grow with its length (SmolLM2-135M
+    in fp32: ~46 KB per token, ~9 MB for a 200-token tic-tac-toe prompt), and a game whose
+    positions are all distinct would otherwise fill memory with them."""
 
-    def __init__(self, capacity: int = 512):
-        self.capacity = capacity
+    def __init__(self, capacity_mb: float = 512.0):
+        self.capacity_bytes = int(capacity_mb * 2**20)
+        self.bytes = 0
         self.entries: "OrderedDict[tuple[int, ...], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]]" = \
             OrderedDict()
+
+    @staticmethod
+    def _size(layers: list[tuple[torch.Tensor, torch.Tensor]], hidden: torch.Tensor) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in layers) + hidden.nbytes
 
     def get(self, prompt: tuple[int, ...]):
         entry = self.entries.get(prompt)
@@ -435,13 +443,18 @@ class PromptStore:
         return entry
 
     def put(self, prompt: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]], hidden: torch.Tensor) -> None:
+        if prompt in self.entries:
+            self.bytes -= self._size(*self.entries[prompt])
         self.entries[prompt] = (layers, hidden)
         self.entries.move_to_end(prompt)
-        while len(self.entries) > self.capacity:
-            self.entries.popitem(last=False)
+        self.bytes += self._size(layers, hidden)
+        while self.bytes > self.capacity_bytes and len(self.entries) > 1:  # the newest stays
+            _, evicted = self.entries.popitem(last=False)
+            self.bytes -= self._size(*evicted)
 
     def clear(self) -> None:
         self.entries.clear()
+        self.bytes = 0
 
 
 class SharedPromptCache:
@@ -540,15 +553,17 @@ class SharedPromptCache:
         from transformers import DynamicCache
 
         keys = [tuple(r) for r in distinct]
-        missing = [i for i, key in enumerate(keys) if store.get(key) is None]
+        # this call's entries are held here: the store may evict some of them while others are added
+        entries = [store.get(key) for key in keys]
+        missing = [i for i, entry in enumerate(entries) if entry is None]
         if missing:
             past, hidden, real = cls._read(model, [distinct[i] for i in missing], share=True)
             for j, i in enumerate(missing):
                 columns = torch.from_numpy(np.flatnonzero(real[j]))
                 layers = [(layer.keys[j:j + 1, :, columns].clone(), layer.values[j:j + 1, :, columns].clone())
                           for layer in past.layers]
-                store.put(keys[i], layers, hidden[j].clone())
-        entries = [store.get(key) for key in keys]
+                entries[i] = (layers, hidden[j].clone())
+                store.put(keys[i], *entries[i])
         longest = max(len(r) for r in distinct)
         real = np.zeros((len(distinct), longest), dtype=bool)
         for i, r in enumerate(distinct):

@@ -234,7 +234,7 @@ class TextPPOLearner:
                                        max_grad_norm=float("inf"), fused=False)
         self.baselines = np.zeros(num_roles, dtype=np.float64)
         # the base never changes: the prompts it has read stay valid for the whole run
-        self.reference_prompts = PromptStore(capacity=256)
+        self.reference_prompts = PromptStore(capacity_mb=512)
         self.rng = np.random.default_rng(seed)
         self.updates = 0
 

@@ -150,6 +150,13 @@ def test_distinct_prompts_are_read_once_with_the_same_tokens(tiny_lm):
         kept = generator.generate(prompts, 6, np.random.default_rng(1), stop_token=policy.stop_tokens, store=store)
         np.testing.assert_array_equal(kept.tokens, alone.tokens)
     assert len(store.entries) == len({tuple(p) for p in prompts})
+    # a store too small for the batch evicts (by bytes, oldest first) and still gives the same tokens
+    one_entry = store.bytes / len(store.entries)
+    small = PromptStore(capacity_mb=2.5 * one_entry / 2**20)
+    for _ in range(2):
+        kept = generator.generate(prompts, 6, np.random.default_rng(1), stop_token=policy.stop_tokens, store=small)
+        np.testing.assert_array_equal(kept.tokens, alone.tokens)
+        assert len(small.entries) < len(store.entries) and small.bytes <= small.capacity_bytes
 
 
 def test_exact_action_probabilities_match_sampling(tiny_lm):
