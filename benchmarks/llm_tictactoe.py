@@ -73,7 +73,9 @@ def main() -> None:
             trained_seconds += last
             iterations += 1
             losses = summary.losses.get("main", {})
-            print(f"it {iterations} {trained_seconds:6.0f}s valid {losses.get('valid_response_rate', float('nan')):.2f} "
+            phases = " ".join(f"{k} {v:.1f}" for k, v in summary.phase_seconds.items() if v >= 0.1)
+            print(f"it {iterations} {trained_seconds:6.0f}s ({phases}) valid "
+                  f"{losses.get('valid_response_rate', float('nan')):.2f} "
                   f"return {losses.get('mean_return', float('nan')):+.3f} kl {losses.get('kl_to_base', float('nan')):.3f}",
                   flush=True)
     finally:
