@@ -117,13 +117,13 @@ def snapshot_player(path: Path, game: str | None) -> PolicyPlayer:
     on a base model the host ships (shared read-only with the sandbox, `SandboxConfig.shared_paths`)."""
     import torch
 
-    from agents.snapshot import policy_from_snapshot, read_manifest, verify_snapshot
+    from agents.snapshot import policy_from_snapshot, verify_snapshot
     from games import registry
 
     torch.set_num_threads(1)
-    manifest, _ = read_manifest(path)
-    policy = policy_from_snapshot(path, expect_game=game)
-    return PolicyPlayer(policy, registry.spec(manifest.game_id), f"snapshot-{verify_snapshot(path).snapshot_id[:12]}")
+    ref = verify_snapshot(path)
+    return PolicyPlayer(policy_from_snapshot(path, expect_game=game), registry.spec(ref.game_id),
+                        f"snapshot-{ref.snapshot_id[:12]}")
 
 
 class MixturePlayer(PolicyPlayer):

@@ -188,6 +188,13 @@ class Runner:
         inference = 0.0
         live_slots_count = int((slot_match >= 0).sum())
 
+        def finish(slot: int, returns: tuple[float, ...], length: int, **how) -> None:
+            # the match the slot plays is over (by the game's rules, or a forfeit: `how`)
+            steps = move_log[slot, :move_count[slot]]
+            played.append(PlayedMatch(assignment=queue[slot_match[slot]], returns=returns, length=length,
+                                      moves=tuple(steps[steps >= 0].tolist()),
+                                      player_versions=tuple(code_version[seat_codes[slot]].tolist()), **how))
+
         # (a slot whose match was forfeited idles until its game ends, then takes the next match)
         while live_slots_count > 0 or next_match < num_matches:
             acting = ts.acting
@@ -244,15 +251,8 @@ class Runner:
                 # idles, as slots past the end of the queue do) and the slot then takes the next match.
                 for slot in np.flatnonzero(gave_up.any(axis=1)).tolist():
                     returns = forfeit_returns(spec, gave_up[slot].tolist())
-                    steps = move_log[slot, :move_count[slot]]
-                    played.append(PlayedMatch(
-                        assignment=queue[slot_match[slot]],
-                        returns=returns,
-                        length=int(move_count[slot]),
-                        moves=tuple(steps[steps >= 0].tolist()),
-                        player_versions=tuple(code_version[seat_codes[slot]].tolist()),
-                        forfeited=tuple(np.flatnonzero(gave_up[slot]).tolist()),
-                    ))
+                    finish(slot, returns, int(move_count[slot]),
+                           forfeited=tuple(np.flatnonzero(gave_up[slot]).tolist()))
                     for builder in builders.values():
                         builder.end_game(slot, np.asarray(returns) - rewarded[slot])
                     slot_match[slot] = -1
@@ -276,18 +276,10 @@ class Runner:
             # seed_source ran inside step for exactly these slots, in this order.
             ended = np.flatnonzero(ts.done)
             rewarded[ended] = 0.0
-            finished = slot_match[ended]
-            was_live = finished >= 0
-            for slot, index in zip(ended[was_live].tolist(), finished[was_live].tolist()):
-                steps = move_log[slot, :move_count[slot]]
-                played.append(PlayedMatch(
-                    assignment=queue[index],
-                    returns=tuple(ts.final_returns[slot].tolist()),
-                    length=int(ts.final_lengths[slot]),
-                    moves=tuple(steps[steps >= 0].tolist()),
-                    player_versions=tuple(code_version[seat_codes[slot]].tolist()),
-                    truncated=bool(ts.truncated[slot]),
-                ))
+            was_live = slot_match[ended] >= 0
+            for slot in ended[was_live].tolist():
+                finish(slot, tuple(ts.final_returns[slot].tolist()), int(ts.final_lengths[slot]),
+                       truncated=bool(ts.truncated[slot]))
             new = np.array(started, dtype=np.int64)
             slot_match[ended] = new
             seat_codes[ended] = np.where((new >= 0)[:, None], match_codes[np.maximum(new, 0)], -1)
