@@ -19,7 +19,7 @@ import numpy as np
 from agents.mixture import MixturePolicy
 from agents.policy import ActBatch, Policy
 from games.core import Game, GameSpec, is_over
-from games.text import TEXT_VIEWS, TextView, canonical_answer, normal_answer
+from games.text import TextView, canonical_answer, has_text_view, normal_answer, text_view
 from ludus.errors import UserError
 
 
@@ -145,7 +145,7 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
         print_fn(f"the mixture plays {opponent.start_game(rng)} this game")
     if is_text_game(game):
         return _play_text_dialogue(game, opponent, human_seat, rng, input_fn, print_fn)
-    view = TEXT_VIEWS[game_id]() if game_id in TEXT_VIEWS else None
+    view = text_view(game_id) if has_text_view(game_id) else None
     print_fn(f"{game_id}: you are seat {human_seat} of {spec.num_players}. "
              f"Type {'an answer or ' if view is not None else ''}a move number; Ctrl-D quits.")
     if view is not None:

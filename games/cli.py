@@ -117,6 +117,13 @@ def describe(game_id: str) -> str:
 
 def _adapter_layout(game) -> list[str]:
     from games.spiel import SpielGame
+    from games.textarena import TextArenaGame
+
+    if isinstance(game, TextArenaGame):
+        return [f"observation: the seat's TextArena observation text as UTF-8 bytes, zero-padded to "
+                f"{game.max_bytes} (a longer text keeps its head and tail around '[...]')",
+                "actions: the answers " + ", ".join(f"{i} [{m}]" for i, m in enumerate(game.facts.moves))
+                + "; those TextArena would reject now are masked"]
 
     if isinstance(game, SpielGame):
         import pyspiel

@@ -6,6 +6,7 @@ or an adapter prefix followed by the foreign name:
 * ``spiel:<pyspiel game string>`` e.g. ``spiel:goofspiel(num_cards=4)``
 * ``pz:<module path of a PettingZoo env>`` e.g. ``pz:pettingzoo.classic.connect_four_v3``
 * ``gym:<Gymnasium env id>`` e.g. ``gym:CartPole-v1``
+* ``ta:<TextArena env id>`` e.g. ``ta:TicTacToe-v0`` (games/textarena.py: the games with a move list)
 
 Native names may take parameters the same way: ``negotiation(max_utterances=4)``.
 """
@@ -36,7 +37,7 @@ class GameEntry:
 
 
 _NATIVE: dict[str, GameEntry] = {}
-_PREFIXES = ("spiel", "pz", "gym")
+_PREFIXES = ("spiel", "pz", "gym", "ta")
 _ID_RE = re.compile(r"^(?P<name>[A-Za-z_][\w\-.]*)(\((?P<params>.*)\))?$")
 
 
@@ -148,8 +149,9 @@ def resolves_by_import(game_id: str) -> bool:
 
     ``pz:`` ids are module paths and ``gym:`` ids may be ``module:Env`` (Gymnasium imports the
     module), so such an id is only ever taken from the operator, never from a stranger's
-    submission (arena/submission.py). Native and ``spiel:`` ids resolve among games the host
-    already has (pyspiel looks its games up in its own compiled table)."""
+    submission (arena/submission.py). Native, ``spiel:`` and ``ta:`` ids resolve among games the
+    host already has (pyspiel looks its games up in its own compiled table, TextArena in its
+    registry, and games/textarena.py adapts only the families it lists)."""
     prefix, _ = _split(game_id)
     return prefix in ("pz", "gym")
 
@@ -169,6 +171,10 @@ def make(game_id: str) -> Game:
         from games.gym import make_gym_game
 
         return make_gym_game(rest)
+    if prefix == "ta":
+        from games.textarena import make_textarena_game
+
+        return make_textarena_game(rest)
     entry, params = _native(rest)
     try:
         return entry.make(**params)
@@ -206,7 +212,7 @@ def _native(text: str) -> tuple[GameEntry, dict[str, Any]]:
             close = [f"spiel:{name}"]
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise GameError(f"unknown game {name!r}{hint} (`ludus games` lists them; "
-                        f"spiel:NAME, pz:MODULE and gym:ID reach OpenSpiel, PettingZoo and Gymnasium)")
+                        f"spiel:NAME, pz:MODULE, gym:ID and ta:ID reach OpenSpiel, PettingZoo, Gymnasium and TextArena)")
     return _NATIVE[name], parse_params(match.group("params") or "", text)
 
 
@@ -228,6 +234,8 @@ EXAMPLE_IDS: tuple[str, ...] = (
     "pz:pettingzoo.classic.texas_holdem_v4",
     "pz:mpe2.simple_spread_v3",
     "gym:CartPole-v1",
+    "ta:TicTacToe-v0",
+    "ta:KuhnPoker-v0",
 )
 
 

@@ -206,6 +206,43 @@ class KuhnTextView:
         return {words[a]: a for a in (0, 1) if mask[a]}
 
 
+# --------------------------------------------------------------------------------- TextArena
+
+
+@dataclass(frozen=True)
+class TextArenaView:
+    """A ``ta:`` game (games/textarena.py) told as TextArena tells it: the observation is
+    TextArena's own text, so the view only adds the legal moves and maps answers to actions."""
+
+    game_id: str
+    title: str
+    moves: tuple[str, ...]
+    """The game's move list: action i is the answer ``[moves[i]]``."""
+
+    def rules(self) -> str:
+        return (f"You are playing {self.title} from TextArena. The game's messages follow. Answer with "
+                f"exactly one move in square brackets, chosen from your legal moves.")
+
+    def role(self, seat: int) -> str:
+        return f"You are Player {seat}."
+
+    def state(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> str:
+        from games.textarena import decode_text
+
+        legal = " ".join(f"[{self.moves[a]}]" for a in np.flatnonzero(mask))
+        return f"{decode_text(obs).strip()}\nYour legal moves: {legal}"
+
+    def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
+        return {normal_answer(self.moves[a]): int(a) for a in np.flatnonzero(mask)}
+
+
+def _textarena_view(game_id: str) -> TextArenaView:
+    from games.registry import make
+
+    game = make(game_id)  # the id's facts (and a one-line error for an unadapted env)
+    return TextArenaView(game.spec.id, game.env_id, game.facts.moves)
+
+
 # ----------------------------------------------------------------------------------- registry
 
 TEXT_VIEWS: dict[str, Callable[[], TextView]] = {
@@ -213,13 +250,20 @@ TEXT_VIEWS: dict[str, Callable[[], TextView]] = {
     "connect_four": lambda: MNKTextView("connect_four", "connect four", 6, 7, 4, gravity=True),
     "spiel:kuhn_poker": KuhnTextView,
 }
-"""Games with a text view, by registry id."""
+"""Ludus's own games with a text view, by registry id; every ``ta:`` game has one as well."""
+
+
+def has_text_view(game_id: str) -> bool:
+    return game_id in TEXT_VIEWS or game_id.startswith("ta:")
 
 
 def text_view(game_id: str) -> TextView:
     """The text view of `game_id`; a one-line error naming the games that have one."""
+    if game_id.startswith("ta:"):
+        return _textarena_view(game_id)
     if game_id not in TEXT_VIEWS:
-        raise GameError(f"game {game_id!r} has no text view; games with one: {', '.join(sorted(TEXT_VIEWS))}")
+        raise GameError(f"game {game_id!r} has no text view; games with one: {', '.join(sorted(TEXT_VIEWS))} "
+                        f"and TextArena's (ta:ID)")
     return TEXT_VIEWS[game_id]()
 
 

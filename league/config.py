@@ -223,11 +223,11 @@ class LeagueConfig:
                                   f"{self.learner!r}; set learner_backend.backend=torch")
             micro_batch_size(self.learner_backend, self.ppo.minibatch_size)  # fixed-size minibatches agree
         if self.learner == "text_ppo":
-            from games.text import TEXT_VIEWS
+            from games.text import TEXT_VIEWS, has_text_view
 
-            if self.game not in TEXT_VIEWS:
+            if not has_text_view(self.game):
                 raise ConfigError(f"learner 'text_ppo' plays games with a text view; {self.game!r} has none "
-                                  f"(games with one: {', '.join(sorted(TEXT_VIEWS))})")
+                                  f"(games with one: {', '.join(sorted(TEXT_VIEWS))} and TextArena's, ta:ID)")
         if "base" in self.anchors and self.learner != "text_ppo":
             raise ConfigError("anchor 'base' (the untrained base LM) needs learner 'text_ppo'")
         if self.backend != "ray" and self.ray_address is not None:

