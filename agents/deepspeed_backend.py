@@ -108,14 +108,19 @@ def micro_batch_size(config: LearnerBackendConfig, minibatch_size: int | None) -
     return minibatch_size
 
 
-def deepspeed_config(config: LearnerBackendConfig, micro_batch: int, max_grad_norm: float) -> dict[str, Any]:
-    """The DeepSpeed JSON config for one learner step per minibatch."""
+def deepspeed_config(config: LearnerBackendConfig, micro_batch: int, max_grad_norm: float,
+                     accumulate: bool = False) -> dict[str, Any]:
+    """The DeepSpeed JSON config for one learner step per minibatch. `accumulate`: a minibatch is
+    several `backward` calls (micro-batches, as many as it needs) and then one `apply`."""
     zero: dict[str, Any] = {"stage": config.zero_stage}
     if config.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
     return {
         "train_micro_batch_size_per_gpu": micro_batch,
         "gradient_accumulation_steps": 1,
+        # unmanaged accumulation: every engine.step() is the boundary, whatever the number of
+        # backward calls before it (a minibatch's last micro-batch may be short, the count varies)
+        "managed_gradient_accumulation": not accumulate,
         # ZeRO clips the gradient partitions it holds (and reports the norm); at stage 0 the
         # gradients are whole in `p.grad` and DeepSpeedBackend clips them with torch's
         # clip_grad_norm_, exactly as the torch backend does.
@@ -152,7 +157,10 @@ class DeepSpeedBackend:
     """A DeepSpeed engine over `model` with a client `torch.optim.Adam`; one `step` per minibatch."""
 
     def __init__(self, model: nn.Module, config: LearnerBackendConfig, micro_batch: int, learning_rate: float,
-                 adam_eps: float, max_grad_norm: float):
+                 adam_eps: float, max_grad_norm: float, parameters: list[nn.Parameter] | None = None,
+                 accumulate: bool = False):
+        """`parameters`: the ones this engine trains (default: every parameter of `model` that
+        requires grad). `accumulate`: gradients of several `backward` calls make one `apply`."""
         if config.backend != "deepspeed":
             raise LearnerBackendError("DeepSpeedBackend needs learner_backend.backend=deepspeed")
         import deepspeed
@@ -163,11 +171,11 @@ class DeepSpeedBackend:
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         self.config = config
         self.model = model
-        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        self.parameters = [p for p in (model.parameters() if parameters is None else parameters) if p.requires_grad]
         optimizer = torch.optim.Adam(self.parameters, lr=learning_rate, eps=adam_eps)
         self.max_grad_norm = max_grad_norm
         self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
-                                                    config=deepspeed_config(config, micro_batch, max_grad_norm))
+                                                    config=deepspeed_config(config, micro_batch, max_grad_norm, accumulate))
         self.optimizer = self.engine.optimizer
         """The engine's optimizer: the client Adam at stage 0, DeepSpeed's ZeRO wrapper otherwise."""
         if config.bf16:
@@ -179,6 +187,14 @@ class DeepSpeedBackend:
 
     def step(self, loss: torch.Tensor) -> float:
         self.engine.backward(loss)
+        return self.apply()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Add `loss`'s gradients to those of the minibatch so far (one micro-batch)."""
+        self.engine.backward(loss)
+
+    def apply(self) -> float:
+        """One optimizer step on the gradients since the last one; returns their norm before clipping."""
         if not self.zero:
             grad_norm = nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
             self.engine.step()
@@ -327,6 +343,22 @@ def make_update_backend(net: nn.Module, ppo_config, backend_config: Any):
         return TorchAdam(net.parameters(), ppo_config.learning_rate, ppo_config.adam_eps, ppo_config.max_grad_norm)
     return DeepSpeedBackend(net, backend_config, micro_batch_size(backend_config, ppo_config.minibatch_size),
                             ppo_config.learning_rate, ppo_config.adam_eps, ppo_config.max_grad_norm)
+
+
+def make_text_update_backend(model: nn.Module, parameters: list[nn.Parameter], text_config, backend_config: Any):
+    """The adapters' `UpdateBackend` of a `TextPPOLearner` (agents/text_ppo.py): `parameters` of
+    `model`, a minibatch accumulated over micro-batches (`backward` per micro-batch, `apply` per
+    minibatch). The value head keeps its own small torch Adam in the learner."""
+    backend_config = as_backend_config(backend_config)
+    if backend_config.backend == "torch":
+        return TorchAdam(parameters, text_config.learning_rate, text_config.adam_eps, text_config.max_grad_norm,
+                         fused=False)
+    if backend_config.train_micro_batch_size not in (None, text_config.micro_batch_size):
+        raise LearnerBackendError(f"learner_backend.train_micro_batch_size={backend_config.train_micro_batch_size} "
+                                  f"differs from text_lm.ppo.micro_batch_size {text_config.micro_batch_size}: make them "
+                                  f"equal or drop it")
+    return DeepSpeedBackend(model, backend_config, text_config.micro_batch_size, text_config.learning_rate,
+                            text_config.adam_eps, text_config.max_grad_norm, parameters=parameters, accumulate=True)
 
 
 def make_token_update_backend(model: nn.Module, token_config, backend_config: Any):

@@ -136,6 +136,14 @@ class UpdateBackend(Protocol):
         """Apply one update from `loss`; return the gradient norm before clipping."""
         ...
 
+    def backward(self, loss: torch.Tensor) -> None:
+        """Gradient accumulation: add `loss`'s gradients (one micro-batch of a minibatch)..."""
+        ...
+
+    def apply(self) -> float:
+        """... and take the minibatch's step on them; returns the gradient norm before clipping."""
+        ...
+
     def set_learning_rate(self, learning_rate: float) -> None: ...
 
     def learning_rate(self) -> float: ...
@@ -165,8 +173,12 @@ class TorchAdam:
         loss.backward()
         return self.apply()
 
+    def backward(self, loss: torch.Tensor) -> None:
+        """Add `loss`'s gradients to those of the minibatch so far (one micro-batch)."""
+        loss.backward()
+
     def apply(self) -> float:
-        """Clip and apply the gradients accumulated by `loss.backward()` calls since the last
+        """Clip and apply the gradients accumulated by `backward` calls since the last
         step (gradient accumulation: micro-batches that together are one minibatch); clears them."""
         grad_norm = nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
         self.optimizer.step()

@@ -26,7 +26,7 @@ step per minibatch (`TorchAdam.apply`), so memory is bounded by `micro_batch_siz
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -225,11 +225,16 @@ def answer_entropies(first_log_pi: torch.Tensor, answer_tokens: Sequence[Sequenc
 class TextPPOLearner:
     """Turn-level PPO with role baselines and a KL penalty to the adapter-free base."""
 
-    def __init__(self, model: LMWithValueHead, config: TextPPOConfig, temperature: float, num_roles: int, seed: int):
+    def __init__(self, model: LMWithValueHead, config: TextPPOConfig, temperature: float, num_roles: int, seed: int,
+                 backend_config: Any = None):
+        """`backend_config`: a `LearnerBackendConfig` (or a league's `learner_backend`) choosing
+        torch Adam (default) or a DeepSpeed engine for the adapters."""
+        from agents.deepspeed_backend import LearnerBackendConfig, make_text_update_backend
+
         self.model, self.config, self.temperature = model, config, temperature
         value_head = {id(p) for p in model.value_head.parameters()}
-        self.backend = TorchAdam([p for p in model.parameters() if id(p) not in value_head], config.learning_rate,
-                                 config.adam_eps, config.max_grad_norm, fused=False)
+        adapters = [p for p in model.parameters() if id(p) not in value_head and p.requires_grad]
+        self.backend = make_text_update_backend(model, adapters, config, backend_config or LearnerBackendConfig())
         self.value_backend = TorchAdam(model.value_head.parameters(), config.value_learning_rate, config.adam_eps,
                                        max_grad_norm=float("inf"), fused=False)
         self.baselines = np.zeros(num_roles, dtype=np.float64)
@@ -324,6 +329,6 @@ class TextPPOLearner:
             answer_entropy = answer_entropies(first_log_pi, [batch.answer_tokens[i] for i in rows]).mean()
             loss = loss - self.config.answer_entropy_coef * answer_entropy
             stats["answer_entropy"] = float(answer_entropy.detach())
-        (loss * share).backward()
+        self.backend.backward(loss * share)
         stats["kl_to_base"] = float(kl.detach().sum() / weights.sum())
         return stats, features

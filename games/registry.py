@@ -56,6 +56,7 @@ BUILTIN_GAMES = {
     "tic_tac_toe": "games.native:TIC_TAC_TOE_ENTRY",
     "simple_tag": "games.tag:SIMPLE_TAG_ENTRY",
     "negotiation": "games.negotiation:NEGOTIATION_ENTRY",
+    "negotiation_turns": "games.negotiation_turns:NEGOTIATION_TURNS_ENTRY",
     "signalling": "games.signalling:SIGNALLING_ENTRY",
 }
 """Ludus's own games as entry points ("module:attr" naming a `GameEntry`), loaded on first use.

@@ -206,6 +206,85 @@ class KuhnTextView:
         return {words[a]: a for a in (0, 1) if mask[a]}
 
 
+# ------------------------------------------------------------------------------ negotiation
+
+
+@dataclass(frozen=True)
+class NegotiationTextView:
+    """The negotiation in plain English, one utterance per turn (games/negotiation_turns.py):
+    "[propose: 2 books, 1 hat, 0 balls]" asks for those items, "[accept]" takes the partner's
+    standing proposal. The seat sees the pool, its own values and what was said, never the
+    partner's values."""
+
+    game_id: str = "negotiation_turns"
+    title: str = "the negotiation game"
+
+    def rules(self) -> str:
+        return ("You are negotiating with another player over a pool of books, hats and balls. Each of you "
+                "values the items differently and knows only your own values. Take turns: either propose a "
+                "split by saying which items you want (the other player gets the rest), or accept the other "
+                "player's last proposal. If a proposal is accepted, each of you scores the value of the items "
+                "you get; if no proposal is accepted in time, both score 0. Answer in square brackets: "
+                "[propose: 2 books, 1 hat, 0 balls] asks for 2 books, 1 hat and no balls; [accept] accepts "
+                "the other player's proposal.")
+
+    def role(self, seat: int) -> str:
+        return "You speak first." if seat == 0 else "The other player speaks first."
+
+    @staticmethod
+    def _read(obs: np.ndarray):
+        from games.negotiation_turns import CONTEXT_WIDTH, ROW_WIDTH
+
+        obs = np.asarray(obs, dtype=np.float32).reshape(-1)
+        if obs.size < CONTEXT_WIDTH + ROW_WIDTH or (obs.size - CONTEXT_WIDTH) % ROW_WIDTH:
+            raise GameError(f"the negotiation text view reads negotiation_turns observations, got shape {obs.shape}")
+        counts = obs[:3].astype(int)
+        values = obs[3:6].astype(int)
+        rows = obs[CONTEXT_WIDTH:].reshape(-1, ROW_WIDTH)
+        said = [(bool(r[0] > 0), bool(r[1] > 0.5), tuple(int(n) for n in r[2:])) for r in rows if r[0] != 0]
+        return counts, values, said, len(rows)
+
+    def state(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> str:
+        from games.negotiation import ITEMS
+        from games.negotiation_turns import DEAL, spell_items
+
+        counts, values, said, limit = self._read(obs)
+        worth = ", ".join(f"a {item} {v}" for item, v in zip(ITEMS, values))
+        lines = [f"Items on the table: {spell_items(counts)}. What each item is worth to you: {worth} "
+                 f"(the whole pool is worth 10 to you)."]
+        for mine, deal, want in said:
+            who = "You" if mine else "The other player"
+            lines.append(f"{who}: " + ("I accept." if deal else f"I propose: {spell_items(want)} for me."))
+        if not said:
+            lines.append("Nothing has been said yet.")
+        lines.append(f"This is turn {len(said) + 1} of {limit}; if no proposal is accepted by then, both score 0.")
+        options = []
+        if mask[DEAL]:
+            want = said[-1][2]
+            get = [c - w for c, w in zip(counts, want)]
+            options.append(f"[accept] (you would get {spell_items(get)}, worth {int(np.dot(get, values))} to you)")
+        limits = ", ".join(f"{item}s 0-{c}" for item, c in zip(ITEMS, counts))
+        options.append(f"[propose: B books, H hats, L balls] asking for at most what is on the table ({limits})")
+        lines.append("Your legal answers: " + " or ".join(options))
+        return "\n".join(lines)
+
+    def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
+        from games.negotiation_turns import DEAL, PROPOSALS, spell_items
+
+        accepted: dict[str, int] = {}
+        for a in np.flatnonzero(mask):
+            if a == DEAL:
+                for word in ("accept", "deal", "i accept"):
+                    accepted[word] = DEAL
+                continue
+            spelled = spell_items(PROPOSALS[a - 1])
+            for text in (spelled, spelled.replace(",", "")):
+                for prefix in ("propose: ", "propose ", "i propose: ", "i want ", ""):
+                    for suffix in ("", " for me"):
+                        accepted.setdefault(normal_answer(prefix + text + suffix), int(a))
+        return accepted
+
+
 # --------------------------------------------------------------------------------- TextArena
 
 
@@ -249,6 +328,7 @@ TEXT_VIEWS: dict[str, Callable[[], TextView]] = {
     "tic_tac_toe": lambda: MNKTextView("tic_tac_toe", "tic-tac-toe", 3, 3, 3, gravity=False),
     "connect_four": lambda: MNKTextView("connect_four", "connect four", 6, 7, 4, gravity=True),
     "spiel:kuhn_poker": KuhnTextView,
+    "negotiation_turns": NegotiationTextView,
 }
 """Ludus's own games with a text view, by registry id; every ``ta:`` game has one as well."""
 

@@ -217,11 +217,16 @@ class LeagueConfig:
         if len(set(names)) != len(names):
             raise ConfigError(f"config key 'roles': role names must be unique, got {names}")
         if self.learner_backend.backend == "deepspeed":
-            if self.learner != "ppo":
+            if self.learner not in ("ppo", "text_ppo"):
                 # never silently replaced by torch Adam: say so before anything runs
-                raise ConfigError(f"learner_backend.backend 'deepspeed' trains learner 'ppo' only, not "
+                raise ConfigError(f"learner_backend.backend 'deepspeed' trains learners 'ppo' and 'text_ppo', not "
                                   f"{self.learner!r}; set learner_backend.backend=torch")
-            micro_batch_size(self.learner_backend, self.ppo.minibatch_size)  # fixed-size minibatches agree
+            if self.learner == "ppo":
+                micro_batch_size(self.learner_backend, self.ppo.minibatch_size)  # fixed-size minibatches agree
+            elif self.learner_backend.train_micro_batch_size not in (None, self.text_lm.ppo.micro_batch_size):
+                raise ConfigError(f"learner_backend.train_micro_batch_size={self.learner_backend.train_micro_batch_size} "
+                                  f"differs from text_lm.ppo.micro_batch_size {self.text_lm.ppo.micro_batch_size}: "
+                                  f"make them equal or drop it")
         if self.learner == "text_ppo":
             from games.text import TEXT_VIEWS, has_text_view
 
@@ -357,6 +362,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         # and a prompt read with gradients holds its activations: a micro-batch of 256 turns grew
         # the process past 24 GB (killed); with 32 it peaked at ~10 GB
         "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7},
+                    "ppo": {"learning_rate": 2e-4, "kl_coef": 0.02, "minibatch_size": 512, "micro_batch_size": 32}},
+    },
+    # The negotiation in plain English, one utterance per turn (games/negotiation_turns.py, the
+    # English view in games/text.py): "[propose: 2 books, 1 hat, 0 balls]" or "[accept]". A
+    # proposal is ~12 tokens after the opening "["; the random mover and the untrained base pin
+    # the scale. TrueSkill: higher own score wins, equal scores draw.
+    "llm_negotiation": {
+        "game": "negotiation_turns", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 64,
+        "torch_threads": 2, "runner_threads": 2,
+        "num_envs": 64, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
+        "anchors": ["random", "base"], "draw_probability": 0.15,
+        "roles": [{"name": "main", "kind": "main", "self_play": 0.3, "pfsp": 0.3, "uniform": 0.4}],
+        "text_lm": {"play": {"max_new_tokens": 16, "temperature": 0.7},
                     "ppo": {"learning_rate": 2e-4, "kl_coef": 0.02, "minibatch_size": 512, "micro_batch_size": 32}},
     },
     # Dialogue (docs/reference.md §4, docs/dialogue.md): a tiny LM imitates dialogues among the

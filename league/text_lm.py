@@ -104,6 +104,7 @@ class TextLMLeagueLearner:
     def __init__(self, spec: GameSpec, config: Any, role_index: int, seed: int, init_seed: int):
         self.spec = spec
         self.text = config.text_lm
+        self.backend_config = config.learner_backend
         self.seed = seed
         self.view = text_view(spec.id)
         self.lm = load_pretrained_lm(self.text.model, seed=init_seed)
@@ -114,7 +115,8 @@ class TextLMLeagueLearner:
         self.ppo = self._new_ppo(seed)
 
     def _new_ppo(self, seed: int) -> TextPPOLearner:
-        return TextPPOLearner(self.lm.model, self.text.ppo, self.text.play.temperature, self.spec.num_players, seed)
+        return TextPPOLearner(self.lm.model, self.text.ppo, self.text.play.temperature, self.spec.num_players, seed,
+                              backend_config=self.backend_config)
 
     @property
     def updates(self) -> int:

@@ -1,0 +1,113 @@
+"""A pretrained LM learns to negotiate in plain English in the league: its own-score gain over the
+untrained base model, both playing against the base model.
+
+Trains the `llm_negotiation` preset (SmolLM2-135M-Instruct with LoRA adapters; one utterance per
+turn, "[propose: 2 books, 1 hat, 0 balls]" or "[accept]", games/negotiation_turns.py and the English
+view in games/text.py) for a wall-clock budget of training time. Then, duplicate pairs: for every
+evaluation context and seat, the trained LM plays that seat against the base model (adapters as
+initialised: the untrained model), and the base model plays the same seat of the same context
+against the base model. The gain of a pair is the trained LM's own score minus the base model's;
+the figure is the mean gain over pairs with a normal 95% interval. Agreement rates are printed
+beside it.
+
+    python benchmarks/llm_negotiation.py                 # seed 0, 1800 s, 200 contexts x 2 seats
+    python benchmarks/llm_negotiation.py --seed 3 --budget 600 --contexts 100
+
+Ends with ``goal llm_negotiation_gain: <gain> [low, high] (target lower bound >= 0.5) PASS|FAIL``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TARGET_LOWER = 0.5
+GAME = "negotiation_turns"
+
+
+def paired_scores(trained, base, contexts: int, seed: int) -> dict[str, np.ndarray]:
+    """Own scores per (context, seat): 'trained' (trained LM vs base) and 'base' (base vs base, the
+    same contexts and seats), plus whether each game ended in a deal."""
+    from evaluation.evaluate import pair_seed, paired_assignments, play_assignments
+    from games.negotiation_turns import DEAL
+
+    players = {"trained": trained, "base_seat": base, "partner": base}
+    out = {}
+    for name in ("trained", "base_seat"):
+        assignments = paired_assignments(name, ["partner"], 2 * contexts, 2, seed)
+        matches = play_assignments(GAME, assignments, players, sample_seed=pair_seed(seed, 1 << 30), num_envs=256)
+        matches = sorted(matches, key=lambda m: m.assignment.match_id)
+        seats = [m.assignment.players.index(name) for m in matches]
+        out[name] = np.array([m.returns[s] for m, s in zip(matches, seats)], dtype=np.float64)
+        out[name + "_deal"] = np.array([bool(m.moves) and m.moves[-1] == DEAL for m in matches])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget", type=float, default=1800.0, help="training seconds")
+    parser.add_argument("--contexts", type=int, default=200, help="evaluation contexts (each played in both seats)")
+    parser.add_argument("--run-dir", type=Path, default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+
+    import torch
+
+    from agents.pretrained import trained_state
+    from agents.text_policy import TextLMPolicy
+    from league.api import League, load_config
+
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-negotiation-")) / "run"
+    config = load_config("llm_negotiation", [f"seed={args.seed}", "iterations=1000000", "log.progress=false",
+                                             "log.wandb=disabled", "log.tensorboard=false", *args.overrides])
+    league = League.create(config, run_dir)
+    torch.set_num_threads(config.torch_threads)
+    learner = league.learners["main"].impl
+    lm = learner.lm
+    initial = {k: v.clone() for k, v in trained_state(lm.model).items()}
+    trained_seconds, iterations = 0.0, 0
+    try:
+        last = 0.0  # the last iteration's time: the next one starts only if it fits the budget
+        while trained_seconds + last <= args.budget:
+            start = time.perf_counter()
+            summary, _ = league.step()
+            last = time.perf_counter() - start
+            trained_seconds += last
+            iterations += 1
+            losses = summary.losses.get("main", {})
+            phases = " ".join(f"{k} {v:.1f}" for k, v in summary.phase_seconds.items() if v >= 0.1)
+            print(f"it {iterations} {trained_seconds:6.0f}s ({phases}) valid "
+                  f"{losses.get('valid_response_rate', float('nan')):.2f} "
+                  f"return {losses.get('mean_return', float('nan')):+.3f} kl {losses.get('kl_to_base', float('nan')):.3f}",
+                  flush=True)
+    finally:
+        league.close()
+    final = {k: v.clone() for k, v in trained_state(lm.model).items()}
+    play = learner.text.play
+    trained = TextLMPolicy(lm.model, lm.tokenizer, learner.view, play, adapters=final)
+    base = TextLMPolicy(lm.model, lm.tokenizer, learner.view, play, adapters=initial)
+    start = time.perf_counter()
+    scores = paired_scores(trained, base, args.contexts, seed=1000 + args.seed)
+    gains = scores["trained"] - scores["base_seat"]
+    mean = float(gains.mean())
+    half = 1.96 * float(gains.std(ddof=1)) / np.sqrt(len(gains))
+    print(f"trained vs base: own score {scores['trained'].mean():.3f}, deals {scores['trained_deal'].mean():.3f}")
+    print(f"base vs base:    own score {scores['base_seat'].mean():.3f}, deals {scores['base_seat_deal'].mean():.3f}")
+    print(f"{len(gains)} pairs evaluated in {time.perf_counter() - start:.0f} s; {iterations} iterations in "
+          f"{trained_seconds:.0f} s of training (load {os.getloadavg()[0]:.1f})")
+    ok = mean - half >= TARGET_LOWER
+    print(f"goal llm_negotiation_gain: {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] "
+          f"(target lower bound >= {TARGET_LOWER}) {'PASS' if ok else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()
