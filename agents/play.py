@@ -103,6 +103,7 @@ def _ask_action(game: Game, seat: int, input_fn: Callable[[str], str], print_fn:
     while True:
         text = input_fn(f"seat {seat}, your move> ").strip()  # EOFError propagates: the person left
         said = normal_answer(text.strip("[]"))
+        said = view.normal_form(said) if view is not None else said
         if said in answers:
             return answers[said]
         try:

@@ -23,7 +23,7 @@ import numpy as np
 
 from games.core import GameError
 
-_ANSWER = re.compile(r"\[([^\[\]\n]{1,40})\]")
+_ANSWER = re.compile(r"\[([^\[\]\n]{1,80})\]")
 
 
 class TextView(Protocol):
@@ -52,6 +52,12 @@ class TextView(Protocol):
         answer given for an action is its canonical spelling."""
         ...
 
+    def normal_form(self, answer: str) -> str:
+        """`answer` (lower case, without brackets) in the spelling `answers` uses, for games whose
+        answers can be said many ways ("1 book and 2 hats" for "propose: 1 book, 2 hats, 0 balls");
+        views with a fixed vocabulary return it unchanged."""
+        ...
+
 
 @dataclass(frozen=True)
 class ParsedResponse:
@@ -77,7 +83,7 @@ def parse_response(view: TextView, response: str, obs: np.ndarray, seat: int, ma
     found = _ANSWER.findall(response)
     if not found:
         return ParsedResponse(None, "no answer")
-    answer = normal_answer(found[-1 if last else 0])
+    answer = view.normal_form(normal_answer(found[-1 if last else 0]))
     accepted = view.answers(obs, seat, mask)
     if answer in accepted:
         return ParsedResponse(accepted[answer], "", answer)
@@ -148,6 +154,9 @@ class MNKTextView:
     def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
         return {str(int(a)): int(a) for a in np.flatnonzero(mask)}
 
+    def normal_form(self, answer: str) -> str:
+        return answer
+
 
 # ------------------------------------------------------------------------------- Kuhn poker
 
@@ -204,6 +213,9 @@ class KuhnTextView:
     def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
         words = ("fold", "call") if self._facing_bet(obs) else ("check", "bet")
         return {words[a]: a for a in (0, 1) if mask[a]}
+
+    def normal_form(self, answer: str) -> str:
+        return answer
 
 
 # ------------------------------------------------------------------------------ negotiation
@@ -264,7 +276,8 @@ class NegotiationTextView:
             get = [c - w for c, w in zip(counts, want)]
             options.append(f"[accept] (you would get {spell_items(get)}, worth {int(np.dot(get, values))} to you)")
         limits = ", ".join(f"{item}s 0-{c}" for item, c in zip(ITEMS, counts))
-        options.append(f"[propose: B books, H hats, L balls] asking for at most what is on the table ({limits})")
+        options.append(f"a proposal such as [propose: {spell_items(np.minimum(counts, 1))}] asking for at most "
+                       f"what is on the table ({limits})")
         lines.append("Your legal answers: " + " or ".join(options))
         return "\n".join(lines)
 
@@ -274,15 +287,30 @@ class NegotiationTextView:
         accepted: dict[str, int] = {}
         for a in np.flatnonzero(mask):
             if a == DEAL:
-                for word in ("accept", "deal", "i accept"):
-                    accepted[word] = DEAL
-                continue
-            spelled = spell_items(PROPOSALS[a - 1])
-            for text in (spelled, spelled.replace(",", "")):
-                for prefix in ("propose: ", "propose ", "i propose: ", "i want ", ""):
-                    for suffix in ("", " for me"):
-                        accepted.setdefault(normal_answer(prefix + text + suffix), int(a))
+                accepted.update({"accept": DEAL, "deal": DEAL})
+            else:
+                accepted[f"propose: {spell_items(PROPOSALS[a - 1])}"] = int(a)
         return accepted
+
+    def normal_form(self, answer: str) -> str:
+        """Any answer naming item counts is a proposal of those counts, the items it does not name
+        being 0 ("propose 2 books and 1 hat for me", "i want 1 books"); "i accept", "deal" and
+        "accept" accept. An item named twice is no proposal."""
+        from games.negotiation import ITEMS
+        from games.negotiation_turns import spell_items
+
+        if answer in ("accept", "i accept", "deal", "accept deal", "i accept the deal"):
+            return "accept"
+        found = _ITEM_COUNTS.findall(answer)
+        if not found or len({item for _, item in found}) < len(found):
+            return answer
+        counts = dict.fromkeys(ITEMS, 0)
+        for number, item in found:
+            counts[item] = int(number)
+        return f"propose: {spell_items([counts[item] for item in ITEMS])}"
+
+
+_ITEM_COUNTS = re.compile(r"(\d+)\s*(book|hat|ball)(?:e?s)?\b")
 
 
 # --------------------------------------------------------------------------------- TextArena
@@ -313,6 +341,9 @@ class TextArenaView:
 
     def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
         return {normal_answer(self.moves[a]): int(a) for a in np.flatnonzero(mask)}
+
+    def normal_form(self, answer: str) -> str:
+        return answer
 
 
 def _textarena_view(game_id: str) -> TextArenaView:

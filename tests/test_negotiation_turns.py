@@ -54,10 +54,13 @@ def test_the_english_view_tells_a_seat_its_own_values_only():
     assert "[accept] (you would get 1 book, 1 hat, 1 ball, worth 5 to you)" in text
     for response, action in (("[propose: 1 book, 1 hat, 0 balls]", proposal_action((1, 1, 0))),
                              ("I want [1 book 3 hats 0 balls]", proposal_action((1, 3, 0))),
+                             # items it does not name are 0; plural or not, any wording around the counts
+                             ("[Proposal: 1 books and 2 hats for me]", proposal_action((1, 2, 0))),
                              ("[Accept]", DEAL)):
         assert parse_response(view, response, obs, 1, mask).action == action
     assert parse_response(view, "[propose: 2 books, 0 hats, 0 balls]", obs, 1, mask).problem == "illegal answer"
     assert parse_response(view, "[a hat please]", obs, 1, mask).problem == "unknown answer"
+    assert parse_response(view, "[1 hat, 2 hats]", obs, 1, mask).problem == "unknown answer"  # which one?
 
 
 def test_the_lm_league_negotiates_in_english(tiny_bases, tmp_path):
