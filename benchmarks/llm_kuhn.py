@@ -28,10 +28,11 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.lm_training import train_within  # noqa: E402
 
 TARGET = 0.15
 
@@ -56,25 +57,18 @@ def run_seed(seed: int, budget: float, run_dir: Path, overrides: list[str], eval
     with adapter_disabled(learner.lm.model):
         base = exploitability_of_lm(policy)
     print(f"seed {seed}: base model exploitability {base:.4f}", flush=True)
-    trained_seconds, iterations, trace, last_eval = 0.0, 0, [], 0.0
+    trace: list[tuple[int, float]] = []
+    last_eval = 0.0
+
+    def measure(trained_seconds: float) -> None:
+        nonlocal last_eval
+        if eval_every and trained_seconds - last_eval >= eval_every:
+            last_eval = trained_seconds
+            trace.append((round(trained_seconds), exploitability_of_lm(policy)))
+            print(f"seed {seed} at {trace[-1][0]} s: exploitability {trace[-1][1]:.4f}", flush=True)
+
     try:
-        last = 0.0  # the last iteration's time: the next one starts only if it fits the budget
-        while trained_seconds + last <= budget:
-            if eval_every and trained_seconds - last_eval >= eval_every:  # the training clock is paused
-                last_eval = trained_seconds
-                trace.append((round(trained_seconds), exploitability_of_lm(policy)))
-                print(f"seed {seed} at {trace[-1][0]} s: exploitability {trace[-1][1]:.4f}", flush=True)
-            start = time.perf_counter()
-            summary, _ = league.step()
-            last = time.perf_counter() - start
-            trained_seconds += last
-            iterations += 1
-            losses = summary.losses.get("main", {})
-            phases = " ".join(f"{k} {v:.1f}" for k, v in summary.phase_seconds.items() if v >= 0.1)
-            print(f"seed {seed} it {iterations} {trained_seconds:6.0f}s ({phases}) valid "
-                  f"{losses.get('valid_response_rate', float('nan')):.2f} return "
-                  f"{losses.get('mean_return', float('nan')):+.3f} kl {losses.get('kl_to_base', float('nan')):.3f}",
-                  flush=True)
+        trained_seconds, iterations = train_within(league, budget, f"seed {seed} ", measure)
     finally:
         league.close()
     trained = exploitability_of_lm(policy)

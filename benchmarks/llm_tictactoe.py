@@ -20,10 +20,11 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.lm_training import train_within  # noqa: E402
 
 TARGET_SCORE, TARGET_LEGAL = 0.85, 0.99
 GAME = "tic_tac_toe"
@@ -63,21 +64,8 @@ def main() -> None:
     torch.set_num_threads(config.torch_threads)
     learner = league.learners["main"].impl
     policy = TextLMPolicy(learner.lm.model, learner.lm.tokenizer, learner.view, learner.text.play)
-    trained_seconds, iterations = 0.0, 0
     try:
-        last = 0.0  # the last iteration's time: the next one starts only if it fits the budget
-        while trained_seconds + last <= args.budget:
-            start = time.perf_counter()
-            summary, _ = league.step()
-            last = time.perf_counter() - start
-            trained_seconds += last
-            iterations += 1
-            losses = summary.losses.get("main", {})
-            phases = " ".join(f"{k} {v:.1f}" for k, v in summary.phase_seconds.items() if v >= 0.1)
-            print(f"it {iterations} {trained_seconds:6.0f}s ({phases}) valid "
-                  f"{losses.get('valid_response_rate', float('nan')):.2f} "
-                  f"return {losses.get('mean_return', float('nan')):+.3f} kl {losses.get('kl_to_base', float('nan')):.3f}",
-                  flush=True)
+        trained_seconds, iterations = train_within(league, args.budget)
     finally:
         league.close()
     trained = score_vs_random(policy, args.games, seed=1000 + args.seed)

@@ -1,0 +1,31 @@
+"""What the pretrained-LM benchmarks share: train a league for a wall-clock budget of training
+time, one line per iteration (llm_kuhn.py, llm_tictactoe.py, llm_negotiation.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+def train_within(league, budget: float, label: str = "",
+                 before_step: Callable[[float], None] | None = None) -> tuple[float, int]:
+    """Run `league.step()` while the next iteration fits `budget` seconds (judged by the last
+    iteration's time); returns (training seconds, iterations). `before_step(trained_seconds)`
+    runs before each iteration with the training clock paused (measurements along the way)."""
+    trained_seconds, iterations = 0.0, 0
+    last = 0.0
+    while trained_seconds + last <= budget:
+        if before_step is not None:
+            before_step(trained_seconds)
+        start = time.perf_counter()
+        summary, _ = league.step()
+        last = time.perf_counter() - start
+        trained_seconds += last
+        iterations += 1
+        losses = summary.losses.get("main", {})
+        phases = " ".join(f"{k} {v:.1f}" for k, v in summary.phase_seconds.items() if v >= 0.1)
+        print(f"{label}it {iterations} {trained_seconds:6.0f}s ({phases}) valid "
+              f"{losses.get('valid_response_rate', float('nan')):.2f} "
+              f"return {losses.get('mean_return', float('nan')):+.3f} kl {losses.get('kl_to_base', float('nan')):.3f}",
+              flush=True)
+    return trained_seconds, iterations
