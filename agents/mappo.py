@@ -227,20 +227,22 @@ class MAPPOCritic(nn.Module):
         return self.value_head(self.trunk(x)).squeeze(-1)
 
 
-class ValueNorm:
+class ValueNorm(nn.Module):
     """Running mean/std of value targets (the authors' ValueNorm; PopArt without the output rescaling).
 
     Keeps exponential moving averages of E[x] and E[x^2] with decay `beta`, debiased as in Adam
     (divided by 1 - beta^n, tracked as `debiasing_term`), so after the first update the
-    statistics equal that batch's exactly. The variance is floored at 1e-2.
+    statistics equal that batch's exactly. The variance is floored at 1e-2. The statistics are
+    buffers: they travel with the critic's weights (a league's runners denormalise its values).
     """
 
     def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5):
+        super().__init__()
         self.beta = beta
         self.epsilon = epsilon
-        self.running_mean = torch.zeros((), dtype=torch.float64)
-        self.running_mean_sq = torch.zeros((), dtype=torch.float64)
-        self.debiasing_term = torch.zeros((), dtype=torch.float64)
+        self.register_buffer("running_mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("running_mean_sq", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("debiasing_term", torch.zeros((), dtype=torch.float64))
 
     def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Debiased (mean, variance)."""
@@ -262,15 +264,6 @@ class ValueNorm:
     def denormalize(self, values: torch.Tensor) -> torch.Tensor:
         mean, var = self.mean_var()
         return (values.double() * var.sqrt() + mean).to(values.dtype)
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"running_mean": self.running_mean.clone(), "running_mean_sq": self.running_mean_sq.clone(),
-                "debiasing_term": self.debiasing_term.clone()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.running_mean = state["running_mean"].clone().double()
-        self.running_mean_sq = state["running_mean_sq"].clone().double()
-        self.debiasing_term = state["debiasing_term"].clone().double()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,7 +373,11 @@ class MAPPOStats:
 class MAPPOLearner:
     """Owns one team's shared actor, its critic, their optimizers, ValueNorm and the minibatch RNG."""
 
-    def __init__(self, actor: MAPPOActor, critic: MAPPOCritic, config: MAPPOConfig = MAPPOConfig(), seed: int = 0):
+    def __init__(self, actor: nn.Module, critic: MAPPOCritic, config: MAPPOConfig = MAPPOConfig(), seed: int = 0,
+                 value_norm: ValueNorm | None = None):
+        """`actor`: forward(x, mask) -> masked logits (`MAPPOActor`, or `ActorOfActorCritic` in a
+        league). `value_norm`: the statistics to keep (a league shares the module's with its
+        runners); a new one when None."""
         self.actor = actor
         self.critic = critic
         self.config = config
@@ -388,7 +385,9 @@ class MAPPOLearner:
                                        config.max_grad_norm)
         self.critic_backend = TorchAdam(critic.parameters(), config.critic_learning_rate, config.adam_eps,
                                         config.max_grad_norm)
-        self.value_norm = ValueNorm(config.value_norm_beta) if config.use_value_norm else None
+        self.value_norm = None
+        if config.use_value_norm:
+            self.value_norm = value_norm if value_norm is not None else ValueNorm(config.value_norm_beta)
         self.generator = torch.Generator().manual_seed(seed)
         self.updates = 0
 
@@ -490,7 +489,7 @@ class MAPPOLearner:
         state.update({f"actor_optimizer.{k}": v for k, v in self.actor_backend.state_dict().items()})
         state.update({f"critic_optimizer.{k}": v for k, v in self.critic_backend.state_dict().items()})
         if self.value_norm is not None:
-            state.update({f"value_norm.{k}": v for k, v in self.value_norm.state_dict().items()})
+            state.update({f"value_norm.{k}": v.detach().clone() for k, v in self.value_norm.state_dict().items()})
         state["generator"] = self.generator.get_state()
         state["updates"] = torch.tensor(self.updates, dtype=torch.int64)
         return state
@@ -504,6 +503,75 @@ class MAPPOLearner:
             self.value_norm.load_state_dict(prefixed(state, "value_norm."))
         self.generator.set_state(state["generator"].clone())
         self.updates = int(state["updates"])
+
+
+# ---------------------------------------------------------------------------------------------
+# In a league: runners record each row's centralised critic input; a learner trains one side.
+
+
+class ActorOfActorCritic(nn.Module):
+    """An `agents.nets.ActorCritic` as MAPPO's actor: forward(x, mask) -> masked logits. A league's
+    MAPPO side acts and freezes as an ordinary actor-critic net (snapshots, the arena, `ludus play`
+    and evaluation read it unchanged); its own value head is not trained, the centralised critic
+    replaces it."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.net.policy_logits(x, mask)
+
+
+class MAPPOModule(nn.Module):
+    """What a league's runners receive from a MAPPO learner: the actor, the critic and the value
+    statistics (runners record the critic's value of every row, in return units)."""
+
+    def __init__(self, actor: nn.Module, critic: MAPPOCritic, value_norm: ValueNorm | None):
+        super().__init__()
+        self.actor = ActorOfActorCritic(actor)
+        self.critic = critic
+        self.value_norm = value_norm
+
+
+def critic_rows(batch_obs: np.ndarray, critic_obs: np.ndarray | None, seats: np.ndarray, config: MAPPOConfig,
+                num_players: int) -> np.ndarray:
+    """[N, D] critic input of N rows: the recorded centralised input ('global') or the row's own
+    observation ('local', IPPO), with the seat's one-hot id when `config.critic_agent_id`."""
+    if config.critic_input == "global":
+        if critic_obs is None:
+            raise ValueError("a centralised critic needs the rows' critic inputs (ActBatch/RolloutBatch.critic_obs)")
+        x = np.asarray(critic_obs, dtype=np.float32).reshape(len(seats), -1)
+    else:
+        x = np.asarray(batch_obs, dtype=np.float32).reshape(len(seats), -1)
+    if config.critic_agent_id:
+        x = np.concatenate([x, np.eye(num_players, dtype=np.float32)[np.asarray(seats)]], axis=1)
+    return np.ascontiguousarray(x)
+
+
+class CentralisedCriticPolicy:
+    """A league learner's side at play: the actor (an ActorCritic) chooses, the critic values.
+    With a centralised critic (`needs_critic_input`) the runner hands it each row's recorded input."""
+
+    needs_history = False
+
+    def __init__(self, module: MAPPOModule, config: MAPPOConfig, num_players: int):
+        from agents.torch_policy import TorchPolicy
+
+        self.module = module
+        self.config = config
+        self.num_players = num_players
+        self.needs_critic_input = config.critic_input == "global"
+        self._actor = TorchPolicy(module.actor.net, compute_values=False)
+
+    def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
+        out = self._actor.act(batch, rng, greedy)
+        x = critic_rows(batch.obs, batch.critic_obs, batch.seats, self.config, self.num_players)
+        with torch.inference_mode():
+            values = self.module.critic(torch.from_numpy(x))
+            if self.module.value_norm is not None:
+                values = self.module.value_norm.denormalize(values)
+        return dataclasses.replace(out, values=values.numpy().astype(np.float32))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from games.core import TimeStep
+from games.core import GameError, GameSpec, TimeStep
 
 
 def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, bootstrap_values: np.ndarray,
@@ -109,6 +109,8 @@ class RolloutBatch:
     """Text agents: [N, W] int64 response tokens of each action, -1 after the response (`ActOutput.responses`)."""
     response_log_probs: np.ndarray | None = None
     """Text agents: [N, W] float32 behaviour log-probs of the response tokens, 0 after the response."""
+    critic_obs: np.ndarray | None = None
+    """Centralised critics: [N, D] float32 the row's critic input (`agents.mappo.side_critic_inputs`)."""
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
@@ -140,6 +142,7 @@ class SeatTrajectoryBuilder:
         # Row of each (slot, seat)'s open transition in the storage below; -1 when none is open.
         self.open_row = np.full((num_games, num_players), -1, dtype=np.int64)
         self.response_width = 0
+        self.critic_width = 0
         self._allocate(max(capacity, num_games * num_players))
         self.size = 0
 
@@ -160,6 +163,8 @@ class SeatTrajectoryBuilder:
         self.seats = np.zeros(capacity, dtype=np.int64)
         if self.response_width:
             self._allocate_responses(capacity)
+        if self.critic_width:
+            self.critic_obs = np.zeros((capacity, self.critic_width), dtype=np.float32)
 
     def _allocate_responses(self, capacity: int) -> None:
         self.responses = np.full((capacity, self.response_width), -1, dtype=np.int64)
@@ -170,7 +175,8 @@ class SeatTrajectoryBuilder:
 
     @property
     def _columns(self) -> tuple[str, ...]:
-        return self._BASE_COLUMNS + (("responses", "response_log_probs") if self.response_width else ())
+        return (self._BASE_COLUMNS + (("responses", "response_log_probs") if self.response_width else ())
+                + (("critic_obs",) if self.critic_width else ()))
 
     def _start_responses(self, width: int) -> None:
         """Text agents' responses get their own columns, sized by the first response seen."""
@@ -194,7 +200,8 @@ class SeatTrajectoryBuilder:
 
     def record_actions(self, ts: TimeStep, actions: np.ndarray, log_probs: np.ndarray, values: np.ndarray,
                        record: np.ndarray, policy_version: int | np.ndarray = 0,
-                       responses: np.ndarray | None = None, response_log_probs: np.ndarray | None = None) -> None:
+                       responses: np.ndarray | None = None, response_log_probs: np.ndarray | None = None,
+                       critic_obs: np.ndarray | None = None) -> None:
         """Open a transition for every recorded acting seat, closing that seat's previous one.
 
         ts: the TimeStep the actions answer. actions, log_probs, values: [B, P] (entries of
@@ -202,6 +209,8 @@ class SeatTrajectoryBuilder:
         e.g. [P] for the same seats in every slot); only seats that act in `ts` are recorded.
         policy_version: the acting policy's version, an int or [B, P].
         responses, response_log_probs: text agents' [B, P, W] response tokens and their log-probs.
+        critic_obs: centralised critics' [B, P, D] input of every seat (recorded from the first row
+        on, or never, like responses).
         """
         shape = (self.num_games, self.num_players)
         record = np.broadcast_to(np.asarray(record, dtype=bool), shape) & ts.acting
@@ -249,6 +258,18 @@ class SeatTrajectoryBuilder:
             self.response_log_probs[rows] = response_log_probs[slots, seats]
         elif self.response_width:
             raise ValueError("this builder records responses: every recorded row needs one")
+        if critic_obs is not None:
+            critic_obs = np.asarray(critic_obs, dtype=np.float32)
+            if not self.critic_width:
+                if self.size:
+                    raise ValueError("a builder records critic inputs from its first row on, or never")
+                self.critic_width = critic_obs.shape[2]
+                self.critic_obs = np.zeros((len(self.actions), self.critic_width), dtype=np.float32)
+            if critic_obs.shape[2] != self.critic_width:
+                raise ValueError(f"critic inputs are {critic_obs.shape[2]} wide, this builder's {self.critic_width}")
+            self.critic_obs[rows] = critic_obs[slots, seats]
+        elif self.critic_width:
+            raise ValueError("this builder records critic inputs: every recorded row needs one")
         self.open_row[slots, seats] = np.arange(self.size, self.size + count)
         self.size += count
 
@@ -326,7 +347,7 @@ class SeatTrajectoryBuilder:
             dones=batch_columns["dones"], advantages=advantages, returns=returns,
             policy_version=batch_columns["policy_version"], slots=batch_columns["slots"],
             seats=batch_columns["seats"], responses=batch_columns.get("responses"),
-            response_log_probs=batch_columns.get("response_log_probs"))
+            response_log_probs=batch_columns.get("response_log_probs"), critic_obs=batch_columns.get("critic_obs"))
 
     def _keep_open_only(self) -> None:
         """Move the open transitions to the front of the storage (in their time order)."""
@@ -340,3 +361,34 @@ class SeatTrajectoryBuilder:
         new_row_of_old[old_rows] = np.arange(count)
         self.open_row[open_mask] = new_row_of_old[self.open_row[open_mask]]
         self.size = count
+
+
+# ---------------------------------------------------------------------------------------------
+# Centralised critics' inputs (MAPPO in a league: the runners record them, agents/mappo.py reads them)
+
+
+def side_critic_inputs(obs: np.ndarray, global_state: np.ndarray | None, team_of_seat: tuple[int, ...]) -> np.ndarray:
+    """[S, P, D] float32: what the centralised critic reads for every seat of S games (no seat
+    ids: the learner appends them). The game's global state [S, Ds] where it has one, else the
+    concatenation of the observations of the seat's side (its team's seats, in seat order)."""
+    obs = np.asarray(obs, dtype=np.float32)
+    slots, num_players = obs.shape[0], obs.shape[1]
+    if global_state is not None:
+        state = np.asarray(global_state, dtype=np.float32).reshape(slots, -1)
+        return np.ascontiguousarray(np.broadcast_to(state[:, None, :], (slots, num_players, state.shape[1])))
+    flat = obs.reshape(slots, num_players, -1)
+    teams = np.asarray(team_of_seat)
+    sides = {team: flat[:, teams == team].reshape(slots, -1) for team in np.unique(teams)}
+    widths = {side.shape[1] for side in sides.values()}
+    if len(widths) != 1:
+        raise GameError("sides of different sizes and no global state: the centralised critic's input would "
+                        "change width with the side; give the game a global state (spec.state_shape)")
+    return np.stack([sides[team] for team in teams], axis=1)
+
+
+def side_critic_size(spec: GameSpec) -> int:
+    """Width of `side_critic_inputs` for a game (GameError for sides of unequal size without a global state)."""
+    if spec.state_shape is not None:
+        return int(np.prod(spec.state_shape))
+    obs = np.zeros((1, spec.num_players, *spec.observation_shape), dtype=np.float32)
+    return int(side_critic_inputs(obs, None, spec.team_of_seat).shape[2])

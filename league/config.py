@@ -123,6 +123,31 @@ class TextLMConfig:
 
 
 @dataclass(frozen=True)
+class CriticConfig:
+    """The critic of learners 'mappo' (centralised: the side's global view) and 'ippo' (the same
+    learner with a local critic: the ablation of Yu et al. 2022); agents/mappo.py. The actor is
+    `net`; PPO's clipping, entropy, epochs, minibatches, gamma and lambda come from `ppo`."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths of the critic MLP (ReLU, LayerNorm after each, as the authors' MLPBase)."""
+    learning_rate: float = 7e-4
+    """Adam step size of the critic (its own optimizer: actor and critic are separate nets)."""
+    value_norm: bool = True
+    """The critic predicts returns normalised by running mean/std statistics (ValueNorm)."""
+    huber_delta: float | None = 10.0
+    """Huber value loss with this threshold (normalised units); None: squared error."""
+    agent_id: bool = True
+    """Append the seat's one-hot id to the critic's input (whose return it predicts)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        if not self.hidden or min(self.hidden) < 1 or not self.learning_rate > 0:
+            raise ConfigError("config keys 'critic.hidden' (positive widths) and 'critic.learning_rate' (> 0) are required")
+        if self.huber_delta is not None and not self.huber_delta > 0:
+            raise ConfigError(f"config key 'critic.huber_delta' must be > 0 or null, got {self.huber_delta}")
+
+
+@dataclass(frozen=True)
 class LeagueConfig:
     """Everything `ludus train` needs. Keys are documented by the string under each field."""
 
@@ -173,15 +198,18 @@ class LeagueConfig:
     """Frozen snapshots kept loaded (LRU); the rest stay on disk."""
     max_opponents_per_iteration: int = 32
     """Distinct opponents a learner may face per iteration (bounds inference batches)."""
-    learner: Literal["ppo", "token_ppo", "text_ppo"] = "ppo"
-    """Learning algorithm: 'ppo' (actor-critic nets), 'token_ppo' (tiny LMs on token games) or 'text_ppo'
-    (pretrained LMs through a game's text view)."""
+    learner: Literal["ppo", "mappo", "ippo", "token_ppo", "text_ppo"] = "ppo"
+    """Learning algorithm: 'ppo' (actor-critic nets), 'mappo' (a side's shared actor with a centralised
+    critic: team and cooperative games), 'ippo' (the same with a local critic), 'token_ppo' (tiny LMs on
+    token games) or 'text_ppo' (pretrained LMs through a game's text view)."""
     learner_backend: LearnerBackendConfig = field(default_factory=LearnerBackendConfig)
     """Optimizer backend of the learners."""
     net: NetConfig = field(default_factory=NetConfig)
     """Actor-critic architecture of the learners."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyperparameters of the learners."""
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    """The separate critic of learners 'mappo' and 'ippo'."""
     dialogue: DialogueConfig = field(default_factory=DialogueConfig)
     """Language-model learners for token games (learner 'token_ppo'): model, token PPO, imitation warm start."""
     text_lm: TextLMConfig = field(default_factory=TextLMConfig)
@@ -233,6 +261,10 @@ class LeagueConfig:
             if not has_text_view(self.game):
                 raise ConfigError(f"learner 'text_ppo' plays games with a text view; {self.game!r} has none "
                                   f"(games with one: {', '.join(sorted(TEXT_VIEWS))} and TextArena's, ta:ID)")
+        if self.learner in ("mappo", "ippo"):
+            if self.ppo.minibatch_size is not None:
+                raise ConfigError(f"learner {self.learner!r} splits each update into ppo.num_minibatches; "
+                                  f"drop ppo.minibatch_size")
         if "base" in self.anchors and self.learner != "text_ppo":
             raise ConfigError("anchor 'base' (the untrained base LM) needs learner 'text_ppo'")
         if self.backend != "ray" and self.ray_address is not None:
@@ -241,26 +273,30 @@ class LeagueConfig:
 
 # Presets: overrides of the defaults, validated like any YAML file.
 PRESETS: dict[str, dict[str, Any]] = {
-    # Team vs team: predators (team 0, three seats sharing one policy) against the prey (team 1).
+    # Team vs team: predators (team 0, three seats sharing one actor) against the prey (team 1).
     # One population per side; TrueSkill rates the sides' snapshots as teams (games/tag.py has
-    # the winner rule).
+    # the winner rule). MAPPO (league/mappo.py): each side's critic reads the game's global state.
     "simple_tag": {
-        "game": "simple_tag", "iterations": 30, "matches_per_iteration": 128, "num_envs": 64,
+        "game": "simple_tag", "learner": "mappo", "iterations": 30, "matches_per_iteration": 128, "num_envs": 64,
         "snapshot_every_steps": 6000, "anchors": ["random"], "rating_share": 0.2, "draw_probability": 0.05,
-        "net": {"hidden": [64, 64]},
-        "ppo": {"learning_rate": 7e-4, "gamma": 0.99, "num_minibatches": 4, "update_epochs": 4},
+        "net": {"hidden": [64, 64], "activation": "relu"},
+        "ppo": {"learning_rate": 7e-4, "anneal_lr": False, "adam_eps": 1e-5, "gamma": 0.99, "num_minibatches": 4,
+                "update_epochs": 4, "max_grad_norm": 10.0},
         "roles": [
             {"name": "predators", "kind": "main", "team": 0, "self_play": 0.0, "pfsp": 0.7, "uniform": 0.3},
             {"name": "prey", "kind": "main", "team": 1, "self_play": 0.0, "pfsp": 0.7, "uniform": 0.3},
         ],
     },
-    # Cooperative navigation: one team, no opponents, so nothing to rate; the learner shares one
-    # policy over the three agents.
+    # Cooperative navigation: one team, no opponents, so nothing to rate. MAPPO (Yu et al. 2022):
+    # one actor shared by the three agents, a centralised critic on the env's global state; the
+    # settings of benchmarks/mappo_spread.py's stand-alone trainer (the paper's MPE defaults with
+    # gamma 0.95 and 128 games per update in 2 minibatches, tuned there for a ~400k-step budget).
     "simple_spread": {
-        "game": "pz:mpe2.simple_spread_v3", "iterations": 40, "matches_per_iteration": 64, "num_envs": 64,
-        "snapshot_every_steps": 20000, "anchors": [], "rating_share": 0.0,
-        "net": {"hidden": [64, 64]},
-        "ppo": {"learning_rate": 7e-4, "num_minibatches": 2, "update_epochs": 8},
+        "game": "pz:mpe2.simple_spread_v3", "learner": "mappo", "iterations": 125, "matches_per_iteration": 128,
+        "num_envs": 128, "snapshot_every_steps": 100_000, "anchors": [], "rating_share": 0.0,
+        "net": {"hidden": [64, 64], "activation": "relu"},
+        "ppo": {"learning_rate": 7e-4, "anneal_lr": False, "adam_eps": 1e-5, "gamma": 0.95, "gae_lambda": 0.95,
+                "num_minibatches": 2, "update_epochs": 10, "ent_coef": 0.01, "max_grad_norm": 10.0},
         "roles": [{"name": "main", "kind": "main", "self_play": 1.0, "pfsp": 0.0, "uniform": 0.0}],
     },
     "quickstart": {

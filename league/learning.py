@@ -78,6 +78,10 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
         from league.dialogue import TokenPPOLeagueLearner
 
         return TokenPPOLeagueLearner(spec, config, role_index, seed, init_seed)
+    if config.learner in ("mappo", "ippo"):
+        from league.mappo import MAPPOLeagueLearner
+
+        return MAPPOLeagueLearner(spec, config, seed, init_seed)
     backend_factory = None
     if config.learner_backend.backend == "deepspeed":
         from agents.deepspeed_backend import make_update_backend
@@ -100,6 +104,10 @@ def make_learner_architecture(config: LeagueConfig):
         from league.dialogue import LMArchitecture
 
         return LMArchitecture(config.dialogue.lm)
+    if config.learner in ("mappo", "ippo"):
+        from league.mappo import MAPPOArchitecture, mappo_config
+
+        return MAPPOArchitecture(config.net, mappo_config(config))
     from league.learners import ActorCriticArchitecture
 
     return ActorCriticArchitecture(config.net)

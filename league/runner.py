@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from agents.policy import ActBatch, Policy
-from agents.rollout import RolloutBatch, SeatTrajectoryBuilder
+from agents.rollout import RolloutBatch, SeatTrajectoryBuilder, side_critic_inputs
 from games.core import VectorGame, forfeit_returns
 
 
@@ -138,6 +138,9 @@ class Runner:
         # Binary observations (boards) are stored as uint8: exact, and a quarter of the memory
         # traffic of float32 when trajectories are copied, sorted and sent between processes.
         storage_dtype = "uint8" if spec.binary_observations else spec.observation_dtype
+        # Centralised critics (MAPPO sides) read each row's side input: the game's global state or
+        # the side's joint observation, computed once per step for every seat when one plays.
+        critic_codes = {code for code in learner_codes if getattr(policies[code], "needs_critic_input", False)}
         builders = {
             code: SeatTrajectoryBuilder(num_slots, num_players, spec.observation_shape, spec.num_actions,
                                         storage_dtype,
@@ -213,6 +216,10 @@ class Runner:
             slots_sorted, seats_sorted = slots_now[order], seats_now[order]
             obs_sorted = ts.obs[slots_sorted, seats_sorted]
             mask_sorted = ts.mask[slots_sorted, seats_sorted]
+            critic_now = None
+            if critic_codes:
+                critic_now = side_critic_inputs(ts.obs, vec.global_states() if spec.state_shape is not None else None,
+                                                spec.team_of_seat)
             acts = np.empty(len(order), dtype=np.int64)
             lps = np.empty(len(order), dtype=np.float32)
             vals = np.empty(len(order), dtype=np.float32)
@@ -221,8 +228,9 @@ class Runner:
             for code, lo, hi in zip(group_codes.tolist(), group_starts.tolist(), group_ends.tolist()):
                 policy = policies[code]
                 histories = ([vec.history(int(b)) for b in slots_sorted[lo:hi]] if policy.needs_history else None)
-                out = policy.act(ActBatch(obs_sorted[lo:hi], mask_sorted[lo:hi], seats_sorted[lo:hi], histories),
-                                 rng, greedy=code in greedy_codes)
+                critic_rows = (critic_now[slots_sorted[lo:hi], seats_sorted[lo:hi]] if code in critic_codes else None)
+                out = policy.act(ActBatch(obs_sorted[lo:hi], mask_sorted[lo:hi], seats_sorted[lo:hi], histories,
+                                          critic_rows), rng, greedy=code in greedy_codes)
                 acts[lo:hi], lps[lo:hi], vals[lo:hi] = out.actions, out.log_probs, out.values
                 if out.forfeits is not None and out.forfeits.any():
                     quit_rows = np.flatnonzero(out.forfeits) + lo
@@ -245,7 +253,7 @@ class Runner:
                 for code, builder in builders.items():
                     tokens, token_log_probs = responses.get(code, (None, None))
                     builder.record_actions(ts, actions, log_probs, values, seat_codes == code, versions,
-                                           tokens, token_log_probs)
+                                           tokens, token_log_probs, critic_now if code in critic_codes else None)
             if gave_up.any():
                 # The match ends here by forfeit. Its game still runs out in the vector (the slot
                 # idles, as slots past the end of the queue do) and the slot then takes the next match.
