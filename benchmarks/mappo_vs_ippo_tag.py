@@ -1,0 +1,145 @@
+"""MAPPO vs IPPO leagues on predator-prey (simple_tag), and whether each side's ratings rise.
+
+For each seed, two leagues train the `simple_tag` preset (predators and prey, each a rated
+population with PFSP between sides): one with `learner=mappo` (centralised critics on the game's
+global state), one with `learner=ippo` (the same learner, each critic on the row's own
+observation). Each run is a process with one torch thread, two at a time.
+
+Cross-play: the final predators of each league (the live learners' actors) play against every
+prey snapshot of both leagues, on the same game seeds and sampling streams (duplicate games:
+each (prey, seed) is played once by MAPPO's predators and once by IPPO's). The figure is the mean,
+over those pairs and all seeds, of the predators' catch reward (a predator's return: +10 per tag,
+-10 for an episode without one) of MAPPO's minus IPPO's, with a normal 95% interval.
+
+Ratings: in each MAPPO league, the Spearman correlation between a side's snapshot index k
+('predators@k', 'prey@k') and its TrueSkill mu from the run's rating matches.
+
+    python benchmarks/mappo_vs_ippo_tag.py [--seeds 0 1 2] [--games 40]
+
+Ends with ``goal mappo_vs_ippo_tag: <diff> [low, high] (target: interval above 0) PASS|FAIL`` and
+``goal team_rating_progress: <worst side's Spearman> (target 0.8) PASS|FAIL``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+GAME = "simple_tag"
+FINAL = "final-predators"
+TARGET_SPEARMAN = 0.8
+
+
+def train(learner: str, seed: int, root: str, overrides: list[str]) -> str:
+    import torch
+
+    from league.api import League, load_config
+
+    torch.set_num_threads(1)
+    run_dir = Path(root) / f"{learner}-{seed}"
+    config = load_config(GAME, [f"learner={learner}", f"seed={seed}", "log.wandb=disabled",
+                                "log.tensorboard=false", "log.progress=false", *overrides])
+    from agents.snapshot import Lineage
+
+    league = League.create(config, run_dir)
+    try:
+        league.run()
+        # the final predators: the live learner's actor, frozen beside the run
+        league.learners["predators"].impl.freeze(run_dir / FINAL, Lineage(role="predators", created_by="benchmark"))
+    finally:
+        league.close()
+    return str(run_dir)
+
+
+def side_snapshots(run_dir: Path, role: str) -> list[str]:
+    from league.rundata import read_run
+
+    ids = [m.player_id for m in read_run(run_dir).members if m.kind == "snapshot" and m.role == role]
+    return sorted(ids, key=lambda pid: int(pid.rsplit("@", 1)[1]))
+
+
+def spearman(run_dir: Path, role: str) -> float:
+    from scipy.stats import spearmanr
+
+    from league.api import stored_ratings
+
+    ratings = stored_ratings(run_dir)
+    rated = [pid for pid in side_snapshots(run_dir, role) if pid in ratings]
+    if len(rated) < 3:
+        return float("nan")
+    return float(spearmanr([int(p.rsplit("@", 1)[1]) for p in rated], [ratings[p].mu for p in rated]).statistic)
+
+
+def cross_play(runs: dict[str, Path], games: int, seed: int) -> np.ndarray:
+    """Per (prey snapshot, game seed): MAPPO's predators' catch reward minus IPPO's."""
+    from agents.snapshot import policy_from_snapshot
+    from evaluation.evaluate import pair_seed, play_assignments
+    from league.population import load_member_policy
+    from league.rundata import read_run
+    from league.runner import MatchAssignment
+    from games.registry import spec as game_spec
+
+    spec = game_spec(GAME)
+    policies, prey = {}, []
+    for name, run_dir in runs.items():
+        members = {m.player_id: m for m in read_run(run_dir).members}
+        policies[f"{name}:predators"] = policy_from_snapshot(run_dir / FINAL, expect_game=GAME)
+        for pid in side_snapshots(run_dir, "prey"):
+            policies[f"{name}:{pid}"] = load_member_policy(members[pid], spec)
+            prey.append(f"{name}:{pid}")
+    assignments = []
+    for p in prey:
+        for k in range(games):
+            for predators in ("mappo:predators", "ippo:predators"):
+                assignments.append(MatchAssignment(len(assignments), pair_seed(seed, k), (predators,) * 3 + (p,),
+                                                   "evaluation"))
+    matches = sorted(play_assignments(GAME, assignments, policies, sample_seed=pair_seed(seed, 1 << 30),
+                                      num_envs=256), key=lambda m: m.assignment.match_id)
+    catch = np.array([m.returns[0] for m in matches], dtype=np.float64).reshape(-1, 2)
+    return catch[:, 0] - catch[:, 1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--games", type=int, default=40, help="games per (prey snapshot, predators)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="preset overrides (key=value)")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    print(f"simple_tag preset, learners mappo and ippo, seeds {args.seeds}; load {os.getloadavg()[0]:.2f}", flush=True)
+    diffs, rhos = [], []
+    with tempfile.TemporaryDirectory(prefix="ludus-tag-") as root, \
+            ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        jobs = {(learner, seed): pool.submit(train, learner, seed, root, args.overrides)
+                for seed in args.seeds for learner in ("mappo", "ippo")}
+        for seed in args.seeds:
+            runs = {learner: Path(jobs[(learner, seed)].result()) for learner in ("mappo", "ippo")}
+            d = cross_play(runs, args.games, seed=1000 + seed)
+            diffs.append(d)
+            sides = {role: spearman(runs["mappo"], role) for role in ("predators", "prey")}
+            rhos.extend(sides.values())
+            print(f"seed {seed}: MAPPO - IPPO predators' catch reward {d.mean():+.2f} over {len(d)} pairs; "
+                  f"MAPPO league Spearman(index, mu): predators {sides['predators']:.3f}, prey {sides['prey']:.3f}; "
+                  f"IPPO league: predators {spearman(runs['ippo'], 'predators'):.3f}, "
+                  f"prey {spearman(runs['ippo'], 'prey'):.3f}", flush=True)
+    d = np.concatenate(diffs)
+    mean, half = float(d.mean()), 1.96 * float(d.std(ddof=1)) / np.sqrt(len(d))
+    print(f"wall {time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f}")
+    print(f"goal mappo_vs_ippo_tag: {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] (target: interval above 0) "
+          f"{'PASS' if mean - half > 0 else 'FAIL'}")
+    worst = float(np.nanmin(rhos)) if not all(np.isnan(rhos)) else float("nan")
+    print(f"goal team_rating_progress: {worst:.3f} (worst side over seeds {args.seeds}; target {TARGET_SPEARMAN}) "
+          f"{'PASS' if worst >= TARGET_SPEARMAN else 'FAIL'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
