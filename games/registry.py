@@ -58,6 +58,7 @@ BUILTIN_GAMES = {
     "negotiation": "games.negotiation:NEGOTIATION_ENTRY",
     "negotiation_turns": "games.negotiation_turns:NEGOTIATION_TURNS_ENTRY",
     "signalling": "games.signalling:SIGNALLING_ENTRY",
+    "teams": "games.teams:TEAMS_ENTRY",
 }
 """Ludus's own games as entry points ("module:attr" naming a `GameEntry`), loaded on first use.
 Other installed packages add theirs under the entry-point group ``ludus.games`` (pyproject:
@@ -135,7 +136,7 @@ def _split(game_id: str) -> tuple[str | None, str]:
     if not isinstance(game_id, str) or not game_id.strip():
         raise GameError("empty game id: try `ludus games` for the list")
     prefix, sep, rest = game_id.partition(":")
-    if sep:
+    if sep and "(" not in prefix:  # a colon inside parameters belongs to them: teams(game=spiel:kuhn_poker)
         if prefix not in _PREFIXES:
             raise GameError(f"unknown game prefix {prefix!r} in {game_id!r}: use one of "
                             f"{', '.join(p + ':' for p in _PREFIXES)} or a native name")

@@ -287,6 +287,18 @@ PRESETS: dict[str, dict[str, Any]] = {
             {"name": "prey", "kind": "main", "team": 1, "self_play": 0.0, "pfsp": 0.7, "uniform": 0.3},
         ],
     },
+    # 2v2 tic-tac-toe (games/teams.py): partners alternate at their side's moves without conferring.
+    # Team ratings beyond MPE: each side is a team of two seats of one snapshot, rated as a team;
+    # MAPPO's critic reads both partners' observations (the game has no separate global state).
+    "tic_tac_toe_2v2": {
+        "game": "teams(game=tic_tac_toe)", "learner": "mappo", "iterations": 40, "matches_per_iteration": 256,
+        "num_envs": 128, "snapshot_every_steps": 4000, "snapshot_win_rate_lcb": 0.0, "anchors": ["random"],
+        "rating_share": 0.25, "draw_probability": 0.3,
+        "net": {"kind": "mlp", "hidden": [128, 128], "activation": "relu"},
+        "ppo": {"learning_rate": 7e-4, "anneal_lr": False, "adam_eps": 1e-5, "num_minibatches": 4, "update_epochs": 4,
+                "ent_coef": 0.01, "max_grad_norm": 10.0},
+        "roles": [{"name": "main", "kind": "main", "self_play": 0.3, "pfsp": 0.5, "uniform": 0.2}],
+    },
     # Cooperative navigation: one team, no opponents, so nothing to rate. MAPPO (Yu et al. 2022):
     # one actor shared by the three agents, a centralised critic on the env's global state; the
     # settings of benchmarks/mappo_spread.py's stand-alone trainer (the paper's MPE defaults with

@@ -166,3 +166,37 @@ def test_side_critic_inputs_without_a_global_state_are_the_sides_observations():
 
     with pytest.raises(GameError, match="global state"):
         side_critic_inputs(np.zeros((1, 3, 2)), None, (0, 0, 1))
+
+
+def test_a_2v2_league_rates_each_side_as_a_team_of_one_snapshot(tmp_path):
+    from league.ledger import Store
+
+    config = load_config("tic_tac_toe_2v2", QUIET + ["iterations=4", "matches_per_iteration=64", "num_envs=32",
+                                                    "snapshot_every_steps=200"])
+    league = League.create(config, tmp_path / "run")
+    league.run()
+    ratings = league.ratings.as_dict()
+    league.close()
+    assert any(pid.startswith("main@") for pid in ratings) and "anchor:random" in ratings
+    with Store.open(tmp_path / "run", mode="read") as store:
+        rated = [r.result for r in store.iter_matches() if r.result.kind == "rating"]
+    assert rated
+    for match in rated:
+        by_team = {team: {s.player_id for s in match.seats if s.team == team} for team in (0, 1)}
+        assert all(len(players) == 1 for players in by_team.values())  # one member fills both seats of a side
+        assert [s.team for s in match.seats] == [0, 1, 0, 1]
+
+
+def test_teams_of_two_alternate_partners_at_their_sides_moves():
+    from games.registry import make
+
+    game = make("teams(game=tic_tac_toe)")
+    game.reset(0)
+    order = []
+    for cell in (0, 1, 3, 4, 6):
+        (seat,) = game.to_move()
+        order.append(seat)
+        rewards = game.step({seat: cell})
+    assert order == [0, 1, 2, 3, 0] and game.is_terminal()  # seat 0 completes the left column
+    assert rewards.tolist() == [1.0, -1.0, 1.0, -1.0] and game.returns().tolist() == [1.0, -1.0, 1.0, -1.0]
+    assert np.array_equal(game.observation(2), game.observation(0))  # partners see their player's view

@@ -1,4 +1,4 @@
-"""MAPPO vs IPPO leagues on predator-prey (simple_tag), and whether each side's ratings rise.
+"""Team leagues: MAPPO vs IPPO on predator-prey (simple_tag), and whether each side's ratings rise.
 
 For each seed, two leagues train the `simple_tag` preset (predators and prey, each a rated
 population with PFSP between sides): one with `learner=mappo` (centralised critics on the game's
@@ -11,10 +11,12 @@ each (prey, seed) is played once by MAPPO's predators and once by IPPO's). The f
 over those pairs and all seeds, of the predators' catch reward (a predator's return: +10 per tag,
 -10 for an episode without one) of MAPPO's minus IPPO's, with a normal 95% interval.
 
-Ratings: in each MAPPO league, the Spearman correlation between a side's snapshot index k
-('predators@k', 'prey@k') and its TrueSkill mu from the run's rating matches.
+Ratings, in the team-vs-team presets trained with MAPPO: the Spearman correlation between a
+side's snapshot index k and its TrueSkill mu from the run's rating matches, for each side of
+simple_tag ('predators@k', 'prey@k') and for `tic_tac_toe_2v2` (2v2 tic-tac-toe, games/teams.py,
+whose one role 'main' plays both sides).
 
-    python benchmarks/mappo_vs_ippo_tag.py [--seeds 0 1 2] [--games 40]
+    python benchmarks/team_leagues.py [--seeds 0 1 2] [--games 40]
 
 Ends with ``goal mappo_vs_ippo_tag: <diff> [low, high] (target: interval above 0) PASS|FAIL`` and
 ``goal team_rating_progress: <worst side's Spearman> (target 0.8) PASS|FAIL``.
@@ -37,22 +39,23 @@ FINAL = "final-predators"
 TARGET_SPEARMAN = 0.8
 
 
-def train(learner: str, seed: int, root: str, overrides: list[str]) -> str:
+def train(preset: str, learner: str, seed: int, root: str, overrides: list[str]) -> str:
     import torch
 
     from league.api import League, load_config
 
     torch.set_num_threads(1)
-    run_dir = Path(root) / f"{learner}-{seed}"
-    config = load_config(GAME, [f"learner={learner}", f"seed={seed}", "log.wandb=disabled",
-                                "log.tensorboard=false", "log.progress=false", *overrides])
+    run_dir = Path(root) / f"{preset}-{learner}-{seed}"
+    config = load_config(preset, [f"learner={learner}", f"seed={seed}", "log.wandb=disabled",
+                                  "log.tensorboard=false", "log.progress=false", *overrides])
     from agents.snapshot import Lineage
 
     league = League.create(config, run_dir)
     try:
         league.run()
-        # the final predators: the live learner's actor, frozen beside the run
-        league.learners["predators"].impl.freeze(run_dir / FINAL, Lineage(role="predators", created_by="benchmark"))
+        if "predators" in league.learners:
+            # the final predators: the live learner's actor, frozen beside the run
+            league.learners["predators"].impl.freeze(run_dir / FINAL, Lineage(role="predators", created_by="benchmark"))
     finally:
         league.close()
     return str(run_dir)
@@ -118,8 +121,9 @@ def main() -> int:
     diffs, rhos = [], []
     with tempfile.TemporaryDirectory(prefix="ludus-tag-") as root, \
             ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        jobs = {(learner, seed): pool.submit(train, learner, seed, root, args.overrides)
+        jobs = {(learner, seed): pool.submit(train, GAME, learner, seed, root, args.overrides)
                 for seed in args.seeds for learner in ("mappo", "ippo")}
+        teams = {seed: pool.submit(train, "tic_tac_toe_2v2", "mappo", seed, root, args.overrides) for seed in args.seeds}
         for seed in args.seeds:
             runs = {learner: Path(jobs[(learner, seed)].result()) for learner in ("mappo", "ippo")}
             d = cross_play(runs, args.games, seed=1000 + seed)
@@ -130,13 +134,18 @@ def main() -> int:
                   f"MAPPO league Spearman(index, mu): predators {sides['predators']:.3f}, prey {sides['prey']:.3f}; "
                   f"IPPO league: predators {spearman(runs['ippo'], 'predators'):.3f}, "
                   f"prey {spearman(runs['ippo'], 'prey'):.3f}", flush=True)
+        for seed in args.seeds:
+            rho = spearman(Path(teams[seed].result()), "main")
+            rhos.append(rho)
+            print(f"seed {seed}: tic_tac_toe_2v2 (MAPPO) Spearman(index, mu) of main: {rho:.3f}", flush=True)
     d = np.concatenate(diffs)
     mean, half = float(d.mean()), 1.96 * float(d.std(ddof=1)) / np.sqrt(len(d))
     print(f"wall {time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f}")
     print(f"goal mappo_vs_ippo_tag: {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] (target: interval above 0) "
           f"{'PASS' if mean - half > 0 else 'FAIL'}")
     worst = float(np.nanmin(rhos)) if not all(np.isnan(rhos)) else float("nan")
-    print(f"goal team_rating_progress: {worst:.3f} (worst side over seeds {args.seeds}; target {TARGET_SPEARMAN}) "
+    print(f"goal team_rating_progress: {worst:.3f} (worst side of simple_tag and tic_tac_toe_2v2 over seeds "
+          f"{args.seeds}; target {TARGET_SPEARMAN}) "
           f"{'PASS' if worst >= TARGET_SPEARMAN else 'FAIL'}")
     return 0
 
