@@ -150,30 +150,33 @@ def pair_seed(seed: int, pair: int) -> int:
     return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
 
 
-def rotations_for(games: int, num_players: int) -> int:
-    """Seat rotations (seeds) needed for at least `games` games: each seed is played once per seat."""
-    return -(-games // num_players)
+def rotations_for(games: int, num_sides: int) -> int:
+    """Side rotations (seeds) needed for at least `games` games: each seed is played once per side."""
+    return -(-games // num_sides)
 
 
 def paired_assignments(candidate: str, opponents: Sequence[str], games_per_opponent: int, num_players: int,
-                       seed: int, kind: str = "evaluation") -> list[MatchAssignment]:
-    """Matches of `candidate` against each opponent: every seed once with the candidate in each seat
-    and the opponent in all others; the same seeds for every opponent.
+                       seed: int, kind: str = "evaluation",
+                       sides: Sequence[Sequence[int]] | None = None) -> list[MatchAssignment]:
+    """Matches of `candidate` against each opponent: every seed once with the candidate on each side
+    and the opponent on all others; the same seeds for every opponent. `sides`: the seats each
+    player fills (`GameSpec.sides`: a team's seats in team games); one seat each by default.
 
     Match ids run 0, 1, ... in the returned order (they only need to be unique within one play).
     """
-    if num_players < 2:
-        raise EvaluationError("evaluation against opponents needs a game of two or more players")
+    sides = [tuple(side) for side in sides] if sides is not None else [(seat,) for seat in range(num_players)]
+    if len(sides) < 2:
+        raise EvaluationError("evaluation against opponents needs a game of two or more sides")
     if games_per_opponent < 1:
         raise EvaluationError(f"games per opponent must be >= 1, got {games_per_opponent}")
     if candidate in opponents:
         raise EvaluationError(f"opponent id {candidate!r} collides with the evaluated player's id")
-    seeds = [pair_seed(seed, k) for k in range(rotations_for(games_per_opponent, num_players))]
+    seeds = [pair_seed(seed, k) for k in range(rotations_for(games_per_opponent, len(sides)))]
     assignments = []
     for opponent in opponents:
         for game_seed in seeds:
-            for seat in range(num_players):
-                players = tuple(candidate if s == seat else opponent for s in range(num_players))
+            for side in sides:
+                players = tuple(candidate if s in side else opponent for s in range(num_players))
                 assignments.append(MatchAssignment(len(assignments), game_seed, players, kind))
     return assignments
 
@@ -229,14 +232,16 @@ def tally_matches(matches: Iterable[PlayedMatch], candidate: str, teams: Sequenc
 def placement_games(matches: Iterable[PlayedMatch], candidate: str, teams: Sequence[int]) -> list[tuple[str, float]]:
     """(opponent, candidate's outcome) per pair of seats on different teams, for `fit_placement`.
 
-    In a two-player game that is one entry per game; with more seats the candidate's team is
-    compared with each opponent seat's team (1 if its return is higher, 0.5 if equal, 0 if lower)."""
+    In a two-player game that is one entry per game; with more teams the candidate's team is
+    compared with each other team (1 if its mean return is higher, 0.5 if equal, 0 if lower)."""
     games = []
     for match in matches:
         seat = _candidate_seat(match, candidate)
+        compared: set[int] = set()  # one comparison per opposing team (a team of two is one opponent)
         for other, player in enumerate(match.assignment.players):
-            if other == seat or teams[other] == teams[seat] or player == candidate:
+            if other == seat or teams[other] == teams[seat] or player == candidate or teams[other] in compared:
                 continue
+            compared.add(teams[other])
             mine = np.mean([r for s, r in enumerate(match.returns) if teams[s] == teams[seat]])
             theirs = np.mean([r for s, r in enumerate(match.returns) if teams[s] == teams[other]])
             games.append((player, 1.0 if mine > theirs else 0.0 if mine < theirs else 0.5))
@@ -292,7 +297,8 @@ def evaluate_policies(game_id: str, candidate: Policy, opponents: Mapping[str, P
     from games.registry import spec as game_spec
 
     spec = game_spec(game_id)
-    assignments = paired_assignments(CANDIDATE, list(opponents), games_per_opponent, spec.num_players, seed)
+    assignments = paired_assignments(CANDIDATE, list(opponents), games_per_opponent, spec.num_players, seed,
+                                     sides=spec.sides)
     policies = {CANDIDATE: candidate, **opponents}
     matches = play_assignments(game_id, assignments, policies, sample_seed=pair_seed(seed, 1 << 30),
                                greedy=tuple(policies) if greedy else (), num_envs=num_envs)
@@ -366,7 +372,7 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
         raise EvaluationError(f"run {run.run_dir} has no frozen members to play"
                               f"{'' if include_anchors else ' (add --anchors to play its anchor bots)'}")
     assignments = paired_assignments(candidate_id, [m.player_id for m in opponents], games_per_opponent,
-                                     spec.num_players, seed)
+                                     spec.num_players, seed, sides=spec.sides)
     if weights is not None:  # a mixture: its components take turns
         assignments = _draw_components(assignments, candidate_id, components, weights, seed)
     component_ids = {m.player_id for m in components}
@@ -407,7 +413,7 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
     return EvaluationReport(
         checkpoint=str(checkpoint_path), snapshot_id=snapshot_id, game_id=spec.id,
         run_dir=str(run.run_dir), run_iteration=run.iteration,
-        games_per_opponent=rotations_for(games_per_opponent, spec.num_players) * spec.num_players,
+        games_per_opponent=rotations_for(games_per_opponent, len(spec.sides)) * len(spec.sides),
         greedy=greedy, seed=seed, opponents=per_opponent, total_games=total, score=score, lower=lower, upper=upper,
         placement_mu=None if placement is None else placement.mu,
         placement_sigma=None if placement is None else placement.sigma,

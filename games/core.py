@@ -90,6 +90,15 @@ class GameSpec:
         """Team id per seat, defaulting to one team per seat."""
         return self.teams if self.teams else tuple(range(self.num_players))
 
+    @property
+    def sides(self) -> tuple[tuple[int, ...], ...]:
+        """Seats grouped by team, teams in order of first seat: what one player fills in a league,
+        an evaluation or an arena match (one seat each where every seat is its own team)."""
+        sides: dict[int, list[int]] = {}
+        for seat, team in enumerate(self.team_of_seat):
+            sides.setdefault(team, []).append(seat)
+        return tuple(tuple(seats) for seats in sides.values())
+
     def to_json(self) -> dict:
         """A strictly JSON-safe dict (snapshot manifests store it): infinite bounds become the
         strings "inf" / "-inf", which strict JSON parsers (browsers, other languages) accept."""

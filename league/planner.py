@@ -55,7 +55,7 @@ class Planner:
         self.spec = spec
         self.run_dir = run_dir
         """Read by PSRO's meta-game (the payoffs of frozen members are cached there)."""
-        self.sides = _sides(spec)
+        self.sides = list(spec.sides)
 
     def plan(self, iteration: int, first_match_id: int, league: LeagueView, rng: np.random.Generator) -> Plan:
         ids = itertools.count(first_match_id)
@@ -204,11 +204,3 @@ class Planner:
                     learners=learners, learner_versions=versions,
                     gamma=self.config.ppo.gamma, gae_lambda=self.config.ppo.gae_lambda))
         return tuple(tasks)
-
-
-def _sides(spec: GameSpec) -> list[tuple[int, ...]]:
-    """Seats grouped by team, teams in order of first seat: each side is one player's to fill."""
-    sides: dict[int, list[int]] = {}
-    for seat, team in enumerate(spec.team_of_seat):
-        sides.setdefault(team, []).append(seat)
-    return [tuple(seats) for seats in sides.values()]

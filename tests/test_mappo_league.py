@@ -200,3 +200,20 @@ def test_teams_of_two_alternate_partners_at_their_sides_moves():
     assert order == [0, 1, 2, 3, 0] and game.is_terminal()  # seat 0 completes the left column
     assert rewards.tolist() == [1.0, -1.0, 1.0, -1.0] and game.returns().tolist() == [1.0, -1.0, 1.0, -1.0]
     assert np.array_equal(game.observation(2), game.observation(0))  # partners see their player's view
+
+
+def test_evaluation_seats_a_checkpoint_on_a_whole_side_and_reports_each_side(tmp_path):
+    from evaluation.evaluate import evaluate_checkpoint, paired_assignments
+
+    assignments = paired_assignments("me", ["a"], 4, 4, seed=0, sides=((0, 2), (1, 3)))
+    assert [a.players for a in assignments[:2]] == [("me", "a", "me", "a"), ("a", "me", "a", "me")]
+    config = load_config("tic_tac_toe_2v2", QUIET + ["iterations=2", "matches_per_iteration=32", "num_envs=16",
+                                                    "snapshot_every_steps=100"])
+    league = League.create(config, tmp_path / "run")
+    league.run()
+    league.close()
+    snapshot = sorted((tmp_path / "run" / "snapshots").iterdir())[-1]
+    report = evaluate_checkpoint(snapshot, tmp_path / "run", games_per_opponent=6, include_anchors=True)
+    assert report.games_per_opponent == 6
+    for result in report.opponents:
+        assert result.games == 6 and len(result.seat_scores) == 2  # as team 0 (seats 0, 2) and team 1 (1, 3)
