@@ -27,7 +27,7 @@ class ActBatch:
     histories: Sequence[tuple[int, ...]] | None = None
     """Per row, the game's action history (bots that search, e.g. MCTS, rebuild the state from it)."""
     critic_obs: np.ndarray | None = None
-    """[N, D] per row, a centralised critic's input (`agents.mappo.side_critic_inputs`): given only
+    """[N, D] per row, a centralised critic's input (`agents.rollout.side_critic_inputs`): given only
     to policies with a true `needs_critic_input` attribute (a MAPPO learner's side)."""
 
     def __len__(self) -> int:

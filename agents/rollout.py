@@ -110,7 +110,7 @@ class RolloutBatch:
     response_log_probs: np.ndarray | None = None
     """Text agents: [N, W] float32 behaviour log-probs of the response tokens, 0 after the response."""
     critic_obs: np.ndarray | None = None
-    """Centralised critics: [N, D] float32 the row's critic input (`agents.mappo.side_critic_inputs`)."""
+    """Centralised critics: [N, D] float32 the row's critic input (`agents.rollout.side_critic_inputs`)."""
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
