@@ -31,7 +31,7 @@ import numpy as np
 TARGET, SEED_TARGET = 0.60, 0.55
 
 
-def train(seed: int, budget: float, run_root: str, eval_episodes: int, eval_seed: int) -> dict:
+def train(seed: int, budget: float, run_root: str, eval_episodes: int, eval_seed: int, overrides: list[str]) -> dict:
     import torch
 
     from agents.mappo import evaluate_policy
@@ -40,7 +40,7 @@ def train(seed: int, budget: float, run_root: str, eval_episodes: int, eval_seed
 
     torch.set_num_threads(1)
     config = load_config("simple_spread", [f"seed={seed}", "log.wandb=disabled", "log.tensorboard=false",
-                                           "log.progress=false"])
+                                           "log.progress=false", *overrides])
     league = League.create(config, Path(run_root) / f"seed{seed}")
     trained, iterations, last = 0.0, 0, 0.0
     try:
@@ -74,16 +74,17 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument("--eval-seed", type=int, default=12345)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="preset overrides (key=value)")
     args = parser.parse_args()
     from league.api import load_config
 
-    game = load_config("simple_spread").game
+    game = load_config("simple_spread", args.overrides).game
     started = time.perf_counter()
     print(f"simple_spread preset ({game}), seeds {args.seeds}, {args.budget:.0f} s each, {args.workers} at a time; "
           f"load {os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ludus-mappo-league-") as root, \
             ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        runs = [pool.submit(train, seed, args.budget, root, args.eval_episodes, args.eval_seed) for seed in args.seeds]
+        runs = [pool.submit(train, seed, args.budget, root, args.eval_episodes, args.eval_seed, args.overrides) for seed in args.seeds]
         refs = {name: pool.submit(reference, name, game, args.eval_episodes, args.eval_seed)
                 for name in ("random", "scripted")}
         results = [r.result() for r in runs]
