@@ -88,6 +88,15 @@ class Context:
         return int(np.dot(self.values[seat], share))
 
 
+def deal_shares(context: Context, proposer: int, want: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The deal of `proposer`'s standing proposal `want`: [2, 3] items per seat (the proposer gets
+    `want`, the partner the rest) and [2] float32 the seats' scores (the value of their shares)."""
+    shares = np.zeros((2, NUM_ITEM_TYPES), dtype=np.int64)
+    shares[proposer] = want
+    shares[1 - proposer] = np.array(context.counts) - np.array(want)
+    return shares, (np.array(context.values, dtype=np.int64) * shares).sum(axis=1).astype(np.float32)
+
+
 def _valid_counts() -> np.ndarray:
     return np.array([c for c in itertools.product(range(1, MAX_COUNT + 1), repeat=NUM_ITEM_TYPES)
                      if MIN_TOTAL_ITEMS <= sum(c) <= MAX_TOTAL_ITEMS], dtype=np.int64)
@@ -304,7 +313,6 @@ class Negotiation:
         agent in an evaluation)."""
         validate_context(context)
         self._context = context
-        self._values = np.array(self._context.values, dtype=np.int64)
         self._context_tokens = [context_tokens(self._context, seat) for seat in range(2)]
         self._history: list[int] = []
         # The dialogue stream; marker slots hold the speaking seat in _marker_seat (else -1).
@@ -457,12 +465,7 @@ class Negotiation:
         if parsed.kind is UtteranceKind.PROPOSAL:
             self._standing = (speaker, parsed.want)  # type: ignore[assignment]
         elif parsed.kind is UtteranceKind.DEAL and self._standing is not None and self._standing[0] != speaker:
-            proposer, want = self._standing
-            shares = np.zeros((2, NUM_ITEM_TYPES), dtype=np.int64)
-            shares[proposer] = want
-            shares[1 - proposer] = np.array(self._context.counts) - np.array(want)
-            self._shares = shares
-            rewards = (self._values * shares).sum(axis=1).astype(np.float32)
+            self._shares, rewards = deal_shares(self._context, *self._standing)
             self._returns += rewards
             self._over = True
             return rewards

@@ -26,7 +26,7 @@ import numpy as np
 
 from games.core import GameError, GameSpec
 from games.negotiation import (ITEMS, MAX_COUNT, NUM_ITEM_TYPES, TOTAL_VALUE, Context, context_from_seed,
-                               validate_context)
+                               deal_shares, validate_context)
 from games.registry import GameEntry
 
 DEAL = 0
@@ -70,7 +70,6 @@ class NegotiationTurns:
         """Start over a given context (evaluations replay the same contexts for every agent)."""
         validate_context(context)
         self._context = context
-        self._values = np.array(context.values, dtype=np.int64)
         self._history: list[int] = []
         self._standing: tuple[int, tuple[int, ...]] | None = None
         self._shares: np.ndarray | None = None
@@ -119,12 +118,7 @@ class NegotiationTurns:
         self._history.append(action)
         rewards = np.zeros(2, dtype=np.float32)
         if action == DEAL:
-            proposer, want = self._standing  # type: ignore[misc]
-            shares = np.zeros((2, NUM_ITEM_TYPES), dtype=np.int64)
-            shares[proposer] = want
-            shares[1 - proposer] = np.array(self._context.counts) - np.array(want)
-            self._shares = shares
-            rewards = (self._values * shares).sum(axis=1).astype(np.float32)
+            self._shares, rewards = deal_shares(self._context, *self._standing)  # type: ignore[misc]
             self._returns += rewards
             self._over = True
         else:

@@ -245,13 +245,14 @@ class NegotiationTextView:
 
     @staticmethod
     def _read(obs: np.ndarray):
+        from games.negotiation import NUM_ITEM_TYPES
         from games.negotiation_turns import CONTEXT_WIDTH, ROW_WIDTH
 
         obs = np.asarray(obs, dtype=np.float32).reshape(-1)
         if obs.size < CONTEXT_WIDTH + ROW_WIDTH or (obs.size - CONTEXT_WIDTH) % ROW_WIDTH:
             raise GameError(f"the negotiation text view reads negotiation_turns observations, got shape {obs.shape}")
-        counts = obs[:3].astype(int)
-        values = obs[3:6].astype(int)
+        counts = obs[:NUM_ITEM_TYPES].astype(int)
+        values = obs[NUM_ITEM_TYPES:CONTEXT_WIDTH].astype(int)
         rows = obs[CONTEXT_WIDTH:].reshape(-1, ROW_WIDTH)
         said = [(bool(r[0] > 0), bool(r[1] > 0.5), tuple(int(n) for n in r[2:])) for r in rows if r[0] != 0]
         return counts, values, said, len(rows)
