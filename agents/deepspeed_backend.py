@@ -108,6 +108,14 @@ def micro_batch_size(config: LearnerBackendConfig, minibatch_size: int | None) -
     return minibatch_size
 
 
+def text_micro_batch_size(config: LearnerBackendConfig, micro_batch: int) -> int:
+    """DeepSpeed's micro batch size for a text learner whose micro-batches have `micro_batch` turns."""
+    if config.train_micro_batch_size not in (None, micro_batch):
+        raise LearnerBackendError(f"learner_backend.train_micro_batch_size={config.train_micro_batch_size} differs "
+                                  f"from text_lm.ppo.micro_batch_size {micro_batch}: make them equal or drop it")
+    return micro_batch
+
+
 def deepspeed_config(config: LearnerBackendConfig, micro_batch: int, max_grad_norm: float,
                      accumulate: bool = False) -> dict[str, Any]:
     """The DeepSpeed JSON config for one learner step per minibatch. `accumulate`: a minibatch is
@@ -353,11 +361,8 @@ def make_text_update_backend(model: nn.Module, parameters: list[nn.Parameter], t
     if backend_config.backend == "torch":
         return TorchAdam(parameters, text_config.learning_rate, text_config.adam_eps, text_config.max_grad_norm,
                          fused=False)
-    if backend_config.train_micro_batch_size not in (None, text_config.micro_batch_size):
-        raise LearnerBackendError(f"learner_backend.train_micro_batch_size={backend_config.train_micro_batch_size} "
-                                  f"differs from text_lm.ppo.micro_batch_size {text_config.micro_batch_size}: make them "
-                                  f"equal or drop it")
-    return DeepSpeedBackend(model, backend_config, text_config.micro_batch_size, text_config.learning_rate,
+    return DeepSpeedBackend(model, backend_config, text_micro_batch_size(backend_config, text_config.micro_batch_size),
+                            text_config.learning_rate,
                             text_config.adam_eps, text_config.max_grad_norm, parameters=parameters, accumulate=True)
 
 

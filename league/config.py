@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents.lm import TinyLMConfig
-from agents.deepspeed_backend import LearnerBackendConfig, micro_batch_size
+from agents.deepspeed_backend import LearnerBackendConfig, micro_batch_size, text_micro_batch_size
 from agents.nets import NetConfig
 from agents.ppo import PPOConfig
 from agents.pretrained import PretrainedLMConfig
@@ -251,10 +251,8 @@ class LeagueConfig:
                                   f"{self.learner!r}; set learner_backend.backend=torch")
             if self.learner == "ppo":
                 micro_batch_size(self.learner_backend, self.ppo.minibatch_size)  # fixed-size minibatches agree
-            elif self.learner_backend.train_micro_batch_size not in (None, self.text_lm.ppo.micro_batch_size):
-                raise ConfigError(f"learner_backend.train_micro_batch_size={self.learner_backend.train_micro_batch_size} "
-                                  f"differs from text_lm.ppo.micro_batch_size {self.text_lm.ppo.micro_batch_size}: "
-                                  f"make them equal or drop it")
+            else:
+                text_micro_batch_size(self.learner_backend, self.text_lm.ppo.micro_batch_size)
         if self.learner == "text_ppo":
             from games.text import TEXT_VIEWS, has_text_view
 
