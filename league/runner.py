@@ -139,7 +139,7 @@ class Runner:
         # traffic of float32 when trajectories are copied, sorted and sent between processes.
         storage_dtype = "uint8" if spec.binary_observations else spec.observation_dtype
         # Centralised critics (MAPPO sides) read each row's side input: the game's global state or
-        # the side's joint observation, computed once per step for every seat when one plays.
+        # the side's joint observation, computed once per step for every seat when one acts.
         critic_codes = {code for code in learner_codes if getattr(policies[code], "needs_critic_input", False)}
         builders = {
             code: SeatTrajectoryBuilder(num_slots, num_players, spec.observation_shape, spec.num_actions,
@@ -216,15 +216,15 @@ class Runner:
             slots_sorted, seats_sorted = slots_now[order], seats_now[order]
             obs_sorted = ts.obs[slots_sorted, seats_sorted]
             mask_sorted = ts.mask[slots_sorted, seats_sorted]
-            critic_now = None
-            if critic_codes:
-                critic_now = side_critic_inputs(ts.obs, vec.global_states() if spec.state_shape is not None else None,
-                                                spec.team_of_seat)
             acts = np.empty(len(order), dtype=np.int64)
             lps = np.empty(len(order), dtype=np.float32)
             vals = np.empty(len(order), dtype=np.float32)
             group_codes, group_starts = np.unique(codes_sorted, return_index=True)
             group_ends = np.append(group_starts[1:], len(order))
+            critic_now = None  # only in steps where a centralised-critic side acts (its builder records nothing else)
+            if not critic_codes.isdisjoint(group_codes.tolist()):
+                critic_now = side_critic_inputs(ts.obs, vec.global_states() if spec.state_shape is not None else None,
+                                                spec.team_of_seat)
             for code, lo, hi in zip(group_codes.tolist(), group_starts.tolist(), group_ends.tolist()):
                 policy = policies[code]
                 histories = ([vec.history(int(b)) for b in slots_sorted[lo:hi]] if policy.needs_history else None)
