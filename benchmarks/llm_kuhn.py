@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.lm_training import train_within  # noqa: E402
+from benchmarks.lm_training import budget_league, train_within  # noqa: E402
 
 TARGET = 0.15
 
@@ -46,11 +46,8 @@ def exploitability_of_lm(policy) -> float:
 def run_seed(seed: int, budget: float, run_dir: Path, overrides: list[str], eval_every: float) -> dict:
     from agents.pretrained import adapter_disabled
     from agents.text_policy import TextLMPolicy
-    from league.api import League, load_config
 
-    config = load_config("llm_kuhn_poker", [f"seed={seed}", "iterations=1000000", "log.progress=false",
-                                            "log.wandb=disabled", "log.tensorboard=false", *overrides])
-    league = League.create(config, run_dir)
+    league = budget_league("llm_kuhn_poker", seed, run_dir, overrides)
     learner = league.learners["main"].impl
     # the learner's own model, adapters as trained (the base: the same model with them off)
     policy = TextLMPolicy(learner.lm.model, learner.lm.tokenizer, learner.view, learner.text.play)

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.lm_training import train_within  # noqa: E402
+from benchmarks.lm_training import budget_league, train_within  # noqa: E402
 
 TARGET_LOWER = 0.5
 GAME = "negotiation_turns"
@@ -66,13 +66,10 @@ def main() -> None:
 
     from agents.pretrained import trained_state
     from agents.text_policy import TextLMPolicy
-    from league.api import League, load_config
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-negotiation-")) / "run"
-    config = load_config("llm_negotiation", [f"seed={args.seed}", "iterations=1000000", "log.progress=false",
-                                             "log.wandb=disabled", "log.tensorboard=false", *args.overrides])
-    league = League.create(config, run_dir)
-    torch.set_num_threads(config.torch_threads)
+    league = budget_league("llm_negotiation", args.seed, run_dir, args.overrides)
+    torch.set_num_threads(league.config.torch_threads)
     learner = league.learners["main"].impl
     lm = learner.lm
     initial = {k: v.clone() for k, v in trained_state(lm.model).items()}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.lm_training import train_within  # noqa: E402
+from benchmarks.lm_training import budget_league, train_within  # noqa: E402
 
 TARGET_SCORE, TARGET_LEGAL = 0.85, 0.99
 GAME = "tic_tac_toe"
@@ -55,13 +55,10 @@ def main() -> None:
 
     from agents.pretrained import adapter_disabled
     from agents.text_policy import TextLMPolicy
-    from league.api import League, load_config
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-ttt-")) / "run"
-    config = load_config("llm_tic_tac_toe", [f"seed={args.seed}", "iterations=1000000", "log.progress=false",
-                                             "log.wandb=disabled", "log.tensorboard=false", *args.overrides])
-    league = League.create(config, run_dir)
-    torch.set_num_threads(config.torch_threads)
+    league = budget_league("llm_tic_tac_toe", args.seed, run_dir, args.overrides)
+    torch.set_num_threads(league.config.torch_threads)
     learner = league.learners["main"].impl
     policy = TextLMPolicy(learner.lm.model, learner.lm.tokenizer, learner.view, learner.text.play)
     try:

@@ -1,10 +1,21 @@
-"""What the pretrained-LM benchmarks share: train a league for a wall-clock budget of training
-time, one line per iteration (llm_kuhn.py, llm_tictactoe.py, llm_negotiation.py)."""
+"""What the pretrained-LM benchmarks share: a preset's league for a wall-clock budget, trained one
+line per iteration (llm_kuhn.py, llm_tictactoe.py, llm_negotiation.py)."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable
+
+
+def budget_league(preset: str, seed: int, run_dir: Path, overrides: list[str]):
+    """A new league of `preset` whose length is set by the budget, not the preset's iterations,
+    with logging quiet and local; `overrides` (key=value) last."""
+    from league.api import League, load_config
+
+    config = load_config(preset, [f"seed={seed}", "iterations=1000000", "log.progress=false", "log.wandb=disabled",
+                                  "log.tensorboard=false", *overrides])
+    return League.create(config, run_dir)
 
 
 def train_within(league, budget: float, label: str = "",
