@@ -92,12 +92,11 @@ class ArenaConfig:
 
 
 def check_arena_game(game: str) -> None:
-    """Refuse a game the arena cannot run (unknown, or not for two players)."""
+    """Refuse a game the arena cannot run (unknown, or not between two sides)."""
+    from arena.tournament import check_two_sides
     from games import registry
 
-    spec = registry.spec(game)
-    if spec.num_players != 2:
-        raise ArenaError(f"the arena runs two-player games; {game!r} has {spec.num_players} seats")
+    check_two_sides(registry.spec(game))
 
 
 def _check_name(name: str | None) -> None:

@@ -136,12 +136,16 @@ def build_leaderboard(store: Store, recent: int = 200) -> Leaderboard:
         match = recorded.result
         total += 1
         newest.appendleft(match)
+        for player_id, status in {(seat.player_id, seat.status) for seat in match.seats}:  # once per match
+            if status != "ok" and player_id in faults:
+                faults[player_id][status] += 1
+        # One seat per side (in a team game, the first seat of each side: its seats share one outcome).
+        sides: dict[int, list] = {}
         for seat in match.seats:
-            if seat.status != "ok" and seat.player_id in faults:
-                faults[seat.player_id][seat.status] += 1
-        if len(match.seats) != 2:
+            sides.setdefault(seat.team, []).append(seat)
+        if len(sides) != 2 or any(len({s.player_id for s in seats}) != 1 for seats in sides.values()):
             continue
-        a, b = match.seats
+        a, b = (seats[0] for seats in sides.values())
         if a.player_id not in index or b.player_id not in index:
             continue
         i, j = index[a.player_id], index[b.player_id]

@@ -18,6 +18,11 @@ out). Matches run in parallel, one per core by default (`play_in_parallel`): eac
 match at a time and meets its matches in schedule order, so results do not depend on timing. Every match is appended to the ledger as kind 'arena' with its moves, think times, each
 seat's status (ok | error | timeout | invalid), fault reason and stderr tail, and rated with
 TrueSkill by `league.ratings.rate_and_record` in the same transaction.
+
+Team games (two sides of several seats, e.g. ``teams(game=tic_tac_toe)``) are played the same
+way: a pairing is two entrants, one per side, and an entrant plays every seat of its side, each
+seat by its own sandboxed process (started once per tournament like any agent's), so a
+submission written for one seat needs no change; TrueSkill rates the side as one player.
 """
 
 from __future__ import annotations
@@ -98,7 +103,7 @@ class Pairing:
     match_id: int
     seed: int
     players: tuple[str, ...]
-    """Player id per seat."""
+    """Player id per seat (in a team game, an entrant's id on every seat of its side)."""
     round: int
     """Round of the schedule (matches of a round are recorded and rated together)."""
 
@@ -182,10 +187,20 @@ def circle_rounds(players: Sequence[str]) -> list[list[tuple[str, str]]]:
     return rounds
 
 
+def seat_players(sides: Sequence[Sequence[int]], entrants: Sequence[str]) -> tuple[str, ...]:
+    """Player id per seat when entrant k plays every seat of side k."""
+    seats = {seat: player for side, player in zip(sides, entrants) for seat in side}
+    return tuple(seats[s] for s in range(len(seats)))
+
+
+TWO_SEATS = ((0,), (1,))
+"""The sides of a two-player game: one seat each."""
+
+
 def round_robin_schedule(players: Sequence[str], games_per_pair: int, seed: int,
-                         first_match_id: int) -> list[list[Pairing]]:
+                         first_match_id: int, sides: Sequence[Sequence[int]] = TWO_SEATS) -> list[list[Pairing]]:
     """Rounds of pairings: for each of the ``games_per_pair / 2`` shared seeds, every circle round,
-    each pair playing that seed in both seat orders back to back."""
+    each pair playing that seed in both side orders back to back."""
     seeds = match_seeds(seed, _SEED_STREAM, games_per_pair // 2)
     schedule: list[list[Pairing]] = []
     match_id = first_match_id
@@ -193,23 +208,24 @@ def round_robin_schedule(players: Sequence[str], games_per_pair: int, seed: int,
         for pairs in circle_rounds(players):
             batch = []
             for a, b in pairs:
-                for seats in ((a, b), (b, a)):
-                    batch.append(Pairing(match_id, match_seed, seats, len(schedule)))
+                for order in ((a, b), (b, a)):
+                    batch.append(Pairing(match_id, match_seed, seat_players(sides, order), len(schedule)))
                     match_id += 1
             schedule.append(batch)
     return [batch for batch in schedule if batch]
 
 
 def ladder_round(rng: np.random.Generator, table: RatingTable, players: Sequence[str], pairs: int,
-                 games_per_pair: int, first_match_id: int, round_index: int) -> list[Pairing]:
+                 games_per_pair: int, first_match_id: int, round_index: int,
+                 sides: Sequence[Sequence[int]] = TWO_SEATS) -> list[Pairing]:
     """One ladder round: `pairs` pairings by rating uncertainty and match quality, each played
-    ``games_per_pair / 2`` seeds times in both seat orders."""
+    ``games_per_pair / 2`` seeds times in both side orders."""
     batch = []
     match_id = first_match_id
     for a, b in schedule_rating_matches(rng, table, players, pairs):
         for match_seed in rng.integers(0, _MAX_SEED, size=games_per_pair // 2, endpoint=True).tolist():
-            for seats in ((a, b), (b, a)):
-                batch.append(Pairing(match_id, int(match_seed), seats, round_index))
+            for order in ((a, b), (b, a)):
+                batch.append(Pairing(match_id, int(match_seed), seat_players(sides, order), round_index))
                 match_id += 1
     return batch
 
@@ -290,7 +306,7 @@ def play_in_parallel(batch: Sequence[Pairing], play: Callable[[Pairing], MatchRe
                 next_out += 1
 
 
-def _entrant_reports(entrants: Sequence[Entrant], players: Mapping[str, "SandboxedAgent | Policy"],
+def _entrant_reports(entrants: Sequence[Entrant], players: Mapping[str, Sequence["SandboxedAgent | Policy"]],
                      results: Sequence[MatchResult],
                      leftovers: Mapping[str, tuple[int, ...]]) -> tuple[EntrantReport, ...]:
     reports = []
@@ -299,21 +315,26 @@ def _entrant_reports(entrants: Sequence[Entrant], players: Mapping[str, "Sandbox
         games = wins = draws = losses = 0
         faults: dict[str, int] = {}
         for result in results:
-            for seat in result.seats:
-                if seat.player_id != pid:
-                    continue
-                games += 1
-                wins += seat.outcome == 1.0
-                draws += seat.outcome == 0.5
-                losses += seat.outcome == 0.0
-                if seat.status != "ok":
-                    faults[seat.status] = faults.get(seat.status, 0) + 1
-        player = players.get(pid)
-        sandboxed = isinstance(player, SandboxedAgent)
-        reports.append(EntrantReport(pid, games, wins, draws, losses, faults,
-                                     player.starts if sandboxed else 0, sandboxed and player.dead,
-                                     leftovers.get(pid, ())))
+            seats = [seat for seat in result.seats if seat.player_id == pid]
+            if not seats:
+                continue
+            games += 1  # a team entrant's seats share one outcome: one game
+            wins += seats[0].outcome == 1.0
+            draws += seats[0].outcome == 0.5
+            losses += seats[0].outcome == 0.0
+            for status in {seat.status for seat in seats if seat.status != "ok"}:
+                faults[status] = faults.get(status, 0) + 1
+        agents = [a for a in players.get(pid, ()) if isinstance(a, SandboxedAgent)]
+        reports.append(EntrantReport(pid, games, wins, draws, losses, faults, sum(a.starts for a in agents),
+                                     any(a.dead for a in agents), leftovers.get(pid, ())))
     return tuple(reports)
+
+
+def check_two_sides(spec: "GameSpec") -> None:
+    """Refuse a game that is not played between two sides (two players, or two teams of seats)."""
+    if len(spec.sides) != 2:
+        raise ArenaError(f"the arena runs games between two sides (two players or two teams); {spec.id!r} has "
+                         f"{len(spec.sides)} sides")
 
 
 def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], table: RatingTable,
@@ -331,8 +352,7 @@ def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], 
     from games import registry
 
     spec = registry.spec(settings.game)
-    if spec.num_players != 2:
-        raise ArenaError(f"the arena runs two-player games; {settings.game!r} has {spec.num_players} seats")
+    check_two_sides(spec)
     if len(entrants) < 2:
         raise ArenaError(f"a tournament needs at least two entrants, the arena has {len(entrants)}: "
                          f"submit more with `ludus arena submit`")
@@ -341,18 +361,24 @@ def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], 
     started_at = time.time()
     clock = time.monotonic()
     results: list[MatchResult] = []
-    players: dict[str, SandboxedAgent | Policy] = {}
+    # An entrant's agents: one per seat of the largest side (a team entrant plays every seat of its side).
+    players: dict[str, list[SandboxedAgent | Policy]] = {}
     leftovers: dict[str, tuple[int, ...]] = {}
     stopped = "schedule complete"
+    sides = spec.sides
     try:
         for entrant in entrants:
-            players[entrant.player_id] = make_player(entrant.submission(arena_dir), settings.game,
-                                                     sandbox_limits, sandbox_config)
+            players[entrant.player_id] = [make_player(entrant.submission(arena_dir), settings.game, sandbox_limits,
+                                                      sandbox_config) for _ in range(max(map(len, sides)))]
 
         def play_one(pairing: Pairing) -> MatchResult:
             begun = time.time()
-            record = play_match(settings.game, [players[p] for p in pairing.players], pairing.seed,
-                                settings.limits, match_id=str(pairing.match_id))
+            taken = {p: 0 for p in pairing.players}
+            agents = []
+            for p in pairing.players:  # the k-th seat of an entrant's side goes to its k-th agent
+                agents.append(players[p][taken[p]])
+                taken[p] += 1
+            record = play_match(settings.game, agents, pairing.seed, settings.limits, match_id=str(pairing.match_id))
             return match_result(record, pairing, spec, versions, begun, number, settings)
 
         workers = settings.workers or os.cpu_count() or 1
@@ -369,7 +395,7 @@ def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], 
         if settings.format == "round-robin":
             # the whole schedule is known in advance: play it as one stream (no idle core at the end
             # of a round) and record each round, in order, as soon as its last match is in
-            rounds = round_robin_schedule(ids, settings.games_per_pair, settings.seed, first_id)
+            rounds = round_robin_schedule(ids, settings.games_per_pair, settings.seed, first_id, sides)
             stream = play_in_parallel([p for batch in rounds for p in batch], play_one, workers)
             for batch in rounds:
                 record_round([next(stream) for _ in batch])
@@ -386,15 +412,16 @@ def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], 
                     stopped = "game budget spent"
                     break
                 batch = ladder_round(rng, table, ids, min(pairs_per_round, room), settings.games_per_pair,
-                                     first_id + len(results), round_index)
+                                     first_id + len(results), round_index, sides)
                 record_round(list(play_in_parallel(batch, play_one, workers)))  # the next round needs these ratings
                 round_index += 1
     finally:
-        for pid, player in players.items():
-            if isinstance(player, SandboxedAgent):
-                player.close()
-                if player.leftover_pids:
-                    leftovers[pid] = player.leftover_pids
+        for pid, agents in players.items():
+            for player in agents:
+                if isinstance(player, SandboxedAgent):
+                    player.close()
+                    if player.leftover_pids:
+                        leftovers[pid] = leftovers.get(pid, ()) + player.leftover_pids
     sigma = table.arrays(ids)[1]
     return TournamentReport(number, settings, tuple(summarize(r) for r in results),
                             _entrant_reports(entrants, players, results, leftovers), started_at,

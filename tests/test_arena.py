@@ -554,3 +554,40 @@ def test_an_lm_snapshot_plays_in_the_arena_on_the_hosts_base(smollm2_dir, tmp_pa
     report = arena.run_tournament(games_per_pair=4, seed=0, workers=1)
     lm_report = report.entrant("lm")
     assert lm_report.games == 4 and not lm_report.faults and lm_report.process_starts == 1
+
+
+def test_a_team_submission_plays_every_seat_of_its_side(tmp_path, capsys):
+    """2v2 tic-tac-toe: each pairing is two entrants, one per side; an entrant plays both seats of
+    its side, each seat its own sandboxed process; the side is rated as one player and the
+    leaderboard counts one game per match."""
+    require_isolation()
+    game = "teams(game=tic_tac_toe)"
+    arena = Arena.open(tmp_path / "arena", game, config())
+    arena.submit(EXAMPLES / "random_python")
+    arena.submit(EXAMPLES / "random_sh")
+    arena.submit("bot:random")
+    report = arena.run_tournament(format="round-robin", games_per_pair=2, seed=3)
+    assert report.stopped_because == "schedule complete" and len(report.matches) == 6
+    sides = ((0, 2), (1, 3))
+    for summary in report.matches:
+        match = arena.match(summary.match_id)
+        assert all(s == "ok" for s in summary.statuses)
+        for side in sides:  # one entrant per side, the same outcome on its seats
+            assert len({match.seats[s].player_id for s in side}) == 1
+            assert len({match.seats[s].outcome for s in side}) == 1
+            assert {match.seats[s].team for s in side} == {match.seats[side[0]].team}
+        assert match.seats[0].player_id != match.seats[1].player_id
+    for entrant in report.entrants:
+        assert entrant.games == 4 and entrant.wins + entrant.draws + entrant.losses == 4
+    sandboxed = report.entrant("random-python")
+    assert sandboxed.process_starts == 2  # one process per seat of its side, started once each
+    board = arena.leaderboard()
+    assert {row.player_id: row.wins + row.draws + row.losses for row in board.rows} == \
+        {"random-python": 4, "random-sh": 4, "random": 4}
+    h2h = board.head_to_head
+    assert sum(h2h.games(i, j) for i in range(3) for j in range(3)) == 12  # each match seen from both sides
+
+
+def test_the_arena_refuses_games_of_more_than_two_sides(tmp_path):
+    with pytest.raises(ArenaError, match="two sides"):
+        Arena.open(tmp_path / "arena", "pz:mpe2.simple_spread_v3", config())  # one cooperative side
