@@ -1,4 +1,5 @@
-"""Runners on Ray vs runners in worker processes, same tasks, side by side.
+"""Runners on Ray (one local node, or a simulated cluster of several) vs runners in worker
+processes, same tasks, side by side.
 
 Both backends play the same connect-four tasks (a small learner net against itself, a frozen
 snapshot and the random bot) with 2 runners; the learner's weights get a new version every
@@ -7,10 +8,16 @@ per version for Ray, a pipe message per worker for processes). Rounds alternate 
 backends so that load from other work on the machine hits both alike; the figure is the ratio
 of the medians of env steps/s (target: Ray keeps at least 0.8x of the process backend).
 
+With `--nodes 2` Ray is a cluster of two simulated nodes on this machine
+(`ray.cluster_utils.Cluster`, each node its own raylet and object store, one CPU each), the
+runners are spread one per node, and weights and snapshots travel between nodes' object stores:
+the same cores as the process backend, the cost of a cluster's plumbing (goal
+ray_cluster_vs_process). Both backends' first rounds must play identical matches.
+
 Ray binds the machine's external interface, so the script re-executes itself inside a network
 namespace with only loopback (`unshare -n`, needs root) unless it already runs in one.
 
-    python benchmarks/ray_vs_multiprocess.py [--rounds 10] [--matches 512]
+    python benchmarks/ray_vs_multiprocess.py [--rounds 10] [--matches 512] [--nodes 2]
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ def main() -> None:
     parser.add_argument("--matches", type=int, default=512, help="matches per round (split over the runners)")
     parser.add_argument("--runners", type=int, default=2)
     parser.add_argument("--num-envs", type=int, default=64, help="games each runner steps at once")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="Ray nodes: 1 starts a local Ray; more simulate a cluster (ray.cluster_utils)")
     args = parser.parse_args()
 
     import numpy as np
@@ -81,38 +90,60 @@ def main() -> None:
                                   learners=("main",), learner_versions=(version,)))
         return tasks, [weights]
 
-    def play(backend, version: int) -> tuple[float, float]:
-        """(env steps/s, share of the wall time the runners spent inside Runner.play)."""
+    def play(backend, version: int) -> tuple[float, float, list]:
+        """(env steps/s, share of the wall time the runners spent inside Runner.play, the results)."""
         tasks, weights = round_of(version)
         start = time.perf_counter()
         results = backend.collect(backend.submit(tasks, weights))
         wall = time.perf_counter() - start
-        return sum(r.env_steps for r in results) / wall, max(r.seconds for r in results) / wall
+        return sum(r.env_steps for r in results) / wall, max(r.seconds for r in results) / wall, results
 
     print(f"{game}: {args.runners} runners x {args.num_envs} games, {args.matches} matches per round, "
           f"MLP {net_config.hidden}, {args.rounds} timed rounds per backend")
     start = time.perf_counter()
+    cluster = None
+    if args.nodes > 1:
+        import math
+
+        from ray.cluster_utils import Cluster
+
+        # Each node gets the CPUs for its share of runners (RUNNER_CPUS each): the same cores in all.
+        from league.ray_backend import RUNNER_CPUS
+
+        per_node = max(1, math.ceil(args.runners * RUNNER_CPUS / args.nodes))
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": per_node, "include_dashboard": False})
+        for _ in range(args.nodes - 1):
+            cluster.add_node(num_cpus=per_node)
+        cluster.wait_for_nodes()
     backends = {
         "process": ProcessBackend(game, spec, architecture, args.num_envs, cache_size=4, num_workers=args.runners),
-        "ray": RayBackend(game, spec, architecture, args.num_envs, cache_size=4, num_workers=args.runners),
+        "ray": RayBackend(game, spec, architecture, args.num_envs, cache_size=4, num_workers=args.runners,
+                          address=cluster.address if cluster else None),
     }
-    print(f"startup (both backends, Ray included): {time.perf_counter() - start:.1f} s")
+    nodes = len({node for _, node, _ in backends["ray"].runners})
+    print(f"startup (both backends, Ray included): {time.perf_counter() - start:.1f} s; Ray runners on {nodes} "
+          f"node(s) of {args.nodes}")
     rates: dict[str, list[float]] = {name: [] for name in backends}
     busy: dict[str, list[float]] = {name: [] for name in backends}
+    first: dict[str, list] = {}
     try:
-        for backend in backends.values():
+        for name, backend in backends.items():
             backend.set_population(members)
-            play(backend, 0)  # warm-up: worker imports, snapshot loads, first weights
+            first[name] = play(backend, 0)[2]  # warm-up: worker imports, snapshot loads, first weights
         for version in range(1, args.rounds + 1):
             # Alternate which backend goes first, so neither always follows the other's work.
             for name in (list(backends) if version % 2 else list(backends)[::-1]):
-                rate, share = play(backends[name], version)
+                rate, share, _ = play(backends[name], version)
                 rates[name].append(rate)
                 busy[name].append(share)
     finally:
         for backend in backends.values():
             backend.close()
+        if cluster is not None:
+            cluster.shutdown()
         shutil.rmtree(scratch, ignore_errors=True)
+    same = all(a.matches == b.matches and a.env_steps == b.env_steps for a, b in zip(first["process"], first["ray"]))
+    print(f"first round: {'identical matches and returns' if same else 'DIFFERENT matches'} on both backends")
     medians = {name: statistics.median(r) for name, r in rates.items()}
     for name, r in rates.items():
         print(f"{name:<8} {medians[name]:>10,.0f} env steps/s, runners busy {statistics.median(busy[name]):.0%} "
@@ -120,7 +151,9 @@ def main() -> None:
     ratio = medians["ray"] / medians["process"]
     spread = float(np.std(np.array(rates["ray"]) / np.array(rates["process"])))
     print(f"ray / process: {ratio:.2f} (median rates; the per-round ratio spreads +- {spread:.2f} on this machine)")
-    print(f"goal ray_vs_multiprocess: {ratio:.2f}x (target 0.8x) {'PASS' if ratio >= 0.8 else 'FAIL'}")
+    goal = "ray_vs_multiprocess" if args.nodes == 1 else "ray_cluster_vs_process"
+    passed = ratio >= 0.8 and same
+    print(f"goal {goal}: {ratio:.2f}x (target 0.8x, equal results) {'PASS' if passed else 'FAIL'}")
 
 
 if __name__ == "__main__":

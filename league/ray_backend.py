@@ -209,7 +209,9 @@ class RayBackend:
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             _init_ray(address, num_workers, runner_cpus)
-        self.actor_class = ray.remote(RunnerActor).options(num_cpus=runner_cpus, max_restarts=0)
+        # SPREAD: one runner per node before any node gets a second (Ray's default packs them).
+        self.actor_class = ray.remote(RunnerActor).options(num_cpus=runner_cpus, max_restarts=0,
+                                                           scheduling_strategy="SPREAD")
         self.generations = [0] * num_workers
         self.actors = [self.actor_class.remote(*self.args) for _ in range(num_workers)]
         self.runners = self._wait_ready(self.actors)

@@ -44,6 +44,13 @@ def ledger_rows(run_dir: Path) -> tuple[list[tuple], list[tuple]]:
     return matches, ratings
 
 
+def snapshot_ids(run_dir: Path) -> dict[str, str]:
+    """player id -> snapshot content hash of a run's frozen snapshots."""
+    from league.rundata import read_run
+
+    return {m.player_id: m.snapshot_id for m in read_run(run_dir).frozen() if m.snapshot_id}
+
+
 def serial_run(run_dir: Path, preset: str, overrides: list[str]) -> None:
     from league.config import load_config
     from league.manager import League
@@ -79,7 +86,8 @@ def runs(tmp_path_factory) -> dict:
     assert child.returncode == 0, stderr[-4000:]
     results = json.loads(out.read_text())
     results["serial"] = {"quickstart": ledger_rows(work / "serial-quickstart"),
-                         "kill": ledger_rows(work / "serial-kill")}
+                         "kill": ledger_rows(work / "serial-kill"),
+                         "quickstart_snapshots": snapshot_ids(work / "serial-quickstart")}
     results["ray_quickstart"] = ledger_rows(work / "ray-quickstart")
     return results
 
@@ -111,6 +119,19 @@ def test_ludus_train_backend_ray_gives_the_serial_ledger(runs):
     assert len(ray_matches) > 100
     assert ray_matches == serial_matches
     assert ray_ratings == serial_ratings
+
+
+def test_a_two_node_cluster_spreads_runners_and_records_the_serial_ledger(runs):
+    """`ray.cluster_utils.Cluster`: two simulated nodes (own raylet and object store each), the
+    league connects by address; one runner per node, and the seeded run's ledger and snapshot
+    hashes are those of the serial backend."""
+    cluster = runs["cluster"]
+    assert cluster["nodes"] == 2 and len(set(cluster["runner_nodes"])) == 2
+    matches, ratings = cluster["ledger"]
+    serial_matches, serial_ratings = runs["serial"]["quickstart"]
+    assert len(matches) > 100
+    assert matches == _as_json(serial_matches) and ratings == _as_json(serial_ratings)
+    assert cluster["snapshots"] == runs["serial"]["quickstart_snapshots"]
 
 
 def test_league_run_survives_a_runner_killed_mid_task(runs):
@@ -251,12 +272,42 @@ def _league_kill_scenario(work: Path) -> dict:
     return {"restarts": restarts, "matches": json.loads(json.dumps(matches)), "ratings": ratings}
 
 
+def _cluster_scenario(work: Path) -> dict:
+    """The quickstart league on a simulated two-node Ray cluster, joined by its address."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from league.config import load_config
+    from league.manager import League
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        config = load_config("quickstart", QUICKSTART + ["backend=ray", f"ray_address={cluster.address}"])
+        league = League.create(config, work / "cluster")
+        try:
+            league.run()
+            runner_nodes = [node for _, node, _ in league.backend.runners]
+            nodes = len({n["NodeID"] for n in ray.nodes() if n["Alive"]})
+        finally:
+            league.close()  # disconnects this driver; the cluster's nodes stay until shut down
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+    matches, ratings = ledger_rows(work / "cluster")
+    return {"nodes": nodes, "runner_nodes": runner_nodes, "ledger": json.loads(json.dumps([matches, ratings])),
+            "snapshots": snapshot_ids(work / "cluster")}
+
+
 def _run_scenarios(out: Path, work: Path) -> None:
     findings, backend = _backend_scenario(work)  # starts the local Ray the others use
     try:
         results = {"backend": findings, "cli": _cli_scenario(work), "league": _league_kill_scenario(work)}
     finally:
         backend.close()  # and stops Ray
+    results["cluster"] = _cluster_scenario(work)
     out.write_text(json.dumps(results))
 
 
