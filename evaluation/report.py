@@ -4,7 +4,7 @@ The page shows the ratings over time with 95% intervals (from the ledger's ratin
 leaderboard, the empirical payoff heatmap, the meta-game (Nash mixture, alpha-rank, 3-cycles), the
 snapshot genealogy (parents and roles from the population), the exploitability curve where the run
 logged ``eval/exploitability`` in metrics.jsonl, and the matchmaking mix (whom each learner trained
-against). Charts are inline SVG from ludus/charts.py; the page has no scripts and no external
+against), and for team games the results of each side and of each member on it. Charts are inline SVG from ludus/charts.py; the page has no scripts and no external
 ``src``/``href``, so it opens anywhere, offline. The same charts are written as PNG files into
 ``<FILE stem>_png/`` beside it (matplotlib).
 
@@ -61,6 +61,21 @@ class MatchmakingMix:
 
 
 @dataclass(frozen=True)
+class SideResult:
+    """A member's games on one side of a team game (a match counts once, however many seats it held)."""
+
+    player_id: str
+    side: int
+    """Index of the side (team) in order of first seat."""
+    games: int
+    wins: int
+    draws: int
+    losses: int
+    mean_return: float
+    """Mean over its games of the side's mean seat return."""
+
+
+@dataclass(frozen=True)
 class RunReport:
     """Everything the page shows, read from one run directory."""
 
@@ -83,6 +98,15 @@ class RunReport:
     exploitability: tuple[tuple[float, float], ...]
     """(env steps, exploitability) from metrics.jsonl's ``eval/exploitability`` entries."""
     matchmaking: MatchmakingMix
+    sides: tuple[tuple[int, ...], ...] = ()
+    """Seats of each side of the game (spec.sides)."""
+    side_results: tuple[SideResult, ...] = ()
+    """Per member and side over training, rating and evaluation matches; empty unless the game
+    has teams (a side of several seats)."""
+
+    @property
+    def is_team_game(self) -> bool:
+        return any(len(side) > 1 for side in self.sides)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,9 +136,15 @@ def read_metric(run_dir: Path, key: str) -> tuple[tuple[float, float], ...]:
 
 def build_report(run_dir: str | os.PathLike) -> RunReport:
     """Read everything the report shows (read-only)."""
+    from games.registry import spec as game_spec
     from league.rundata import open_ledger, read_run
 
     run = read_run(run_dir)
+    spec = game_spec(run.game_id)
+    sides = spec.sides
+    team_game = any(len(side) > 1 for side in sides)
+    side_of_team = {spec.team_of_seat[side[0]]: index for index, side in enumerate(sides)}
+    side_totals: dict[tuple[str, int], list[float]] = {}
     learners = [m.player_id for m in run.members if m.kind == "learner"]
     frozen = [m.player_id for m in run.members if m.kind != "learner"]
     learner_set = set(learners)
@@ -127,6 +157,8 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
             kinds[match.kind] = kinds.get(match.kind, 0) + 1
             if match.kind in ("training", "rating", "evaluation"):
                 record.add(match)
+                if team_game:
+                    _add_side_results(side_totals, match, side_of_team)
             if match.kind == "training":
                 # One count per (learner, opponent) per game, however many seats each holds.
                 pairs = {(seat.player_id, "self-play" if other.player_id == seat.player_id else other.player_id)
@@ -163,7 +195,27 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
         learner_snapshots=dict(run.learner_snapshots),
         ratings={pid: Rating(r.mu, r.sigma) for pid, r in latest.items()}, tracks=tuple(tracks), payoff=payoff,
         metagame=metagame, exploitability=read_metric(run.run_dir, "eval/exploitability"),
-        matchmaking=MatchmakingMix(tuple(learners), tuple(opponents), counts.reshape(len(learners), len(opponents))))
+        matchmaking=MatchmakingMix(tuple(learners), tuple(opponents), counts.reshape(len(learners), len(opponents))),
+        sides=sides, side_results=tuple(
+            SideResult(pid, side, int(t[0]), int(t[1]), int(t[2]), int(t[3]), t[4] / t[0])
+            for (pid, side), t in sorted(side_totals.items(), key=lambda kv: (kv[0][1], kv[0][0]))))
+
+
+def _add_side_results(totals: dict[tuple[str, int], list[float]], match, side_of_team: Mapping[int, int]) -> None:
+    """Count one match into [games, wins, draws, losses, return sum] per (player, side)."""
+    seats: dict[tuple[str, int], list] = {}
+    for seat in match.seats:
+        seats.setdefault((seat.player_id, side_of_team.get(seat.team, seat.team)), []).append(seat)
+    for (player_id, side), held in seats.items():
+        if len({s for p, s in seats if p == player_id}) > 1:
+            continue  # the learner on both sides (self-play) says nothing about a side
+        outcome = held[0].outcome
+        t = totals.setdefault((player_id, side), [0, 0, 0, 0, 0.0])
+        t[0] += 1
+        t[1] += outcome == 1.0
+        t[2] += outcome == 0.5
+        t[3] += outcome == 0.0
+        t[4] += float(np.mean([s.episode_return for s in held]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,6 +354,30 @@ def _leaderboard(report: RunReport) -> str:
             f"<th>mu</th><th>sigma</th><th>mu-3&sigma;</th></tr>{body}</table>")
 
 
+def _teams_section(report: RunReport) -> str:
+    """Per side: its seats and results; per member: its results on each side it played."""
+    if not report.side_results:
+        return '<p class="empty" id="teams-empty">No games between sides recorded yet.</p>'
+    parts = []
+    for index, seats in enumerate(report.sides):
+        rows = [r for r in report.side_results if r.side == index]
+        games = sum(r.games for r in rows)
+        if games == 0:
+            continue
+        wins, draws, losses = (sum(getattr(r, k) for r in rows) for k in ("wins", "draws", "losses"))
+        mean = sum(r.mean_return * r.games for r in rows) / games
+        body = "".join(
+            f'<tr><td class="name">{_e(r.player_id)}</td><td>{r.games:,}</td><td>{r.wins:,}</td><td>{r.draws:,}</td>'
+            f"<td>{r.losses:,}</td><td>{r.wins / r.games:.3f}</td><td>{r.mean_return:.3g}</td></tr>"
+            for r in sorted(rows, key=lambda r: -r.games))
+        parts.append(
+            f'<h3>Side {index} (seats {", ".join(map(str, seats))}): {games:,} games, {wins:,} won, {draws:,} drawn, '
+            f'{losses:,} lost, mean return {mean:.3g}</h3><table class="side" id="side-{index}"><tr>'
+            '<th class="name">member</th><th>games</th><th>W</th><th>D</th><th>L</th><th>win rate</th>'
+            f"<th>mean return</th></tr>{body}</table>")
+    return "".join(parts)
+
+
 def _metagame_section(meta: MetaGameReport | None) -> str:
     if meta is None:
         return '<p class="empty" id="metagame-empty">Fewer than two frozen members have played each other yet.</p>'
@@ -346,6 +422,10 @@ def render_html(report: RunReport, png_dir_name: str | None = None) -> str:
                 "Mean outcome (win 1, draw 0.5, loss 0) of the row player against the column player over training, "
                 "rating and evaluation matches; hover a cell for its game count. Live learners mix all their "
                 "versions.", "Not enough games between members yet."),
+        *(['<h2 id="teams">Teams</h2>', '<p class="meta">Training, rating and evaluation games of each side '
+            "and of each member on it (a match counts once for a member, however many of its side's seats it "
+            "held; the side's return is the mean of its seats').</p>", _teams_section(report)]
+          if report.is_team_game else []),
         '<h2 id="metagame">Meta-game</h2>', _metagame_section(report.metagame),
         '<h2 id="genealogy">Genealogy</h2>',
         _figure(genealogy_chart(report), "fig-genealogy",

@@ -68,6 +68,22 @@ def test_simple_tag_league_has_one_population_per_side_and_team_ratings(tmp_path
     assert any(p.startswith("predators@") for p in rated) and any(p.startswith("prey@") for p in rated)
     assert rebuild_ratings_check(tmp_path / "run").identical
 
+    # The run report's team view: each side's members with their results, one game per match.
+    from evaluation.report import build_report, render_html
+
+    run_report = build_report(tmp_path / "run")
+    assert run_report.is_team_game and run_report.sides == ((0, 1, 2), (3,))
+    by_side = {side: {r.player_id: r for r in run_report.side_results if r.side == side} for side in (0, 1)}
+    assert "predators" in by_side[0] and "prey" in by_side[1]
+    assert not any(p.startswith("prey") for p in by_side[0]) and not any(p.startswith("predators") for p in by_side[1])
+    with Store.open(tmp_path / "run", mode="read") as store:
+        predator_games = sum("predators" in rec.result.player_ids for rec in store.iter_matches())
+    assert by_side[0]["predators"].games == predator_games
+    for r in run_report.side_results:
+        assert r.wins + r.draws + r.losses == r.games
+    page = render_html(run_report)
+    assert 'id="teams"' in page and 'id="side-0"' in page and 'id="side-1"' in page
+
 
 def test_three_player_free_for_all_ratings_rebuild_from_the_ledger(tmp_path):
     config = load_config("quickstart", QUIET + ["game=spiel:kuhn_poker(players=3)", "anchors=[random]",
