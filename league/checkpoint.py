@@ -31,16 +31,18 @@ import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from league.config import LeagueConfig, config_from_dict, config_to_dict
 from league.ledger import LEDGER_FILENAME, Store
 from league.population import Population
 from league.runner import LearnerWeights, MatchAssignment, PlayTask
 from ludus.errors import UserError
 from ludus.files import atomic_write_bytes, atomic_write_json
+
+if TYPE_CHECKING:  # league.config imports the learners' configs and with them torch; readers need neither
+    from league.config import LeagueConfig
 
 CHECKPOINT_POINTER = "checkpoint.json"
 """Names the newest complete checkpoint directory (rewritten atomically after it is complete)."""
@@ -301,10 +303,12 @@ def building_run(run_dir: Path) -> Iterator[Path]:
         raise
 
 
-def checked_run(run_dir: Path) -> tuple[LeagueConfig, Path, CheckpointState]:
+def checked_run(run_dir: Path) -> tuple["LeagueConfig", Path, CheckpointState]:
     """The config, checkpoint directory and state of a run to resume, after checking that the run
     directory is the unit the checkpoint describes (ledger, config, snapshots); anything else is a
     one-line RunError, raised before anything is written."""
+    from league.config import config_from_dict, config_to_dict
+
     directory = checkpoint_directory(run_dir)
     if not (run_dir / LEDGER_FILENAME).is_file():
         raise RunError(f"{run_dir}: {LEDGER_FILENAME} is missing, but the checkpoint needs the ledger it was "

@@ -85,10 +85,10 @@ def _resume(args) -> int:
 def _status(args) -> int:
     import json
 
-    from league import api
+    from league.status import format_status, status  # not league.api: status must not import torch
 
-    report = api.status(args.run_dir)
-    print(json.dumps(report.to_json(), indent=2) if args.json else api.format_status(report))
+    report = status(args.run_dir)
+    print(json.dumps(report.to_json(), indent=2) if args.json else format_status(report))
     return 0
 
 

@@ -15,6 +15,9 @@ Layout (schema version 1):
   column, for ad-hoc SQL.
 * `ratings_history`: (seq of the match that produced it, player_id, mu, sigma).
 * `players`, `meta` (key -> JSON), `schema_version`.
+* `player_totals`: each player's games and summed outcome, kept by `record_matches` in the same
+  transaction as the matches (derived: what `ludus status` reads instead of the whole ledger). A
+  ledger written before it existed gets it, filled from `seat_results`, when opened for writing.
 
 `matches` and `seat_results` are append-only: SQLite triggers abort any UPDATE or DELETE.
 
@@ -273,7 +276,15 @@ class RatingRecord:
 # Schema
 # ---------------------------------------------------------------------------------------------
 
-_SCHEMA = """
+_PLAYER_TOTALS_TABLE = """
+CREATE TABLE player_totals (
+    player_id TEXT PRIMARY KEY,
+    games INTEGER NOT NULL,
+    score REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+_SCHEMA = _PLAYER_TOTALS_TABLE + """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE players (
@@ -357,6 +368,19 @@ def _load_json(text: str) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PlayerGames:
+    """A player's games in the ledger (`Store.player_games`)."""
+
+    games: int
+    score: float
+    """Sum of its outcomes (win 1, draw 0.5, loss 0)."""
+    recent_return: float
+    """Mean episode return over its newest games (as many as asked for)."""
+    recent_length: float
+    """Mean length of those games."""
+
+
 class Store:
     """A run directory's ledger. Create with `Store.open`; use from one thread; close when done."""
 
@@ -406,9 +430,14 @@ class Store:
             connection.execute("PRAGMA foreign_keys = ON")
             if not tables:
                 # One transaction, so a crash mid-creation leaves an empty file, never half a schema.
+                script = f"{_SCHEMA} INSERT INTO schema_version (version) VALUES ({SCHEMA_VERSION});"
+            elif "player_totals" not in tables:
+                script = _ADD_PLAYER_TOTALS  # a ledger from before the table: add it, filled
+            else:
+                script = ""
+            if script:
                 try:
-                    connection.executescript(
-                        f"BEGIN IMMEDIATE; {_SCHEMA} INSERT INTO schema_version (version) VALUES ({SCHEMA_VERSION}); COMMIT;")
+                    connection.executescript(f"BEGIN IMMEDIATE; {script} COMMIT;")
                 except BaseException:
                     if connection.in_transaction:
                         connection.execute("ROLLBACK")
@@ -601,6 +630,10 @@ class Store:
                   float(s.outcome), s.status, s.error, _dump_json(s.metadata))
                  for r in results for s in r.seats])
             connection.executemany(
+                "INSERT INTO player_totals (player_id, games, score) VALUES (?, 1, ?) "
+                "ON CONFLICT (player_id) DO UPDATE SET games = games + 1, score = score + excluded.score",
+                [(player_id, outcome) for r in results for player_id, outcome in _first_seat_outcomes(r)])
+            connection.executemany(
                 "INSERT INTO ratings_history (seq, player_id, mu, sigma) VALUES (?, ?, ?, ?)",
                 [(x.seq, x.player_id, float(x.mu), float(x.sigma)) for x in ratings])
             connection.execute("COMMIT")
@@ -687,6 +720,29 @@ class Store:
         where, args = self._filters(kinds, player_id)
         return self._connection().execute(f"SELECT COUNT(*) FROM matches AS m WHERE 1{where}", args).fetchone()[0]
 
+    def player_games(self, recent: int) -> dict[str, PlayerGames]:
+        """Every player's games: count and summed outcome from `player_totals`, and the mean
+        return and length of its newest `recent` games (by match id, through the per-player
+        index). A player with several seats of one match (a team that shares one policy) plays
+        one game, scored by its first seat. Reads no match it does not report."""
+        connection = self._connection()
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "player_totals" in tables:
+            totals = connection.execute("SELECT player_id, games, score FROM player_totals").fetchall()
+        else:  # a ledger from before the table, opened read-only: sum it here
+            totals = connection.execute(
+                "SELECT player_id, COUNT(*), SUM(outcome) FROM (SELECT player_id, MIN(seat), outcome "
+                "FROM seat_results GROUP BY player_id, match_id) GROUP BY player_id").fetchall()
+        out = {}
+        for player_id, games, score in totals:
+            # min(seat) makes SQLite take the return from the player's first seat of each match
+            ret, length = connection.execute(
+                "SELECT AVG(episode_return), AVG(length) FROM (SELECT s.episode_return, MIN(s.seat), m.length "
+                "FROM seat_results AS s JOIN matches AS m ON m.match_id = s.match_id WHERE s.player_id = ? "
+                "GROUP BY s.match_id ORDER BY s.match_id DESC LIMIT ?)", (player_id, int(recent))).fetchone()
+            out[player_id] = PlayerGames(int(games), float(score), float(ret), float(length))
+        return out
+
     # -- ratings history -----------------------------------------------------------------------
 
     def ratings_history(self, player_id: str | None = None) -> list[RatingRecord]:
@@ -732,6 +788,22 @@ def _matches_from_rows(rows: list[tuple[Any, ...]]) -> Iterator[RecordedMatch]:
         yield RecordedMatch(seq=seq, result=MatchResult(
             match_id=match_id, kind=kind, game_id=game_id, seed=seed, seats=tuple(seats), length=length,
             started_at=started_at, duration_s=duration_s, metadata=extras, moves=moves, truncated=truncated))
+
+
+def _first_seat_outcomes(result: MatchResult) -> list[tuple[str, float]]:
+    """(player, outcome of its first seat) for each player of a match, in seat order."""
+    seen: dict[str, float] = {}
+    for seat in result.seats:
+        seen.setdefault(seat.player_id, float(seat.outcome))
+    return list(seen.items())
+
+
+_ADD_PLAYER_TOTALS = _PLAYER_TOTALS_TABLE + """
+INSERT INTO player_totals (player_id, games, score)
+    SELECT player_id, COUNT(*), SUM(outcome) FROM (
+        SELECT player_id, MIN(seat), outcome FROM seat_results GROUP BY player_id, match_id)
+    GROUP BY player_id;
+"""
 
 
 def _validated_tables(connection: sqlite3.Connection, path: Path) -> set[str]:

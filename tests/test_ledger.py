@@ -109,6 +109,45 @@ def test_ledger_is_append_only(tmp_path):
         assert list(store.iter_matches())[0].result == make_match(1)
 
 
+def test_player_totals_are_the_ledgers_sums_and_older_ledgers_get_them(tmp_path):
+    """`Store.player_games`: games and summed outcome per player (a policy on several seats of a
+    team plays one game), kept in `player_totals` by record_matches and rebuilt for a ledger
+    written before that table existed; recent means over the newest games by match id."""
+    matches = [make_match(i) for i in range(5)]
+    matches += [make_match(5, players=("team", "x", "team", "y"), returns=(1.0, 0.0, 1.0, 0.0), teams=(0, 1, 0, 1)),
+                make_match(6, players=("a", "b"), returns=(0.0, 0.0))]
+    with Store.open(tmp_path) as store:
+        store.record_matches(matches[:4])
+        store.record_matches(matches[4:])
+        games = store.player_games(recent=3)
+    expected = {}
+    for m in matches:
+        first = {}
+        for seat in m.seats:
+            first.setdefault(seat.player_id, seat)
+        for pid, seat in first.items():
+            n, score, rows = expected.get(pid, (0, 0.0, []))
+            expected[pid] = (n + 1, score + seat.outcome, rows + [(m.match_id, seat.episode_return, m.length)])
+    assert set(games) == set(expected) == {"a", "b", "team", "x", "y"}
+    for pid, (n, score, rows) in expected.items():
+        newest = sorted(rows)[-3:]
+        assert (games[pid].games, games[pid].score) == (n, score), pid
+        assert games[pid].recent_return == pytest.approx(sum(r for _, r, _ in newest) / len(newest))
+        assert games[pid].recent_length == pytest.approx(sum(x for _, _, x in newest) / len(newest))
+    assert games["team"].games == 1 and games["team"].score == 1.0
+
+    # A ledger from before player_totals: read-only opens sum the ledger, a writer adds the table.
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as raw:
+        raw.execute("DROP TABLE player_totals")
+    with Store.open(tmp_path, mode="read") as store:
+        assert store.player_games(recent=3) == games
+    with Store.open(tmp_path) as store:
+        store.record_matches([make_match(7)])
+    with Store.open(tmp_path, mode="read") as store:
+        after = store.player_games(recent=3)
+    assert after["a"].games == games["a"].games + 1 and after["team"] == games["team"]
+
+
 def test_players_meta_and_ratings_history(tmp_path):
     with Store.open(tmp_path) as store:
         snap = PlayerRecord("snap-1", "snapshot", created_at=12.5, role="main_agent", snapshot_path="snapshots/1",
