@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
+import signal
 import sqlite3
 import sys
 
@@ -55,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         # one line, and no terminal control from text a submission or a file put in the message
         print(f"ludus: error: {printable(str(exc)).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`ludus status RUN | head -1`): stop quietly, as Unix tools do; stdout
+        # goes to /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except (OSError, sqlite3.OperationalError) as exc:
         full = isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc)
         if not full and getattr(exc, "errno", None) not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,

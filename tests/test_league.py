@@ -162,6 +162,21 @@ def test_second_trainer_is_refused_while_status_works(tmp_path):
         league.close()
 
 
+def test_status_imports_no_torch_and_survives_a_closed_pipe(tmp_path):
+    run_dir = tmp_path / "run"
+    train(small_config(), run_dir, until=1)
+    probe = ("import sys; from league.status import status; status(sys.argv[1]); "
+             "assert 'torch' not in sys.modules, 'league.status imported torch'")
+    subprocess.run([sys.executable, "-c", probe, str(run_dir)], check=True, timeout=120)
+    # `head -c 0` has left long before ludus writes (its start takes ~0.3 s): the write fails with
+    # EPIPE, which must end it quietly with the shell's SIGPIPE status, not a traceback
+    shell = (f'"{sys.executable}" -m ludus status "{run_dir}" 2>"{tmp_path}/err" | head -c 0; '
+             f'echo "${{PIPESTATUS[0]}}" >"{tmp_path}/rc"')
+    subprocess.run(["bash", "-c", shell], check=True, timeout=120)
+    assert (tmp_path / "err").read_text() == ""
+    assert (tmp_path / "rc").read_text().strip() == "141"
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["nonsense_key=3"], "unknown config key 'nonsense_key'"),
     (["iterations=zero"], "config key 'iterations'"),
