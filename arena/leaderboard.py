@@ -9,7 +9,8 @@ or times out is rated by what it did.
 The page (`write_page`) is one self-contained HTML file: inline CSS, inline SVG charts from
 `ludus.charts` (ratings over time with interval bands, a bar chart of mu with its
 interval, the head-to-head heatmap), no scripts, no external ``src`` or ``href``. Its match list
-links each match to a replay transcript written beside it, ``<page stem>_replays/match-<id>.txt``.
+links each match to its replay player written beside it, ``<page stem>_replays/match-<id>.html``
+(with its text transcript, ``match-<id>.txt``).
 """
 
 from __future__ import annotations
@@ -227,8 +228,9 @@ def _e(text: object) -> str:
     return html.escape(str(text))
 
 
-def replay_file_name(match_id: int) -> str:
-    return f"match-{match_id}.txt"
+def replay_file_name(match_id: int, suffix: str = ".html") -> str:
+    """The match's replay beside the page: its player page (.html) or its transcript (.txt)."""
+    return f"match-{match_id}{suffix}"
 
 
 def _charts(board: Leaderboard) -> list[str]:
@@ -366,14 +368,21 @@ class PageFiles:
 
 
 def write_page(board: Leaderboard, path: str | os.PathLike) -> PageFiles:
-    """Write the page and, into ``<stem>_replays/`` beside it, a transcript of each listed match."""
+    """Write the page and, into ``<stem>_replays/`` beside it, each listed match's replay player
+    page (``match-<id>.html``, linked from the page) and its text transcript (``match-<id>.txt``)."""
     from arena.replay import replay_match
+    from league.replay import match_episode
+    from ludus.replay_page import replay_html
 
     page = Path(path)
     page.parent.mkdir(parents=True, exist_ok=True)
     replay_dir = page.parent / f"{page.stem}_replays"
     replay_dir.mkdir(exist_ok=True)
     for match in board.recent_matches:
-        (replay_dir / replay_file_name(match.match_id)).write_text(replay_match(match).transcript + "\n")
+        (replay_dir / replay_file_name(match.match_id, ".txt")).write_text(replay_match(match).transcript + "\n")
+        (replay_dir / replay_file_name(match.match_id)).write_text(
+            replay_html(match_episode(match), f"Arena match {match.match_id}",
+                        f'<p class="meta"><a href="../{_e(urllib.parse.quote(page.name))}">leaderboard</a> &middot; '
+                        f'<a href="{replay_file_name(match.match_id, ".txt")}">transcript</a></p>'))
     page.write_text(render_html(board, replay_dir.name))
     return PageFiles(str(page), str(replay_dir), len(board.recent_matches))

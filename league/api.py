@@ -14,14 +14,14 @@ from pathlib import Path
 
 from league.config import LeagueConfig, load_config, preset_names
 from league.configio import describe
-from league.ledger import Store
+from league.ledger import MatchResult, Store
 from league.manager import League, RunError
 from league.status import MemberStatus, StatusReport, format_status, status
 from league.ratings import Rating, RatingTable, load_params, rebuild_ratings
 
 __all__ = ["League", "LeagueConfig", "load_config", "preset_names", "status", "format_status", "MemberStatus",
-           "StatusReport", "format_config",
-           "default_run_dir", "stored_ratings", "rebuild_ratings_check", "format_ratings", "replay_match"]
+           "StatusReport", "format_config", "default_run_dir", "stored_ratings", "rebuild_ratings_check",
+           "format_ratings", "replay_match", "recorded_match"]
 
 
 def default_run_dir(source: str, config: LeagueConfig) -> str:
@@ -91,15 +91,22 @@ class Replay:
         return self.recorded_returns == self.replayed_returns
 
 
+def recorded_match(run_dir: str | Path, match_id: int) -> MatchResult:
+    """A match of a run, as the ledger holds it."""
+    with Store.open(Path(run_dir), mode="read") as store:
+        match = store.get_match(match_id)
+    if match is None:
+        raise RunError(f"match {match_id} is not in the ledger of {run_dir}; `ludus report RUN` lists the run's "
+                       f"matches by kind")
+    return match
+
+
 def replay_match(run_dir: str | Path, match_id: int) -> Replay:
     """Re-simulate a match from its seed and recorded moves; compare the returns with the ledger."""
     from games.registry import make
     from league.replay import replay_forfeit, replay_moves
 
-    with Store.open(Path(run_dir), mode="read") as store:
-        match = store.get_match(match_id)
-    if match is None:
-        raise RunError(f"match {match_id} is not in the ledger of {run_dir}")
+    match = recorded_match(run_dir, match_id)
     game = make(match.game_id)
     moves = match.moves
     if moves is None:

@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir")
     p.add_argument("match", type=int, help="match id")
     p.add_argument("--quiet", action="store_true", help="print only the verdict")
+    p.add_argument("--html", metavar="FILE", help="also write the match's replay player (a self-contained page)")
+    p.add_argument("--json", metavar="FILE", help="also write the match as episode JSON (steps with boards)")
     p.set_defaults(run=_replay)
 
 
@@ -129,4 +131,20 @@ def _replay(args) -> int:
         print(replay.transcript)
     print(f"match {args.match}: recorded returns {list(replay.recorded_returns)}, replayed "
           f"{list(replay.replayed_returns)}: {'OK' if replay.matches else 'MISMATCH'}")
+    if args.html or args.json:
+        import json
+        from pathlib import Path
+
+        from league.replay import match_episode
+        from ludus.files import atomic_write_bytes
+        from ludus.replay_page import replay_html
+
+        episode = match_episode(api.recorded_match(args.run_dir, args.match))
+        if args.json:
+            atomic_write_bytes(Path(args.json), json.dumps(episode, indent=1).encode())
+            print(f"episode JSON: {args.json}")
+        if args.html:
+            title = f"{Path(args.run_dir).name}: match {args.match} ({episode['kind']})"
+            atomic_write_bytes(Path(args.html), replay_html(episode, title).encode())
+            print(f"replay player: {args.html}")
     return 0 if replay.matches else 1

@@ -6,7 +6,7 @@ acting seats of a simultaneous step in seat order. Chance follows from the seed.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -34,9 +34,22 @@ def replay_prefix(game: Game, seed: int, moves: Sequence[int], stop_when_over: b
     """Apply recorded moves from `seed` (all of them, or until the game is over): the boards after
     each step as text lines, and how many moves were applied. Every move is checked for legality.
     A match cut short (a forfeit in the arena) replays its prefix with this."""
-    game.reset(int(seed))
-    lines = [game.render()]
+    lines: list[str] = []
     position = 0
+    for actions, board, position in replayed_steps(game, seed, moves, stop_when_over):
+        if actions:
+            lines.append(f"-- {', '.join(f'seat {s} plays {a}' for s, a in actions.items())}")
+        lines.append(board)
+    return lines, position
+
+
+def replayed_steps(game: Game, seed: int, moves: Sequence[int],
+                   stop_when_over: bool = False) -> Iterator[tuple[dict[int, int], str, int]]:
+    """(actions of the step, the board after it, moves applied so far) for the start ({}) and every
+    step the recorded moves make from `seed`; each move is checked for legality."""
+    game.reset(int(seed))
+    position = 0
+    yield {}, game.render(), position
     while position < len(moves) and not (stop_when_over and is_over(game)):
         movers = game.to_move()
         if not movers:
@@ -51,9 +64,7 @@ def replay_prefix(game: Game, seed: int, moves: Sequence[int], stop_when_over: b
                 raise ReplayError(f"recorded action {action} of seat {seat} at move {position} is illegal")
             actions[seat] = action
         game.step(actions)
-        lines.append(f"-- {', '.join(f'seat {s} plays {a}' for s, a in actions.items())}")
-        lines.append(game.render())
-    return lines, position
+        yield actions, game.render(), position
 
 
 def replay_forfeit(game: Game, seed: int, moves: Sequence[int], forfeited: Sequence[bool],
@@ -67,3 +78,26 @@ def replay_forfeit(game: Game, seed: int, moves: Sequence[int], forfeited: Seque
     lines += [f"seat {s} forfeits" for s, f in enumerate(forfeited) if f]
     lines.append(f"returns (by forfeit): {list(returns)}")
     return returns, "\n".join(([header] if header else []) + lines)
+
+
+def match_episode(match) -> dict:
+    """A recorded match (`league.ledger.MatchResult`) as an episode for replay players and other
+    tools, in the spirit of Kaggle's episode JSON: who played which seat, and one step per turn with
+    the board (`Game.render()`) after it and the actions that led to it (step 0: the start).
+
+    Re-simulated from the seed and the moves; a match cut short by a forfeit replays its prefix
+    and ends with the forfeit. Boards are the game's own text (for dialogue games: each side's
+    private context and the transcript so far), control characters escaped."""
+    from games import registry
+    from ludus.text import printable
+
+    steps = [{"actions": [[seat, action] for seat, action in actions.items()], "board": printable(board)}
+             for actions, board, _ in replayed_steps(registry.make(match.game_id), match.seed, match.moves or (),
+                                                     stop_when_over=True)]
+    return {
+        "format": "ludus-episode-1", "id": match.match_id, "kind": match.kind, "game": match.game_id,
+        "seed": match.seed, "players": [s.player_id for s in match.seats], "teams": [s.team for s in match.seats],
+        "returns": [s.episode_return for s in match.seats], "outcomes": [s.outcome for s in match.seats],
+        "statuses": [s.status for s in match.seats], "errors": [printable(s.error) for s in match.seats],
+        "forfeit": any(s.status != "ok" for s in match.seats), "steps": steps,
+    }

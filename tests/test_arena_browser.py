@@ -67,11 +67,13 @@ def test_page_is_self_contained(page):
     links = re.findall(r"\bhref\s*=\s*\"([^\"]*)\"", text, re.I)
     # url(#id): an inline svg's own clip paths; nothing is fetched
     assert links and not re.search(r"\burl\s*\((?!#)|@import", text)
-    for link in links:  # in-page anchors, or replay files beside the page
-        assert link.startswith("#") or re.fullmatch(r"index_replays/match-\d+\.txt", link), link
+    for link in links:  # in-page anchors, or replay pages beside the page
+        assert link.startswith("#") or re.fullmatch(r"index_replays/match-\d+\.html", link), link
         if not link.startswith("#"):
-            replay = (html_path.parent / link).read_text()
-            assert replay.startswith(f"match {link.split('-')[-1][:-4]} (arena, tournament 1")
+            player = (html_path.parent / link).read_text()
+            assert 'class="ludus-replay"' in player and not re.search(r"\bsrc\s*=", player, re.I)
+            transcript = (html_path.parent / link).with_suffix(".txt").read_text()
+            assert transcript.startswith(f"match {link.split('-')[-1][:-5]} (arena, tournament 1")
 
 
 def test_page_renders_in_headless_chromium(page, tmp_path):
