@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from arena.accounts import withdrawn
 from arena.leaderboard import Leaderboard, PageFiles, build_leaderboard, write_page
 from arena.isolation import Isolation, SandboxConfig, copy_submission
 from arena.match import MatchLimits
@@ -59,7 +60,8 @@ from ludus.files import cache_root
 DEFAULT_ARENA_DIR = "arena_state"
 ARENA_ENV = "LUDUS_ARENA"
 """Environment variable naming the arena directory when none is given."""
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(@[0-9]{1,6})?$")
+"""Entrant names; the service enters the k-th upload of NAME as NAME@k."""
 _BOT_PREFIX = "bot:"
 
 
@@ -102,7 +104,7 @@ def check_arena_game(game: str) -> None:
 def _check_name(name: str | None) -> None:
     if name is not None and not _NAME_RE.match(name):
         raise ArenaError(f"name {name!r} must be 1-100 letters, digits, '.', '_', '-' (starting with a letter or "
-                         f"digit)")
+                         f"digit), optionally with a version '@N'")
 
 
 def default_arena_dir() -> Path:
@@ -269,9 +271,7 @@ class Arena:
                           (submission.bot if builtin else str(submission.path)) or "")
         try:
             with Store.open(self._create_directory(), mode="write") as store:
-                if read_info(store) is None:
-                    store.set_meta(ARENA_META_KEY, ArenaInfo(game, time.time()).to_json())
-                    ensure_params(store, self.config.trueskill)
+                self._initialise(store, game)
                 store.add_player(entrant.to_record())
         except BaseException:
             if made is not None:
@@ -279,6 +279,22 @@ class Arena:
                 shutil.rmtree(made, ignore_errors=True)
             raise
         return entrant
+
+    def _initialise(self, store: Store, game: str) -> None:
+        """Give a new arena its identity (game, creation time) and TrueSkill constants."""
+        if read_info(store) is None:
+            store.set_meta(ARENA_META_KEY, ArenaInfo(game, time.time()).to_json())
+            ensure_params(store, self.config.trueskill)
+
+    def create(self) -> None:
+        """Create the arena now (its ledger and game) if it does not exist yet: what accounts and the
+        service need before the first submission. A new arena needs its game (`Arena.open(game=...)`)."""
+        if ledger_exists(self.directory):
+            return
+        if self._game is None:
+            raise ArenaError(f"{self.directory} holds no arena yet: pass --game (e.g. --game tic_tac_toe) to create it")
+        with Store.open(self._create_directory(), mode="write") as store:
+            self._initialise(store, self._game)
 
     def _create_directory(self) -> Path:
         """The arena directory and its submissions folder, private to the arena's user."""
@@ -338,7 +354,8 @@ class Arena:
                 raise ArenaError(f"{self.directory} holds a Ludus ledger but no arena; pass another --arena")
             if game is not None and game != info.game:
                 raise ArenaError(f"the arena in {self.directory} plays {info.game!r}, not {game!r}")
-            entrants = read_entrants(store)
+            gone = withdrawn(store)
+            entrants = [e for e in read_entrants(store) if e.player_id not in gone]
             for entrant in entrants:
                 verify_copy(entrant, self.directory, max_bytes)
             params = load_params(store) or ensure_params(store, c.trueskill)

@@ -1,4 +1,5 @@
-"""`ludus arena submit|list|run|leaderboard|replay|doctor`: thin shells over arena.api."""
+"""`ludus arena submit|list|run|leaderboard|replay|doctor|serve|token|withdraw`: thin shells over
+arena.api and arena.service."""
 
 from __future__ import annotations
 
@@ -57,6 +58,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = commands.add_parser("replay", parents=[common], help="a match move by move, with boards")
     p.add_argument("match", type=int, help="match number (from the leaderboard page or the tournament output)")
     p.set_defaults(run=_replay)
+
+    p = commands.add_parser("serve", parents=[common, isolation],
+                            help="the arena as an HTTP service: uploads, a continuous rating ladder, live pages")
+    p.add_argument("--game", default=None, help="the arena's game (needed to create a new arena)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--no-schedule", action="store_true", help="serve and take uploads, but play no matches")
+    p.add_argument("--placement-games", type=int, default=6, help="games a new entrant plays first (default 6)")
+    p.add_argument("--pairs-per-round", type=int, default=2, help="pairings per scheduler round (default 2)")
+    p.add_argument("--workers", type=int, default=None, help="matches at once (default: one per core)")
+    p.add_argument("--uploads-per-hour", type=int, default=30, help="per account (default 30)")
+    p.add_argument("--max-upload-mb", type=int, default=64, help="largest archive accepted (default 64 MiB)")
+    p.add_argument("--time-per-move", type=float, default=None, help="seconds per move (default 1.0)")
+    p.add_argument("--overage", type=float, default=None, help="overage bank in seconds per match (default 5.0)")
+    p.set_defaults(run=_serve)
+
+    token = commands.add_parser("token", help="accounts of the arena service: API tokens")
+    token_commands = token.add_subparsers(dest="token_command", metavar="ACTION")
+    token_commands.required = True
+    p = token_commands.add_parser("add", parents=[common], help="make an account and print its token (once)")
+    p.add_argument("name", help="account name")
+    p.add_argument("--game", default=None, help="the arena's game (needed to create a new arena)")
+    p.set_defaults(run=_token_add)
+    p = token_commands.add_parser("list", parents=[common], help="the accounts")
+    p.set_defaults(run=_token_list)
+    p = token_commands.add_parser("revoke", parents=[common], help="remove an account's token")
+    p.add_argument("name", help="account name")
+    p.set_defaults(run=_token_revoke)
+
+    p = commands.add_parser("withdraw", parents=[common],
+                            help="take an entrant out of scheduling and the leaderboard (its matches stay)")
+    p.add_argument("entrant", help="entrant name, as `ludus arena list` shows it")
+    p.set_defaults(run=_withdraw)
 
     p = commands.add_parser("doctor", parents=[common],
                             help="which sandbox features work on this machine (exit 1 if not isolated)")
@@ -139,6 +173,78 @@ def _leaderboard(args) -> int:
 
 def _replay(args) -> int:
     _say(_open(args).replay(args.match))
+    return 0
+
+
+def _serve(args) -> int:
+    from arena.scheduler import SchedulerSettings
+    from arena.service import ServiceConfig, serve
+    from arena.uploads import UploadLimits
+
+    arena = _open(args, args.game)
+    arena.create()
+    config = ServiceConfig(host=args.host, port=args.port, schedule=not args.no_schedule,
+                           upload=UploadLimits(max_upload_bytes=args.max_upload_mb << 20),
+                           uploads_per_hour=args.uploads_per_hour,
+                           scheduler=SchedulerSettings(placement_games=args.placement_games,
+                                                       pairs_per_round=args.pairs_per_round, workers=args.workers))
+    serve(arena, config)
+    return 0
+
+
+def _token_add(args) -> int:
+    from arena.accounts import add_account
+    from league.ledger import Store
+
+    arena = _open(args, args.game)
+    arena.create()
+    with Store.open(arena.directory, mode="write") as store:
+        token = add_account(store, args.name)
+    _say(f"account {args.name} in the {arena.game} arena {arena.directory}; its token (shown only now):")
+    print(token)
+    return 0
+
+
+def _token_list(args) -> int:
+    import time
+
+    from arena.accounts import accounts
+    from league.ledger import Store
+
+    arena = _open(args)
+    if arena.info() is None:
+        _say(f"no arena in {arena.directory}")
+        return 0
+    with Store.open(arena.directory, mode="read") as store:
+        found = accounts(store)
+    for account in found:
+        _say(f"  {account.name}  since {time.strftime('%Y-%m-%d %H:%M', time.localtime(account.created_at))}")
+    if not found:
+        _say("no accounts: `ludus arena token add NAME` makes one")
+    return 0
+
+
+def _token_revoke(args) -> int:
+    from arena.accounts import revoke_account
+    from league.ledger import Store
+
+    arena = _open(args)
+    arena.create()
+    with Store.open(arena.directory, mode="write") as store:
+        revoke_account(store, args.name)
+    _say(f"revoked the token of {args.name}")
+    return 0
+
+
+def _withdraw(args) -> int:
+    from arena.accounts import withdraw
+    from league.ledger import Store
+
+    arena = _open(args)
+    arena.create()
+    with Store.open(arena.directory, mode="write") as store:
+        withdraw(store, args.entrant)
+    _say(f"withdrew {args.entrant}: it plays no more matches and leaves the leaderboard (its matches stay)")
     return 0
 
 

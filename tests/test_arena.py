@@ -213,7 +213,7 @@ def test_a_new_arena_needs_a_game(tmp_path):
     with pytest.raises(ArenaError, match="pass --game"):
         arena.submit(EXAMPLES / "random_sh")  # it plays any game
     assert not (tmp_path / "fresh").exists()
-    with pytest.raises(ArenaError, match="two-player"):
+    with pytest.raises(ArenaError, match="two sides .* has 3 sides"):
         Arena.open(tmp_path / "fresh", "spiel:kuhn_poker(players=3)", config())
     # a manifest that names its game founds the arena on it
     root = _folder(tmp_path, 'name = "first"\nversion = "1"\ngame = "tic_tac_toe"\nentry_point = "agent:act"\n',

@@ -18,7 +18,7 @@
     scrub.max = String(last);
     steps.forEach(function (step, k) {
       var item = document.createElement("li");
-      item.textContent = k + ": " + describe(episode, step);
+      item.textContent = describe(episode, step);
       item.addEventListener("click", function () { stop(); show(k); });
       list.appendChild(item);
     });

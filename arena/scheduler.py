@@ -1,0 +1,203 @@
+"""The arena service's scheduler: rating matches, continuously, until it is told to stop.
+
+Each round it reads the entrants (less the withdrawn ones) and the ratings from the ledger,
+chooses pairings, plays them in the sandbox on the machine's cores and records every match as
+soon as it (and every match scheduled before it) is done:
+
+* **placement first**: an entrant with fewer than `placement_games` games plays before anyone
+  else, fewest games first, against opponents drawn by TrueSkill match quality;
+* then **the ladder**: `league.matchmaking.schedule_rating_matches` (most uncertain ratings first,
+  opponents by match quality), as `ludus arena run --format ladder` does;
+
+each pairing on one seed in both seat (side) orders. Agents' processes live across rounds (one
+per seat of a side, `arena.tournament`); an entrant withdrawn meanwhile has its processes shut down.
+
+Crash safety: a match is appended to the ledger with its rating update in one transaction
+(`league.ratings.rate_and_record`), and match ids are allocated from the ledger's largest id when
+a round is planned. A scheduler killed with SIGKILL loses only the matches that were being
+played; restarted, it reads the ratings back from the ledger and plans from there, so no
+recorded match is lost or recorded twice. Writes go through `write_lock` (the service's uploads
+write to the same ledger) and hold the ledger's writer lock only for the moment of the write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from arena.accounts import withdrawn
+from arena.store import count_tournaments, read_entrants, read_info, tournament_key, verify_copy
+from arena.tournament import (MATCH_KIND, Pairing, TournamentSettings, check_two_sides, ladder_round, match_result,
+                              play_in_parallel, seat_players)
+from league.ledger import MatchResult, Store
+from league.matchmaking import quality_weights
+from league.ratings import RatingTable, ensure_params, load_params, rebuild_ratings, rate_and_record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """How the service schedules its rating matches."""
+
+    placement_games: int = 6
+    """Games a new entrant plays before the ladder treats it like everyone else."""
+    pairs_per_round: int = 2
+    """Pairings per round (each played once in each side order)."""
+    workers: int | None = None
+    """Matches played at once; None: one per core."""
+    seed: int = 0
+    """Root of the pairing draws and match seeds (a round's stream also depends on the ledger's size)."""
+    idle_s: float = 1.0
+    """Pause between rounds when there is nothing to play (fewer than two entrants)."""
+
+
+class Scheduler:
+    """Plays rating rounds on an arena (arena.api.Arena) until `stop` is set."""
+
+    def __init__(self, arena, settings: SchedulerSettings, write_lock: threading.Lock,
+                 on_recorded: Callable[[bool], None] = lambda round_done: None):
+        self.arena = arena
+        self.settings = settings
+        self.write_lock = write_lock
+        self.on_recorded = on_recorded
+        self.players: dict[str, list] = {}
+        """Entrant -> its agents (one per seat of a side), started on first use."""
+        self.verified: set[str] = set()
+        self.session: int | None = None
+        self.recorded = 0
+        """Matches this scheduler has recorded."""
+        self.rounds = 0
+
+    # -- the loop
+
+    def run(self, stop: threading.Event) -> None:
+        """Rounds until `stop` is set (the round in progress finishes its matches first)."""
+        try:
+            while not stop.is_set():
+                if not self.run_round():
+                    stop.wait(self.settings.idle_s)
+        finally:
+            self.close()
+
+    def run_round(self) -> int:
+        """Plan, play and record one round; the number of matches recorded (0: nothing to play)."""
+        from games import registry
+
+        arena = self.arena
+        with self.write_lock, Store.open(arena.directory, mode="write") as store:
+            info = read_info(store)
+            if info is None:
+                return 0
+            gone = withdrawn(store)
+            entrants = [e for e in read_entrants(store) if e.player_id not in gone]
+            max_bytes = arena.config.sandbox_limits.max_submission_mb << 20
+            for entrant in entrants:
+                if entrant.player_id not in self.verified:
+                    verify_copy(entrant, arena.directory, max_bytes)
+                    self.verified.add(entrant.player_id)
+            params = load_params(store) or ensure_params(store, arena.config.trueskill)
+            table = rebuild_ratings(store, params, kinds=(MATCH_KIND,))
+            games = {pid: g.games for pid, g in store.player_games(recent=1).items()}
+            next_id = store.max_match_id() + 1
+            if self.session is None:
+                self.session = count_tournaments(store) + 1
+                store.set_meta(tournament_key(self.session), {
+                    "number": self.session, "game": info.game, "format": "service", "seed": self.settings.seed,
+                    "started_at": time.time(), "finished": False})
+        for pid in [p for p in self.players if p not in {e.player_id for e in entrants}]:
+            self._close_agents(pid)  # withdrawn
+        if len(entrants) < 2:
+            return 0
+        spec = registry.spec(info.game)
+        check_two_sides(spec)
+        # The round's stream: the root seed and the ledger's size, so a restarted scheduler draws anew.
+        rng = np.random.default_rng(np.random.SeedSequence([self.settings.seed, next_id]))
+        ids = [e.player_id for e in entrants]
+        batch = plan_round(rng, table, ids, games, self.settings.placement_games, self.settings.pairs_per_round,
+                           next_id, self.rounds, spec.sides)
+        settings = TournamentSettings(game=info.game, format="ladder", games_per_pair=2, seed=self.settings.seed,
+                                      limits=arena.config.match_limits, stderr_bytes=arena.config.stderr_bytes,
+                                      workers=self.settings.workers)
+        versions = {e.player_id: e.digest[:12] if e.kind == "submission" else e.digest for e in entrants}
+        by_id = {e.player_id: e for e in entrants}
+        for pid in {p for pairing in batch for p in pairing.players}:
+            self._agents(by_id[pid], info.game, max(map(len, spec.sides)))
+
+        def play_one(pairing: Pairing) -> MatchResult:
+            from arena.match import play_match
+
+            begun = time.time()
+            taken = {p: 0 for p in pairing.players}
+            agents = []
+            for p in pairing.players:
+                agents.append(self.players[p][taken[p]])
+                taken[p] += 1
+            record = play_match(info.game, agents, pairing.seed, settings.limits, match_id=str(pairing.match_id))
+            return match_result(record, pairing, spec, versions, begun, self.session, settings)
+
+        recorded = 0
+        for result in play_in_parallel(batch, play_one, self.settings.workers or os.cpu_count() or 1):
+            with self.write_lock, Store.open(arena.directory, mode="write") as store:
+                rate_and_record(store, table, [result], kinds=(MATCH_KIND,))
+            recorded += 1
+            self.recorded += 1
+            self.on_recorded(False)
+        self.rounds += 1
+        self.on_recorded(True)
+        return recorded
+
+    # -- agents
+
+    def _agents(self, entrant, game: str, seats: int) -> list:
+        from arena.submission import make_player
+
+        agents = self.players.get(entrant.player_id)
+        if agents is None:
+            agents = self.players[entrant.player_id] = [
+                make_player(entrant.submission(self.arena.directory), game, self.arena.config.sandbox_limits,
+                            self.arena.sandbox_config) for _ in range(seats)]
+        return agents
+
+    def _close_agents(self, player_id: str) -> None:
+        from arena.match import SandboxedAgent
+
+        for agent in self.players.pop(player_id, []):
+            if isinstance(agent, SandboxedAgent):
+                agent.close()
+
+    def close(self) -> None:
+        """Shut every agent down and mark the session finished."""
+        for pid in list(self.players):
+            self._close_agents(pid)
+        if self.session is not None:
+            with self.write_lock, Store.open(self.arena.directory, mode="write") as store:
+                entry = store.get_meta(tournament_key(self.session), {})
+                store.set_meta(tournament_key(self.session), {**entry, "finished": True, "matches": self.recorded,
+                                                              "stopped_because": "service stopped"})
+
+
+def plan_round(rng: np.random.Generator, table: RatingTable, players: list[str], games: dict[str, int],
+               placement_games: int, pairs: int, first_match_id: int, round_index: int,
+               sides) -> list[Pairing]:
+    """One round: placement pairings for entrants short of `placement_games` (fewest first), or
+    else a ladder round; each pairing on one seed, in both side orders."""
+    newcomers = sorted((p for p in players if games.get(p, 0) < placement_games), key=lambda p: (games.get(p, 0), p))
+    if not newcomers:
+        return ladder_round(rng, table, players, pairs, 2, first_match_id, round_index, sides)
+    batch: list[Pairing] = []
+    match_id = first_match_id
+    for player in newcomers[:pairs]:
+        others = [p for p in players if p != player]
+        opponent = others[int(rng.choice(len(others), p=quality_weights(table, player, others)))]
+        seed = int(rng.integers(0, 2**63 - 1, endpoint=True))
+        for order in ((player, opponent), (opponent, player)):
+            batch.append(Pairing(match_id, seed, seat_players(sides, order), round_index))
+            match_id += 1
+    return batch
