@@ -313,9 +313,16 @@ def _negotiator_bot(name: str, spec: GameSpec) -> Policy:
     return GreedyFairNegotiator(replace(behaviour, max_utterances=max_utterances))
 
 
+BOT_PREFIX = "bot:"
+"""The one spelling of a bot wherever a policy is named: ``bot:NAME`` (the bare name works too)."""
+
+
 def make_bot(name: str, spec: GameSpec) -> Policy:
     """A bot from its name: 'random', 'mcts', 'mcts-100', 'mcts(simulations=100,uct_c=1.4)', 'perfect';
-    for the negotiation game also 'negotiator-fair', 'negotiator-tough', 'negotiator-soft', 'random-split'."""
+    for the negotiation game also 'negotiator-fair', 'negotiator-tough', 'negotiator-soft', 'random-split'.
+    Every name may be spelled with the ``bot:`` prefix the arena uses (``bot:perfect``)."""
+    if name.strip().startswith(BOT_PREFIX):
+        name = name.strip()[len(BOT_PREFIX):]
     if name.strip() in NEGOTIATOR_BOT_NAMES:
         return _negotiator_bot(name.strip(), spec)
     match = _BOT_RE.match(name.strip())

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from agents.bots import BOT_PREFIX
 from arena.accounts import withdrawn
 from arena.leaderboard import Leaderboard, PageFiles, build_leaderboard, write_page
 from arena.isolation import Isolation, SandboxConfig, copy_submission
@@ -62,7 +63,6 @@ ARENA_ENV = "LUDUS_ARENA"
 """Environment variable naming the arena directory when none is given."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(@[0-9]{1,6})?$")
 """Entrant names; the service enters the k-th upload of NAME as NAME@k."""
-_BOT_PREFIX = "bot:"
 
 
 @dataclass(frozen=True)
@@ -214,8 +214,8 @@ class Arena:
         text = os.fspath(path)
         # the check at submit time gets exactly the start-up time the sandbox allows in play
         kwargs = dict(config=self.sandbox_config, limits=self.config.sandbox_limits)
-        if text.startswith(_BOT_PREFIX):
-            bot = text[len(_BOT_PREFIX):].strip()
+        if text.startswith(BOT_PREFIX):
+            bot = text[len(BOT_PREFIX):].strip()
             if game is None:
                 raise ArenaError("a new arena needs its game before a bot can enter: pass --game (e.g. "
                                  "--game tic_tac_toe)")

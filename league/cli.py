@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,7 +69,22 @@ def _train(args) -> int:
     finally:
         league.close()
     print(api.format_status(api.status(run_dir)))
+    print(next_commands(run_dir, config.game))
     return 0
+
+
+def next_commands(run_dir: str, game: str) -> str:
+    """What a user does with a finished run, ready to paste."""
+    import shlex
+
+    run = shlex.quote(str(run_dir))
+    output = shlex.quote(str(Path(run_dir) / "output_policy"))
+    return "\n".join([
+        "next:",
+        f"  ludus report {run} --html {shlex.quote(str(Path(run_dir) / 'report.html'))}   # the run's page",
+        f"  ludus evaluate {output} --against {run}   # the output policy against the population",
+        f"  ludus play {shlex.quote(game)} --against {run}   # play it yourself",
+        f"  ludus resume {run} --iterations N   # train on"])
 
 
 def _resume(args) -> int:
@@ -81,6 +97,7 @@ def _resume(args) -> int:
     finally:
         league.close()
     print(api.format_status(api.status(args.run_dir)))
+    print(next_commands(args.run_dir, league.config.game))
     return 0
 
 

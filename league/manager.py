@@ -33,7 +33,7 @@ from league.checkpoint import (CHECKPOINT_POINTER, CONFIG_FILE, CheckpointState,
 from league.config import LeagueConfig, config_from_dict, config_to_dict
 from league.founders import BASE_ANCHOR, base_anchor, founding_members
 from league.learners import LeagueLearner
-from league.learning import Learner, due_for_snapshot, freeze, learn, make_learner, reset, reset_due
+from league.learning import Learner, due_for_snapshot, freeze, learn, make_learner, reset, reset_due, track_gain
 from league.ledger import Store
 from league.metrics import IterationSummary, LeagueTotals, PhaseClock, RunLog
 from league.output import write_output_policy
@@ -202,7 +202,7 @@ class League:
         if extend:
             self.config = replace(self.config, iterations=until_iteration)
             until = until_iteration
-        self.metrics.start(resume=self.iteration > 0)
+        self.metrics.start(resume=self.iteration > 0, iteration=self.iteration)
         summaries, pending = [], None
         if self._in_flight is not None and self.iteration < until:
             # resumed in asynchronous mode: the checkpoint's tasks, with the weights they were sent with
@@ -233,6 +233,7 @@ class League:
     def _snapshot_phase(self) -> tuple[list[str], dict[str, float]]:
         frozen = []
         for index, learner in enumerate(self.learners.values()):
+            track_gain(learner)
             if not due_for_snapshot(learner, self.config):
                 continue
             frozen.append(self._freeze(learner))

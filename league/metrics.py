@@ -108,13 +108,21 @@ def iteration_metrics(s: IterationSummary, totals: LeagueTotals, ratings: Mappin
     return metrics
 
 
-def progress_line(s: IterationSummary, totals: LeagueTotals, width: int = 24) -> str:
-    """The one-line progress bar `ludus train` redraws on stderr."""
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
+        f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def progress_line(s: IterationSummary, totals: LeagueTotals, elapsed: float, eta: float | None,
+                  width: int = 24) -> str:
+    """The progress line of `ludus train` (without a line ending: a terminal redraws it in place)."""
     rating = f"{s.main_rating[0]:.1f}±{s.main_rating[1]:.1f}" if s.main_rating else "-"
     done = int(width * s.iteration / totals.iterations)
-    return (f"\r[{'#' * done}{'.' * (width - done)}] it {s.iteration}/{totals.iterations} "
+    return (f"[{'#' * done}{'.' * (width - done)}] it {s.iteration}/{totals.iterations} "
+            f"{_duration(elapsed)} elapsed, ETA {_duration(eta) if eta is not None else '-'}  "
             f"{s.steps_per_second:,.0f} steps/s  games {totals.matches:,}  lag {s.policy_lag:.1f}  "
-            f"main {rating}  pop {totals.population}   ")
+            f"main {rating}  pop {totals.population}")
 
 
 class MetricsLogger:
@@ -165,6 +173,10 @@ class MetricsLogger:
             self.wandb_run.finish()
 
 
+PLAIN_PROGRESS_EVERY_S = 10.0
+"""When stderr is not a terminal, a progress line at most this often (and at the last iteration)."""
+
+
 class RunLog:
     """Where a league run reports: ``logs/manager.log``, the metric sinks (started on the first
     iteration, so creating or refusing a run never starts wandb) and the progress line."""
@@ -180,13 +192,39 @@ class RunLog:
         logger.addHandler(self.handler)
         logger.setLevel(logging.INFO)
         self.sinks: MetricsLogger | None = None
+        self.terminal = sys.stderr.isatty()
+        """Redraw one progress line in place (a terminal) or write plain lines (a log file, a pipe)."""
+        self.started: float | None = None
+        self.first_iteration = 0
+        self.last_line = 0.0
 
-    def start(self, resume: bool) -> None:
+    def start(self, resume: bool, iteration: int = 0) -> None:
+        self.started, self.first_iteration = time.monotonic(), iteration
         if self.sinks is None:
             c = self.log_config
             self.sinks = MetricsLogger(self.run_dir, wandb_mode=c.wandb, wandb_project=c.wandb_project,
                                        tensorboard=c.tensorboard, run_name=self.run_dir.name, config=self.run_config,
                                        resume=resume)
+            if c.progress:
+                sys.stderr.write(self.banner(resume) + "\n")
+                sys.stderr.flush()
+
+    def banner(self, resume: bool) -> str:
+        """Where this run's results go, said once when it starts."""
+        run = self.run_dir
+        lines = [f"ludus: {'resuming' if resume else 'training'} {run} ({self.run_config.get('game')}, "
+                 f"{self.run_config.get('iterations')} iterations)",
+                 f"  metrics      {run / 'metrics.jsonl'}   log {run / 'logs' / 'manager.log'}"]
+        if self.sinks is not None and self.sinks.tb is not None:
+            lines.append(f"  tensorboard  tensorboard --logdir {run / 'tensorboard'}")
+        wandb_run = self.sinks.wandb_run if self.sinks is not None else None
+        if wandb_run is None:
+            lines.append("  wandb        disabled")
+        else:
+            mode = str(wandb_run.settings.mode)
+            where = Path(wandb_run.dir).parent
+            lines.append(f"  wandb        {mode}, {where}" + (f"   (upload: wandb sync {where})" if mode == "offline" else ""))
+        return "\n".join(lines)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Extra scalars (e.g. a benchmark's evaluation) into the run's metric sinks."""
@@ -200,11 +238,20 @@ class RunLog:
                          "snapshots %s", s.iteration, s.training_matches, s.rating_matches, s.env_steps,
                          s.steps_per_second, s.policy_lag, list(s.snapshots))
         if self.log_config.progress:
-            sys.stderr.write(progress_line(s, totals))
+            now = time.monotonic()
+            elapsed = now - (self.started or now)
+            done = s.iteration - self.first_iteration
+            eta = elapsed / done * (totals.iterations - s.iteration) if done > 0 else None
+            line = progress_line(s, totals, elapsed, eta)
+            if self.terminal:
+                sys.stderr.write("\r" + line + "   ")
+            elif now - self.last_line >= PLAIN_PROGRESS_EVERY_S or s.iteration == totals.iterations:
+                sys.stderr.write(line + "\n")  # a log gets plain lines, every so often
+                self.last_line = now
             sys.stderr.flush()
 
     def end_progress(self) -> None:
-        if self.log_config.progress:
+        if self.log_config.progress and self.terminal:
             sys.stderr.write("\n")
 
     def close(self) -> None:

@@ -162,6 +162,21 @@ def test_second_trainer_is_refused_while_status_works(tmp_path):
         league.close()
 
 
+def test_train_says_where_results_go_and_writes_plain_lines_to_a_log(tmp_path):
+    run_dir = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "ludus", "train", "quickstart", "--run", str(run_dir), "--set",
+                             "iterations=2", "--set", "log.wandb=disabled", "--set", "log.tensorboard=true"],
+                            capture_output=True, text=True, timeout=300, env=dict(os.environ, WANDB_MODE="disabled"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    err = result.stderr
+    assert "\r" not in err  # stderr is a pipe here: plain lines, no redrawing
+    assert f"ludus: training {run_dir} (tic_tac_toe, 2 iterations)" in err
+    assert f"tensorboard --logdir {run_dir / 'tensorboard'}" in err and "wandb        disabled" in err
+    assert [line for line in err.splitlines() if line.startswith("[") and "it 2/2" in line and "elapsed" in line]
+    out = result.stdout.splitlines()
+    assert out[-5] == "next:" and out[-2] == f"  ludus play tic_tac_toe --against {run_dir}   # play it yourself"
+
+
 def test_status_imports_no_torch_and_survives_a_closed_pipe(tmp_path):
     run_dir = tmp_path / "run"
     train(small_config(), run_dir, until=1)
