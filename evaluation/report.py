@@ -1,6 +1,8 @@
 """`ludus report RUN --html FILE`: one self-contained page about a league run, plus PNG plots beside it.
 
-The page shows the ratings over time with 95% intervals (from the ledger's ratings history), the
+The page shows learning curves from metrics.jsonl (the main agent's rating over env steps and
+wall time, the learner's score against each anchor, PPO losses, entropy, KL, throughput, return),
+the ratings over time with 95% intervals (from the ledger's ratings history), the
 leaderboard, the empirical payoff heatmap, the meta-game (Nash mixture, alpha-rank, 3-cycles), the
 snapshot genealogy (parents and roles from the population), the exploitability curve where the run
 logged ``eval/exploitability`` in metrics.jsonl, and the matchmaking mix (whom each learner trained
@@ -16,9 +18,9 @@ from __future__ import annotations
 import html
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -30,7 +32,10 @@ from league.ratings import Rating
 MAX_HEATMAP_PLAYERS = 40
 """Payoff heatmap size limit: anchors plus the newest members."""
 MAX_RATING_LINES = 10
-"""Ratings chart: anchors plus the best snapshots by mu - 3 sigma, up to this many lines."""
+"""Ratings chart: anchors plus the best snapshots by mu - 3 sigma with bands, up to this many; the
+other members are thin lines."""
+MIN_CELL_GAMES = 10
+"""Payoff heatmap cells resting on fewer games are drawn pale."""
 MAX_POINTS_PER_LINE = 400
 """Ratings history points kept per player (evenly spaced, last one kept)."""
 INTERVAL_Z = 1.96
@@ -98,6 +103,8 @@ class RunReport:
     exploitability: tuple[tuple[float, float], ...]
     """(env steps, exploitability) from metrics.jsonl's ``eval/exploitability`` entries."""
     matchmaking: MatchmakingMix
+    curves: Mapping[str, tuple[tuple[float, float, float], ...]] = field(default_factory=dict)
+    """metrics.jsonl series for the learning curves: key -> ((env steps, wall seconds, value), ...)."""
     sides: tuple[tuple[int, ...], ...] = ()
     """Seats of each side of the game (spec.sides)."""
     side_results: tuple[SideResult, ...] = ()
@@ -132,6 +139,33 @@ def read_metric(run_dir: Path, key: str) -> tuple[tuple[float, float], ...]:
         if key in record:
             points.append((float(record.get("step", len(points))), float(record[key])))
     return tuple(points)
+
+
+CURVE_PREFIXES = ("league/main_mu", "eval/win_rate_vs_", "losses/", "charts/steps_per_second",
+                  "charts/episodic_return", "eval/exploitability")
+"""metrics.jsonl keys (or key prefixes) the learning curves read."""
+
+
+def read_curves(run_dir: Path, prefixes: Sequence[str] = CURVE_PREFIXES) -> dict[str, tuple[tuple[float, float, float], ...]]:
+    """Every metrics.jsonl series whose key starts with one of `prefixes`, as (env steps, wall
+    seconds, value) points; wall seconds sum the iterations' ``charts/iteration_seconds`` (training
+    time, pauses and resumes excluded). One pass over the file; a last line without its newline
+    is being written and is left out."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return {}
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    wall = 0.0
+    for line in path.read_text().split("\n")[:-1]:
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        wall += float(record.get("charts/iteration_seconds", 0.0))
+        step = float(record.get("step", 0.0))
+        for key, value in record.items():
+            if key != "step" and key.startswith(tuple(prefixes)):
+                out.setdefault(key, []).append((step, wall, float(value)))
+    return {key: tuple(points) for key, points in out.items()}
 
 
 def build_report(run_dir: str | os.PathLike) -> RunReport:
@@ -195,6 +229,7 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
         learner_snapshots=dict(run.learner_snapshots),
         ratings={pid: Rating(r.mu, r.sigma) for pid, r in latest.items()}, tracks=tuple(tracks), payoff=payoff,
         metagame=metagame, exploitability=read_metric(run.run_dir, "eval/exploitability"),
+        curves=read_curves(run.run_dir),
         matchmaking=MatchmakingMix(tuple(learners), tuple(opponents), counts.reshape(len(learners), len(opponents))),
         sides=sides, side_results=tuple(
             SideResult(pid, side, int(t[0]), int(t[1]), int(t[2]), int(t[3]), t[4] / t[0])
@@ -227,22 +262,68 @@ def _member_kind(report: RunReport) -> dict[str, str]:
 
 
 def ratings_chart(report: RunReport) -> charts.Chart | None:
-    """mu over the ledger with mu +- 1.96 sigma bands: the anchors and the best snapshots."""
+    """mu over the ledger: the anchors and the best snapshots with their 95% bands, and every
+    other rated member as a thin pale line (the early snapshots are where learning shows)."""
     if not report.tracks:
         return None
     kind = _member_kind(report)
     anchors = [t for t in report.tracks if kind.get(t.player_id) == "anchor"]
     others = sorted((t for t in report.tracks if kind.get(t.player_id) != "anchor"),
                     key=lambda t: -(t.mu[-1] - 3 * t.sigma[-1]))
-    shown = anchors + others[:max(MAX_RATING_LINES - len(anchors), 1)]
-    series = [charts.Series(t.player_id, t.seq, t.mu,
-                            lower=tuple(m - INTERVAL_Z * s for m, s in zip(t.mu, t.sigma)),
-                            upper=tuple(m + INTERVAL_Z * s for m, s in zip(t.mu, t.sigma)),
-                            dashed=kind.get(t.player_id) == "anchor", markers=len(t.seq) < 30)
-              for t in shown]
-    hidden = len(report.tracks) - len(shown)
-    title = "TrueSkill mu over the ledger (bands: 95% intervals)" + (f" — {hidden} more not shown" if hidden else "")
-    return charts.line_chart(series, title=title, x_label="ledger position (match seq)", y_label="mu")
+    best = others[:max(MAX_RATING_LINES - len(anchors), 1)]
+    rest = sorted(others[len(best):], key=lambda t: t.seq[0])
+
+    def series(t: RatingTrack, thin: bool) -> charts.Series:
+        band = {} if thin else {"lower": tuple(m - INTERVAL_Z * s for m, s in zip(t.mu, t.sigma)),
+                                "upper": tuple(m + INTERVAL_Z * s for m, s in zip(t.mu, t.sigma))}
+        return charts.Series(t.player_id, t.seq, t.mu, dashed=kind.get(t.player_id) == "anchor",
+                             markers=not thin and len(t.seq) < 30, thin=thin,
+                             color="#9A9A9A" if thin else None, **band)
+
+    title = "TrueSkill mu over the ledger (bands: 95% intervals)" + (
+        f"; thin grey: the other {len(rest)} members" if rest else "")
+    return charts.line_chart([series(t, False) for t in anchors + best] + [series(t, True) for t in rest],
+                             title=title, x_label="ledger position (match seq)", y_label="mu")
+
+
+def learning_charts(report: RunReport) -> list[tuple[str, charts.Chart, str]]:
+    """Small multiples of the run's learning: (figure id, chart, caption) for each series group
+    metrics.jsonl holds."""
+    curves = report.curves
+    main = next((m.player_id for m in report.members if m.kind == "learner"), None)
+    out = []
+
+    def chart(fig_id: str, keys: list[str], title: str, y_label: str, caption: str, wall: bool = False,
+              names: Sequence[str] | None = None, y_range: tuple[float, float] | None = None) -> None:
+        keys = [k for k in keys if k in curves]
+        if not keys:
+            return
+        series = [charts.Series(name, [p[1 if wall else 0] for p in curves[k]], [p[2] for p in curves[k]])
+                  for k, name in zip(keys, names or keys)]
+        out.append((fig_id, charts.line_chart(series, title=title, x_label="training seconds" if wall else "env steps",
+                                              y_label=y_label, width=460, height=260, y_range=y_range), caption))
+
+    chart("fig-main-rating", ["league/main_mu"], "Main agent's rating (newest snapshot)", "mu",
+          "TrueSkill mu of the main role's newest snapshot at each iteration, over env steps.", names=["main mu"])
+    chart("fig-main-rating-wall", ["league/main_mu"], "Main agent's rating over wall time", "mu",
+          "The same over training time (the sum of the iterations' wall times).", wall=True, names=["main mu"])
+    anchors = sorted(k for k in curves if k.startswith("eval/win_rate_vs_"))
+    chart("fig-win-rates", anchors, "Main learner's score against each anchor", "score (win 1, draw 1/2)",
+          "The learner's recent games against each anchor (the payoff table's decayed counts).",
+          names=[k[len("eval/win_rate_vs_"):] for k in anchors], y_range=(0.0, 1.0))
+    if main is not None:
+        prefix = f"losses/{main}/"
+        chart("fig-losses", [prefix + k for k in ("policy_loss", "value_loss")], f"PPO losses of {main}", "loss",
+              "Clipped policy loss and value loss of each update.", names=["policy", "value"])
+        chart("fig-entropy", [prefix + "entropy"], f"Policy entropy of {main}", "nats",
+              "Mean entropy of the learner's policy on its batch.", names=["entropy"])
+        chart("fig-kl", [prefix + "approx_kl"], f"Approximate KL per update of {main}", "KL",
+              "KL between the policy before and after each update (Schulman's k3 estimator).", names=["approx KL"])
+    chart("fig-throughput", ["charts/steps_per_second"], "Throughput", "env steps / s",
+          "Env steps per second of each iteration, over training time.", wall=True, names=["steps/s"])
+    chart("fig-return", ["charts/episodic_return"], "Learner's episodic return", "return",
+          "Mean return of the learner's finished games in each iteration.", names=["return"])
+    return out
 
 
 def _heatmap_players(report: RunReport) -> list[str]:
@@ -269,8 +350,8 @@ def payoff_chart(report: RunReport) -> charts.Chart | None:
     tips = [[f"{labels[i]} vs {labels[j]}: " + ("never met" if games[i, j] == 0 else
                                                 f"score {score[i, j]:.3f} over {int(games[i, j])} games")
              for j in range(len(players))] for i in range(len(players))]
-    return charts.heatmap(labels, labels, values, title="Payoff: mean score of row vs column", tooltips=tips,
-                          x_label="column (opponent)")
+    return charts.heatmap(labels, labels, values, title="Payoff: mean score of row vs column (games)", tooltips=tips,
+                          x_label="column (opponent)", counts=games.astype(int).tolist(), min_count=MIN_CELL_GAMES)
 
 
 def metagame_charts(meta: MetaGameReport) -> tuple[charts.Chart, charts.Chart]:
@@ -378,6 +459,13 @@ def _teams_section(report: RunReport) -> str:
     return "".join(parts)
 
 
+def _learning_section(report: RunReport) -> str:
+    found = learning_charts(report)
+    if not found:
+        return '<p class="empty" id="learning-empty">metrics.jsonl holds no iterations yet.</p>'
+    return '<div class="row">' + "".join(_figure(c, fig_id, caption, "") for fig_id, c, caption in found) + "</div>"
+
+
 def _metagame_section(meta: MetaGameReport | None) -> str:
     if meta is None:
         return '<p class="empty" id="metagame-empty">Fewer than two frozen members have played each other yet.</p>'
@@ -412,6 +500,7 @@ def render_html(report: RunReport, png_dir_name: str | None = None) -> str:
         f'<p class="meta" id="summary">game <b>{_e(report.game_id)}</b> &middot; iteration {report.iteration} of '
         f"{report.iterations} &middot; {report.total_env_steps:,} env steps &middot; ledger: {_e(kinds)} &middot; "
         f"{len(report.members)} members</p>",
+        '<h2 id="learning">Learning curves</h2>', _learning_section(report),
         '<h2 id="ratings">Ratings over time</h2>',
         _figure(ratings_chart(report), "fig-ratings",
                 "Each line is a frozen member's TrueSkill mean after each of its rating matches; the band is "
@@ -420,8 +509,9 @@ def render_html(report: RunReport, png_dir_name: str | None = None) -> str:
         '<h2 id="payoff">Payoff</h2>',
         _figure(payoff_chart(report), "fig-payoff",
                 "Mean outcome (win 1, draw 0.5, loss 0) of the row player against the column player over training, "
-                "rating and evaluation matches; hover a cell for its game count. Live learners mix all their "
-                "versions.", "Not enough games between members yet."),
+                f"rating and evaluation matches, with the number of games under it (or on hover in large "
+                f"tables); cells resting on fewer than {MIN_CELL_GAMES} games are pale. Live learners mix all "
+                "their versions.", "Not enough games between members yet."),
         *(['<h2 id="teams">Teams</h2>', '<p class="meta">Training, rating and evaluation games of each side '
             "and of each member on it (a match counts once for a member, however many of its side's seats it "
             "held; the side's return is the mean of its seats').</p>", _teams_section(report)]
@@ -455,6 +545,8 @@ def report_charts(report: RunReport) -> dict[str, charts.Chart]:
         "exploitability": exploitability_chart(report), "matchmaking": matchmaking_chart(report)}
     if report.metagame is not None:
         found["nash"], found["alpharank"] = metagame_charts(report.metagame)
+    for fig_id, chart, _ in learning_charts(report):
+        found[fig_id.removeprefix("fig-")] = chart
     return {name: chart for name, chart in found.items() if chart is not None}
 
 

@@ -185,7 +185,8 @@ class League:
                                    recorded.learner_length)
         totals = LeagueTotals(self.config.iterations, self.total_env_steps, self.total_matches, len(self.population),
                               self.backend.restarts, self.config.pipeline_depth)
-        self.metrics.iteration(summary, totals, {p: r.mu for p, r in self.ratings.as_dict().items()}, eval_metrics)
+        self.metrics.iteration(summary, totals, {p: r.mu for p, r in self.ratings.as_dict().items()},
+                               {**self._anchor_win_rates(), **eval_metrics})
         for callback in self.on_iteration:
             callback(summary)
         return summary, nxt
@@ -253,6 +254,19 @@ class League:
         member = freeze(learner, self.run_dir, self.iteration, parent)
         self.recorder.add_member(member)
         return member.player_id
+
+    def _anchor_win_rates(self) -> dict[str, float]:
+        """``eval/win_rate_vs_<anchor>``: the main learner's (first role's) score against each
+        anchor, win 1 and draw 1/2, over its recent games with it (the payoff table's decay)."""
+        main = next(iter(self.learners))
+        rates = {}
+        for member in self.population.frozen():
+            if member.kind != "anchor":
+                continue
+            wins, draws, games = self.payoff.counts(main, member.player_id)
+            if games > 0:
+                rates[f"eval/win_rate_vs_{member.bot or member.player_id}"] = (wins + draws / 2) / games
+        return rates
 
     def _main_rating(self) -> tuple[float, float] | None:
         """Rating of the newest snapshot of the first role (the main agent's progress)."""

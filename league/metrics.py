@@ -139,6 +139,11 @@ class MetricsLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            # One chart of every member's rating and one of the learner against the anchors (the
+            # Custom Scalars tab), instead of a chart per snapshot.
+            self.tb.add_custom_scalars({"league": {
+                "ratings (TrueSkill mu) of every member": ["Multiline", [r"league/rating/.*"]],
+                "main learner's score against each anchor": ["Multiline", [r"eval/win_rate_vs_.*"]]}})
         mode = os.environ.get("WANDB_MODE", wandb_mode)
         if mode != "disabled":
             self.wandb_run = self._start_wandb(mode, wandb_project, run_name, config, resume)

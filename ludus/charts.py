@@ -108,6 +108,8 @@ class Series:
     """CSS colour; None takes the palette colour of the series' position."""
     dashed: bool = False
     markers: bool = False
+    thin: bool = False
+    """A thin, pale line without a legend entry (one of many: every snapshot of a run)."""
 
     def __post_init__(self) -> None:
         for name in ("x", "y", "lower", "upper"):
@@ -130,7 +132,8 @@ def line_chart(series: Sequence[Series], title: str = "", x_label: str = "", y_l
             if s.lower is not None and s.upper is not None:
                 band = ax.fill_between(s.x, s.lower, s.upper, color=color, alpha=0.18, linewidth=0, step="post")
                 chart.tip(band, f"band-{i}", f"{s.name}: 95% interval")
-            line, = ax.step(s.x, s.y, where="post", color=color, linewidth=1.6, label=s.name,
+            line, = ax.step(s.x, s.y, where="post", color=color, linewidth=0.8 if s.thin else 1.6,
+                            alpha=0.45 if s.thin else 1.0, label="_nolegend_" if s.thin else s.name,
                             linestyle="--" if s.dashed else "-", marker="o" if s.markers else None, markersize=3.5)
             chart.tip(line, f"series-{i}", f"{s.name}: last {s.y[-1]:.4g}" if s.y else s.name)
         for value, label in reference:
@@ -138,7 +141,7 @@ def line_chart(series: Sequence[Series], title: str = "", x_label: str = "", y_l
             ax.annotate(label, (1.0, value), xycoords=("axes fraction", "data"), ha="right", va="bottom", color="#666")
         ax.set(xlabel=x_label, ylabel=y_label, **({"ylim": y_range} if y_range else {}),
                **({"xlim": x_range} if x_range else {}))
-        if series:
+        if any(not s.thin for s in series):
             chart.figure.legend(loc="outside right upper")
     return chart
 
@@ -146,9 +149,12 @@ def line_chart(series: Sequence[Series], title: str = "", x_label: str = "", y_l
 def heatmap(rows: Sequence[str], columns: Sequence[str], values: Sequence[Sequence[float | None]],
             title: str = "", low: float = 0.0, high: float = 1.0, scale: str = "diverging",
             value_format: str = "{:.2f}", tooltips: Sequence[Sequence[str]] | None = None,
-            cell: float | None = None, x_label: str = "", y_label: str = "") -> Chart:
+            cell: float | None = None, x_label: str = "", y_label: str = "",
+            counts: Sequence[Sequence[int]] | None = None, min_count: int = 0) -> Chart:
     """A matrix of coloured cells with their values written in; None marks a missing cell (grey,
-    "no data" on hover). `scale`: 'diverging' (red-white-blue) or 'sequential' (white-blue)."""
+    "no data" on hover). `scale`: 'diverging' (red-white-blue) or 'sequential' (white-blue).
+    `counts`: how many observations each value rests on, written under it; cells with fewer than
+    `min_count` are drawn pale, so 4 games do not look as certain as 400."""
     n_rows, n_cols = len(rows), len(columns)
     if len(values) != n_rows or any(len(r) != n_cols for r in values):
         raise ValueError(f"heatmap needs {n_rows} rows of {n_cols} values")
@@ -170,15 +176,19 @@ def heatmap(rows: Sequence[str], columns: Sequence[str], values: Sequence[Sequen
                 value = grid[i, j]
                 missing = np.isnan(value)
                 # one vector patch per cell, so the whole cell carries its hover text
+                few = counts is not None and counts[i][j] < min_count
                 cell_patch = ax.add_patch(patches.Rectangle(
                     (j - 0.5, i - 0.5), 1, 1, facecolor=cmap(norm(value)) if not missing else "#EEEEEE",
-                    edgecolor="white", linewidth=1.0, hatch="//" if missing else None))
+                    edgecolor="white", linewidth=1.0, hatch="//" if missing else None, alpha=0.35 if few else 1.0))
                 chart.tip(cell_patch, f"cell-{i}-{j}", tooltips[i][j] if tooltips else f"{rows[i]} vs {columns[j]}: "
                           + ("no data" if missing else value_format.format(value)))
                 if not missing and cell >= 24:
-                    dark = abs(norm(value) - 0.5) > 0.3 if scale == "diverging" else norm(value) > 0.6
-                    ax.text(j, i, value_format.format(value), ha="center", va="center", fontsize=7.5,
-                            color="white" if dark else "#222222")
+                    dark = not few and (abs(norm(value) - 0.5) > 0.3 if scale == "diverging" else norm(value) > 0.6)
+                    text = value_format.format(value)
+                    if counts is not None and cell >= 30:
+                        text += f"\n({counts[i][j]})"
+                    ax.text(j, i, text, ha="center", va="center", fontsize=7.0 if counts is not None else 7.5,
+                            color="white" if dark else "#222222", linespacing=1.0)
         image = cm.ScalarMappable(norm=norm, cmap=cmap)
         # fewer than 50 colour steps: matplotlib draws the bar as vectors, not an embedded bitmap
         chart.figure.colorbar(image, ax=ax, shrink=0.6, pad=0.02, boundaries=np.linspace(low, high, 33),

@@ -80,6 +80,31 @@ def test_page_is_self_contained(written):
     assert page.count("<svg") >= 7  # ratings, payoff, nash, alpharank, genealogy, exploitability, matchmaking
 
 
+def test_learning_curves_read_metrics_jsonl_in_one_pass(run_dir):
+    from evaluation.report import read_curves
+
+    curves = read_curves(run_dir)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().split("\n")[:-1]]  # not the half line
+    iterations = [r for r in rows if "charts/iteration_seconds" in r]
+    assert [p[0] for p in curves["charts/steps_per_second"]] == [float(r["step"]) for r in iterations]
+    walls = [p[1] for p in curves["charts/steps_per_second"]]
+    assert walls == sorted(walls) and walls[-1] == pytest.approx(sum(r["charts/iteration_seconds"] for r in iterations))
+    assert {"eval/win_rate_vs_random", "eval/win_rate_vs_perfect", "losses/main/entropy"} <= set(curves)
+    assert all(0.0 <= v <= 1.0 for _, _, v in curves["eval/win_rate_vs_random"])
+
+
+def test_every_member_is_drawn_and_heatmap_cells_carry_their_game_counts(run_dir):
+    from evaluation.report import MAX_RATING_LINES, build_report, payoff_chart, ratings_chart
+
+    report = build_report(run_dir)
+    svg = ratings_chart(report).svg()
+    assert svg.count("-series-") == len(report.tracks) and "not shown" not in svg
+    assert len(report.tracks) <= MAX_RATING_LINES or "thin grey" in svg
+    games = report.payoff.subset([p for p in report.payoff.players]).games
+    heat = payoff_chart(report).svg()
+    assert f"({int(games.max())})" in heat  # the largest count, written in its cell
+
+
 def test_report_data(run_dir):
     report = build_report(run_dir)
     assert report.exploitability == tuple((float(s), v) for s, v in EXPLOITABILITY_POINTS)
@@ -93,7 +118,9 @@ def test_report_data(run_dir):
 def test_chromium_renders_the_expected_elements(written, tmp_path):
     dom = _run_chromium(tmp_path, "--dump-dom", Path(written.html).as_uri()).stdout
     for element_id in ("summary", "fig-ratings", "leaderboard", "fig-payoff", "fig-nash", "fig-alpharank",
-                       "fig-genealogy", "fig-exploitability", "fig-matchmaking", "png-note"):
+                       "fig-genealogy", "fig-exploitability", "fig-matchmaking", "png-note", "learning",
+                       "fig-main-rating", "fig-main-rating-wall", "fig-win-rates", "fig-losses", "fig-entropy",
+                       "fig-kl", "fig-throughput"):
         assert f'id="{element_id}"' in dom, element_id
     assert dom.count("<svg") >= 7
     for player in ("anchor:perfect", "main@0", "main@1"):
@@ -116,7 +143,8 @@ def test_screenshot_is_not_blank(written, tmp_path):
 def test_png_plots_beside_the_page(written):
     names = {Path(p).name for p in written.pngs}
     assert names == {"ratings.png", "payoff.png", "nash.png", "alpharank.png", "genealogy.png",
-                     "exploitability.png", "matchmaking.png"}
+                     "exploitability.png", "matchmaking.png", "main-rating.png", "main-rating-wall.png",
+                     "win-rates.png", "losses.png", "entropy.png", "kl.png", "throughput.png", "return.png"}
     for path in written.pngs:
         assert Path(path).parent == Path(written.html).parent / "report_png"
         image = np.asarray(Image.open(path).convert("L"), dtype=np.float64)
