@@ -61,8 +61,9 @@ from ludus.files import cache_root
 DEFAULT_ARENA_DIR = "arena_state"
 ARENA_ENV = "LUDUS_ARENA"
 """Environment variable naming the arena directory when none is given."""
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(@[0-9]{1,6})?$")
-"""Entrant names; the service enters the k-th upload of NAME as NAME@k."""
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,60}(/[A-Za-z0-9][A-Za-z0-9._-]{0,60})?(@[0-9]{1,6})?$")
+"""Entrant names: NAME, NAME@k (the service's k-th upload of NAME) or RUN/MEMBER (a league run's
+snapshot, ``arena.submission.source_name``)."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,8 @@ def check_arena_game(game: str) -> None:
 
 def _check_name(name: str | None) -> None:
     if name is not None and not _NAME_RE.match(name):
-        raise ArenaError(f"name {name!r} must be 1-100 letters, digits, '.', '_', '-' (starting with a letter or "
-                         f"digit), optionally with a version '@N'")
+        raise ArenaError(f"name {name!r} must be letters, digits, '.', '_', '-' (starting with a letter or digit), "
+                         f"at most one '/' (RUN/MEMBER), optionally with a version '@N'")
 
 
 def default_arena_dir() -> Path:

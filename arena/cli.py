@@ -129,6 +129,10 @@ def _submit(args) -> int:
     verb = "already entered" if entrant.player_id in before else "entered"
     _say(f"{verb} {entrant.player_id} ({entrant.kind}, {entrant.submission_kind.value}, {_short(entrant)}) "
           f"in the {arena.game} arena {arena.directory}")
+    twins = [e.player_id for e in arena.list() if e.digest == entrant.digest and e.player_id != entrant.player_id]
+    if twins:
+        _say(f"warning: {entrant.player_id} has the same content as {', '.join(twins)}; `ludus arena withdraw "
+             f"NAME` takes one out")
     return 0
 
 

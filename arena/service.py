@@ -452,7 +452,7 @@ def make_app(service: ArenaService):
     async def api_leaderboard():
         return Response(service.board.payload, media_type="application/json")
 
-    @app.get("/api/entrants/{player_id}")
+    @app.get("/api/entrants/{player_id:path}")
     def api_entrant(player_id: str):
         return service.entrant(player_id)
 
@@ -500,7 +500,7 @@ def make_app(service: ArenaService):
         finally:
             await run_in_threadpool(_remove_tree, work)
 
-    @app.post("/api/entrants/{player_id}/withdraw")
+    @app.post("/api/entrants/{player_id:path}/withdraw")
     def api_withdraw(player_id: str, request: Request):
         account = service.account(request.headers.get("authorization"))
         if account is None:
@@ -512,7 +512,7 @@ def make_app(service: ArenaService):
     async def page_leaderboard():
         return leaderboard_page(service.leaderboard(), service.config.min_cell_games)
 
-    @app.get("/entrants/{player_id}", response_class=HTMLResponse)
+    @app.get("/entrants/{player_id:path}", response_class=HTMLResponse)
     def page_entrant(player_id: str):
         return entrant_page(service.entrant(player_id))
 

@@ -333,8 +333,27 @@ def _snapshot(root: Path, game_id: str | None, config: "SandboxConfig", limits: 
     # the weights are parsed (safetensors, no pickle) in a sandbox, like every stranger's code path
     _sandboxed_check(root, ["--snapshot", "{copy}", "--game", manifest.game_id], f"snapshot {root}",
                      config, limits, timeout_s)
-    return Submission(SubmissionKind.SNAPSHOT, f"snapshot-{ref.snapshot_id[:12]}", ref.snapshot_id[:12],
+    return Submission(SubmissionKind.SNAPSHOT, source_name(root) or f"snapshot-{ref.snapshot_id[:12]}",
+                      ref.snapshot_id[:12],
                       manifest.game_id, root, ref.snapshot_id)
+
+
+_SOURCE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,60}$")
+
+
+def source_name(root: Path) -> str | None:
+    """A league artefact's name after where it comes from: ``RUN/main@12`` for a run's snapshot,
+    ``RUN/output_policy`` for its output policy (a run directory holds ``config.json``); None when
+    the folder is not inside a run or the names do not make a valid entrant name."""
+    if root.parent.name == "snapshots" and (root.parent.parent / "config.json").is_file():
+        run, member = root.parent.parent.name, root.name
+    elif (root.parent / "config.json").is_file() and (root.parent / "snapshots").is_dir():
+        run, member = root.parent.name, root.name
+    else:
+        return None
+    if _SOURCE_PART.match(run) and _SOURCE_PART.match(member) and "@" not in run:
+        return f"{run}/{member}"
+    return None
 
 
 def _mixture(root: Path, game_id: str | None, config: "SandboxConfig", limits: "SandboxLimits",
@@ -354,7 +373,8 @@ def _mixture(root: Path, game_id: str | None, config: "SandboxConfig", limits: "
     _sandboxed_check(root, ["--mixture", "{copy}", "--game", mixture.game_id], f"mixture {root}",
                      config, limits, timeout_s)
     digest = files_digest(files)
-    return Submission(SubmissionKind.MIXTURE, f"mixture-{digest[:12]}", digest[:12], mixture.game_id, root, digest)
+    return Submission(SubmissionKind.MIXTURE, source_name(root) or f"mixture-{digest[:12]}", digest[:12],
+                      mixture.game_id, root, digest)
 
 
 def make_player(submission: Submission, game_id: str, limits: "SandboxLimits | None" = None,

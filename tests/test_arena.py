@@ -267,6 +267,23 @@ def test_snapshot_copies_are_checked_by_their_snapshot_id(tmp_path):
         submission_digest_of_copy(SubmissionKind.SNAPSHOT, snapshot, 1 << 30)
 
 
+def test_a_run_snapshot_is_named_after_its_run_and_a_twin_is_warned_about(tmp_path, capsys):
+    require_isolation()
+    run = tmp_path / "my-run"
+    (run / "snapshots").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    snapshot = _snapshot(tmp_path, corrupt=False)
+    snapshot.rename(run / "snapshots" / "main@3")
+    arena_dir = tmp_path / "arena"
+    assert main(["arena", "submit", str(run / "snapshots" / "main@3"), "--game", GAME, "--arena", str(arena_dir)]) == 0
+    assert "entered my-run/main@3 (submission, snapshot" in capsys.readouterr().out
+    assert main(["arena", "submit", str(run / "snapshots" / "main@3"), "--name", "twin", "--arena", str(arena_dir)]) == 0
+    assert "warning: twin has the same content as my-run/main@3" in capsys.readouterr().out
+    assert main(["arena", "withdraw", "twin", "--arena", str(arena_dir)]) == 0
+    board = Arena.open(arena_dir).leaderboard()
+    assert [r.player_id for r in board.rows] == ["my-run/main@3"]
+
+
 # ------------------------------------------------------------------------------ small tournaments
 
 
