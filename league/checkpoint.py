@@ -115,18 +115,27 @@ class LearnerState:
     """(wins, draws, games) against the pool since the last snapshot."""
     dropped_stale: int = 0
     """Rows never trained on because they were older than `max_policy_lag`."""
+    returns: tuple[float, float] = (0.0, 0.0)
+    """(sum of episode returns, games) of its training games against the pool in this iteration."""
+    gain: tuple[float, float, int] | None = None
+    """(smoothed mean return, best smoothed mean return, iterations without a new best) since its
+    last snapshot: the plateau rule's state (`league.learning.track_gain`); None before any game."""
 
     def replace(self, **changes: Any) -> "LearnerState":
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "window": list(self.window)}
+        return {**dataclasses.asdict(self), "window": list(self.window), "returns": list(self.returns),
+                "gain": None if self.gain is None else list(self.gain)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "LearnerState":
         return cls(steps=int(data["steps"]), steps_at_snapshot=int(data["steps_at_snapshot"]),
                    snapshots=int(data["snapshots"]), resets=int(data["resets"]), last_snapshot=data["last_snapshot"],
-                   window=tuple(float(x) for x in data["window"]), dropped_stale=int(data["dropped_stale"]))
+                   window=tuple(float(x) for x in data["window"]), dropped_stale=int(data["dropped_stale"]),
+                   returns=tuple(float(x) for x in data.get("returns", (0.0, 0.0))),
+                   gain=None if data.get("gain") is None else (float(data["gain"][0]), float(data["gain"][1]),
+                                                               int(data["gain"][2])))
 
 
 @dataclass(frozen=True)
@@ -146,9 +155,12 @@ class CheckpointState:
     payoff: dict[str, Any]
     ratings: dict[str, Any]
     learners: dict[str, LearnerState]
+    closing_rated: bool = False
+    """The closing rating round (the last iteration's snapshots rated) has been recorded."""
 
     def to_json(self) -> dict[str, Any]:
         return {"format_version": FORMAT_VERSION, "iteration": self.iteration, "next_match_id": self.next_match_id,
+                "closing_rated": self.closing_rated,
                 "total_env_steps": self.total_env_steps, "total_matches": self.total_matches,
                 "ledger_last_seq": self.ledger.last_seq, "ledger": self.ledger.to_json(),
                 "config_digest": self.config_digest, "rng": self.rng, "population": self.population.to_json(),
@@ -162,7 +174,8 @@ class CheckpointState:
                    ledger=LedgerMark.from_json(data["ledger"]), config_digest=str(data["config_digest"]),
                    rng=data["rng"], population=Population.from_json(data["population"]), payoff=data["payoff"],
                    ratings=data["ratings"],
-                   learners={pid: LearnerState.from_json(s) for pid, s in data["learners"].items()})
+                   learners={pid: LearnerState.from_json(s) for pid, s in data["learners"].items()},
+                   closing_rated=bool(data.get("closing_rated", False)))
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,8 @@ class League:
         self.on_population_change: list[Callable[["League"], dict[str, float]]] = []
         """Called after new snapshots join; the metrics they return are logged with the iteration."""
         self._checkpoint_seq = 0
+        self.closing_rated = False
+        """Whether the run's closing rating round is recorded (`_closing_round`)."""
         """Ledger seq at the last checkpoint: later matches belong to an interrupted iteration."""
         self._in_flight: PendingPlay | None = None
 
@@ -217,8 +219,30 @@ class League:
             if extend:
                 atomic_write_json(self.run_dir / CONFIG_FILE, config_to_dict(self.config))
                 extend = False
+                self.closing_rated = False  # the extended run ends with its own closing round
+        if self.iteration >= self.config.iterations and not self.closing_rated:
+            self._closing_round()
         self.metrics.end_progress()
         return summaries
+
+    def _closing_round(self) -> None:
+        """After the last iteration, one round of rating matches, so the snapshots frozen in it
+        are rated before the run ends (no iteration follows to rate them); checkpointed, so a
+        resume of a finished run does not play it again."""
+        if self.backend is None:
+            self.backend = self._make_backend()
+        view = LeagueView(self.population, self.payoff, self.ratings,
+                          {pid: learner.version for pid, learner in self.learners.items()})
+        plan = self.planner.closing(self.iteration, self.next_match_id, view, self.rng)
+        if plan.tasks:
+            self.next_match_id = plan.next_match_id
+            results = self.backend.collect(self._submit(list(plan.tasks))[1])
+            recorded = self.recorder.record(results, self.learners, self._checkpoint_seq)
+            self.total_env_steps += sum(r.env_steps for r in results)
+            self.total_matches += recorded.rating
+            log.info("closing round: %d rating matches rate the last iteration's snapshots", recorded.rating)
+        self.closing_rated = True
+        self._checkpoint()
 
     def _plan(self, iteration: int) -> list[PlayTask]:
         view = LeagueView(self.population, self.payoff, self.ratings,
@@ -282,7 +306,8 @@ class League:
             total_matches=self.total_matches, ledger=ledger_mark(self.store),
             config_digest=config_digest(config_to_dict(self.config)), rng=rng_to_json(self.rng),
             population=self.population, payoff=self.payoff.to_json(), ratings=self.ratings.to_json(),
-            learners={pid: learner.state for pid, learner in self.learners.items()})
+            learners={pid: learner.state for pid, learner in self.learners.items()},
+            closing_rated=self.closing_rated)
         write_checkpoint(self.run_dir, state, {pid: learner.impl.state_dict() for pid, learner in self.learners.items()},
                          self._in_flight)
         self._checkpoint_seq = state.ledger.last_seq
@@ -291,6 +316,7 @@ class League:
         """The loop as `state` left it (config, ledger and snapshots were checked against it); any
         damage to the tensors is a one-line RunError."""
         self.iteration, self.next_match_id = state.iteration, state.next_match_id
+        self.closing_rated = state.closing_rated
         self.total_env_steps, self.total_matches = state.total_env_steps, state.total_matches
         self._checkpoint_seq = state.ledger.last_seq
         try:

@@ -63,6 +63,12 @@ class Planner:
         assignments += self._rating_matches(league, rng, ids)
         return Plan(iteration, self._shard(iteration, assignments, league), next(ids))
 
+    def closing(self, iteration: int, first_match_id: int, league: LeagueView, rng: np.random.Generator) -> Plan:
+        """The closing round after the last iteration: only rating matches (scheduled by rating
+        uncertainty, so the snapshots frozen last, which no iteration has rated, play first)."""
+        ids = itertools.count(first_match_id)
+        return Plan(iteration, self._shard(iteration, self._rating_matches(league, rng, ids), league), next(ids))
+
     # ------------------------------------------------------------------------------- training
 
     def _training_matches(self, iteration: int, league: LeagueView, rng: np.random.Generator,
@@ -126,15 +132,15 @@ class Planner:
 
     def _draw_opponents(self, role: RoleConfig, mix: MatchmakingMix | None, candidates: list[str], n: int,
                         league: LeagueView, rng: np.random.Generator) -> list[str]:
-        """n opponents: a `meta_nash` share from the meta-game's Nash mixture, the rest by `mix`."""
+        """n opponents: a `meta_nash` share from the meta-game's meta-strategy, the rest by `mix`."""
         total = role.self_play + role.pfsp + role.uniform + role.meta_nash
         num_nash = int(rng.binomial(n, role.meta_nash / total)) if role.meta_nash > 0 and candidates else 0
         drawn: list[str] = []
         if num_nash:
-            from league.psro import meta_nash_distribution
+            from league.psro import MetaSolver, meta_strategy
 
             members = [league.population[c] for c in candidates]
-            weights = meta_nash_distribution(self.spec, members, self.run_dir)
+            weights = meta_strategy(self.spec, members, self.run_dir, MetaSolver.of(role))
             drawn = [candidates[i] for i in rng.choice(len(candidates), size=num_nash, p=weights).tolist()]
         if n - num_nash > 0:
             drawn += sample_opponents(rng, mix, role.name, candidates, league.payoff, league.ratings, n - num_nash)

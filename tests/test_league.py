@@ -47,6 +47,28 @@ def train(config, run_dir: Path, until: int | None = None) -> None:
         league.close()
 
 
+def test_the_last_snapshots_are_rated_before_the_run_ends_once(tmp_path):
+    run_dir = tmp_path / "run"
+    train(small_config(), run_dir)
+    with Store.open(run_dir, mode="read") as store:
+        members = {p.player_id for p in store.players()}
+        newest = max((p for p in members if p.startswith("main@")), key=lambda p: int(p.split("@")[1]))
+        rated = {r.player_id for r in store.ratings_history()}
+        rows = store.count_matches()
+    from league.rundata import read_run
+
+    frozen_at = {m.player_id: m.iteration for m in read_run(run_dir).members}
+    assert frozen_at[newest] == 4 - 1  # frozen in the last iteration (0-based): no iteration followed it
+    assert newest in rated  # the closing round rated it
+    league = League.resume(run_dir)  # a finished run: resuming plays nothing again
+    try:
+        assert league.run() == []
+    finally:
+        league.close()
+    with Store.open(run_dir, mode="read") as store:
+        assert store.count_matches() == rows
+
+
 def test_two_seeded_serial_runs_are_identical(tmp_path):
     train(small_config(), tmp_path / "a")
     train(small_config(), tmp_path / "b")
