@@ -52,6 +52,11 @@ class NetConfig:
     """'tanh' (CleanRL's default for PPO on vectors) or 'relu'."""
     shared_trunk: bool = False
     """True: actor and critic share the trunk; False: separate trunks (CleanRL's default)."""
+    layer_norm: bool = False
+    """LayerNorm on the MLP trunk's input and after each hidden activation, as MAPPO's MLPBase
+    (Yu et al. 2022, "The Surprising Effectiveness of PPO in Cooperative Multi-Agent Games",
+    `use_feature_normalization`): observations of unequal scales (MPE positions and velocities)
+    need no hand scaling. 'mlp' only."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -79,18 +84,23 @@ def run_sequential(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
             x = torch.tanh(x)
         elif kind is nn.ReLU:
             x = torch.relu(x)
+        elif kind is nn.LayerNorm:
+            x = F.layer_norm(x, layer.normalized_shape, layer._parameters["weight"], layer._parameters["bias"],
+                             layer.eps)
         else:
             x = layer(x)
     return x
 
 
-def _mlp(in_dim: int, hidden: tuple[int, ...], activation: str) -> tuple[nn.Sequential, int]:
+def _mlp(in_dim: int, hidden: tuple[int, ...], activation: str, layer_norm: bool = False) -> tuple[nn.Sequential, int]:
     if activation not in _ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}: use one of {sorted(_ACTIVATIONS)}")
-    layers: list[nn.Module] = []
+    layers: list[nn.Module] = [nn.LayerNorm(in_dim)] if layer_norm else []
     dim = in_dim
     for width in hidden:
         layers += [layer_init(nn.Linear(dim, width)), _ACTIVATIONS[activation]()]
+        if layer_norm:
+            layers.append(nn.LayerNorm(width))
         dim = width
     return nn.Sequential(*layers), dim
 
@@ -103,10 +113,12 @@ class ActorCritic(nn.Module):
         self.spec = spec
         self.config = config
         self.obs_dim = int(np.prod(spec.observation_shape))
+        if config.layer_norm and config.kind != "mlp":
+            raise ValueError(f"layer_norm is for kind 'mlp' nets, not {config.kind!r}")
         if config.kind == "mlp":
-            self.actor_trunk, dim = _mlp(self.obs_dim, config.hidden, config.activation)
+            self.actor_trunk, dim = _mlp(self.obs_dim, config.hidden, config.activation, config.layer_norm)
             self.critic_trunk = (self.actor_trunk if config.shared_trunk
-                                 else _mlp(self.obs_dim, config.hidden, config.activation)[0])
+                                 else _mlp(self.obs_dim, config.hidden, config.activation, config.layer_norm)[0])
         elif config.kind == "conv":
             self.actor_trunk, dim = self._conv_trunk(spec, config)
             self.critic_trunk = self.actor_trunk if config.shared_trunk else self._conv_trunk(spec, config)[0]

@@ -37,8 +37,13 @@ class RoleConfig:
     uniform: float = 0.15
     """Weight of uniform sampling over the role's candidate opponents."""
     meta_nash: float = 0.0
-    """Weight of drawing opponents from the Nash mixture of the population's exact meta-game
+    """Weight of drawing opponents from the meta-strategy of the population's exact meta-game
     (PSRO, Lanctot et al. 2017; small OpenSpiel games only, see league/psro.py)."""
+    meta_solver: Literal["nash", "prd"] = "nash"
+    """PSRO's meta-solver: 'nash' (the meta-game's exact Nash mixture) or 'prd' (projected
+    replicator dynamics, which keeps `prd_exploration` of the weight spread over every member)."""
+    prd_exploration: float = 0.05
+    """PRD's probability floor gamma (Lanctot et al. 2017 §3.2), in [0, 1)."""
     pfsp_weighting: Literal["hard", "var", "linear"] = "hard"
     """PFSP weighting f(P[learner beats B]): hard (1-x)^p, var x(1-x), linear 1-x."""
     pfsp_power: float = 2.0
@@ -49,6 +54,13 @@ class RoleConfig:
     reset_every_snapshots: int = 0
     """Reset the learner to its initial weights after this many of its snapshots (0 = never;
     AlphaStar resets league exploiters so they keep finding new weaknesses)."""
+    snapshot_on_plateau: int = 0
+    """Also freeze the learner once its mean training return has not risen by `plateau_min_gain`
+    for this many iterations (0 = off): a PSRO best response is trained until its gain stops, not
+    for a fixed step count. The mean is an exponential moving average spanning as many iterations;
+    `snapshot_every_steps` stays the cap."""
+    plateau_min_gain: float = 0.0
+    """The rise of the smoothed mean return (in the game's return units) that counts as progress."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -63,6 +75,10 @@ class RoleConfig:
                               f"(its opponents play the other side)")
         if self.reset_every_snapshots < 0:
             raise ConfigError(f"roles.{self.name}.reset_every_snapshots must be >= 0")
+        if not 0.0 <= self.prd_exploration < 1.0:
+            raise ConfigError(f"roles.{self.name}.prd_exploration must be in [0, 1), got {self.prd_exploration}")
+        if self.snapshot_on_plateau < 0 or self.plateau_min_gain < 0:
+            raise ConfigError(f"roles.{self.name}: snapshot_on_plateau and plateau_min_gain must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -239,6 +255,8 @@ class LeagueConfig:
             raise ConfigError("config key 'payoff_decay' must be in (0, 1]")
         if not 0.0 <= self.draw_probability < 1.0:
             raise ConfigError("config key 'draw_probability' must be in [0, 1)")
+        if self.net.layer_norm and self.net.kind != "mlp":
+            raise ConfigError(f"config key 'net.layer_norm' is for net.kind 'mlp', not {self.net.kind!r}")
         if not self.roles:
             raise ConfigError("config key 'roles' needs at least one role")
         names = [r.name for r in self.roles]
@@ -301,13 +319,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # one actor shared by the three agents, a centralised critic on the env's global state; the
     # settings of benchmarks/mappo_spread.py's stand-alone trainer (the paper's MPE defaults with
     # gamma 0.95 and 128 games per update in 2 minibatches, tuned there for a ~400k-step budget).
-    # The league's actor is the plain actor-critic MLP (no LayerNorm): at 400k steps (125
-    # iterations) it closed 0.49-0.53 of the random-to-scripted gap on seeds 0-3, at ~560k steps
-    # (171-176 iterations, the 10-minute budget on a loaded machine) 0.56 and 0.61 on seeds 0-1.
+    # The actor has LayerNorm on its input and hidden layers, as the authors' MLPBase: without it
+    # (the plain MLP) 180 iterations closed 0.56 and 0.61 of the random-to-scripted gap (seeds 0-1),
+    # with it 0.70 / 0.64 / 0.66 (seeds 0, 1 and the untuned 4), each in ~6 minutes.
     "simple_spread": {
         "game": "pz:mpe2.simple_spread_v3", "learner": "mappo", "iterations": 180, "matches_per_iteration": 128,
         "num_envs": 128, "snapshot_every_steps": 100_000, "anchors": [], "rating_share": 0.0,
-        "net": {"hidden": [64, 64], "activation": "relu"},
+        "net": {"hidden": [64, 64], "activation": "relu", "layer_norm": True},
         "ppo": {"learning_rate": 7e-4, "anneal_lr": False, "adam_eps": 1e-5, "gamma": 0.95, "gae_lambda": 0.95,
                 "num_minibatches": 2, "update_epochs": 10, "ent_coef": 0.01, "max_grad_norm": 10.0},
         "roles": [{"name": "main", "kind": "main", "self_play": 1.0, "pfsp": 0.0, "uniform": 0.0}],
@@ -385,6 +403,24 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "num_minibatches": 4, "update_epochs": 4, "ent_coef": 0.05},
         "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 0.0,
                    "meta_nash": 1.0, "reset_every_snapshots": 1}],
+    },
+    # The same PSRO recipe on Leduc poker (6 cards, two betting rounds, 936 information states; the
+    # OpenSpiel adapter's default information-state tensor gives perfect recall), with the choices
+    # measured on Leduc (docs/league.md, 240-300 s of seed 0): the PRD meta-solver (0.52 at 300 s;
+    # the exact Nash mixture 0.55-0.63, its support jumps and stalls on one member); best responses
+    # of 30k own decisions from fresh weights (15k: 0.70 at 240 s; a briefly trained, still
+    # stochastic response is a smoothed one, while responses trained to a plateau became
+    # near-deterministic, exploitable 1.1-3.0 each, and the population moved slower; continuing one
+    # learner instead of resetting it: 0.69-0.90).
+    "leduc_poker": {
+        "game": "spiel:leduc_poker", "iterations": 3000, "matches_per_iteration": 512, "num_envs": 512,
+        "snapshot_every_steps": 30_000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.02,
+        "anchors": ["random"], "max_opponents_per_iteration": 1000, "draw_probability": 0.0,
+        "net": {"kind": "mlp", "hidden": [128, 128], "activation": "relu"},
+        "ppo": {"learning_rate": 1e-2, "anneal_lr": False, "gamma": 1.0, "gae_lambda": 0.5,
+                "num_minibatches": 4, "update_epochs": 4, "ent_coef": 0.05},
+        "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 0.0,
+                   "meta_nash": 1.0, "meta_solver": "prd", "reset_every_snapshots": 1}],
     },
     # Pretrained LMs (docs/llm.md): SmolLM2-135M-Instruct with rank-8 LoRA adapters plays through
     # the game's text view; turn-level PPO with role baselines (RAE) and KL to the base. A turn is

@@ -72,9 +72,12 @@ def test_single_legal_action_is_always_taken_with_log_prob_zero():
     np.testing.assert_allclose(out.log_probs, 0.0, atol=1e-6)
 
 
+@pytest.mark.parametrize("layer_norm", [False, True])
 @pytest.mark.parametrize("greedy", [False, True])
-def test_log_probs_are_log_softmax_over_legal_actions(greedy):
-    net, rng = _net(SPEC), np.random.default_rng(3)
+def test_log_probs_are_log_softmax_over_legal_actions(greedy, layer_norm):
+    net, rng = _net(SPEC, NetConfig(hidden=(32, 32), layer_norm=layer_norm)), np.random.default_rng(3)
+    if layer_norm:  # LayerNorm on the input and after each hidden activation (MAPPO's MLPBase)
+        assert sum(isinstance(m, torch.nn.LayerNorm) for m in net.actor_trunk) == 3
     batch = _batch(SPEC, 1000, rng)
     out = TorchPolicy(net).act(batch, rng, greedy=greedy)
     reference = _reference_log_softmax(net, batch)
