@@ -17,7 +17,7 @@ from agents.exploitability import exploitability
 from games.core import GameSpec
 from league.config import LeagueConfig
 from league.population import Member, with_absolute_paths
-from league.psro import league_output_policy, member_table, payoff_cache
+from league.psro import MetaSolver, league_output_policy, member_table, payoff_cache
 
 Hook = Callable[..., dict[str, float]]
 
@@ -29,16 +29,18 @@ def league_hooks(config: LeagueConfig) -> list[Hook]:
         return []
 
     def psro_exploitability(league) -> dict[str, float]:
-        return exploitability_metrics(league.spec, league.population.frozen(), league.run_dir, role=psro_role.name)
+        return exploitability_metrics(league.spec, league.population.frozen(), league.run_dir, role=psro_role.name,
+                                      solver=MetaSolver.of(psro_role))
 
     return [psro_exploitability]
 
 
 def exploitability_metrics(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathLike,
-                           role: str = "main") -> dict[str, float]:
-    """``eval/exploitability`` of the output policy (the meta-Nash mixture of `members`) and
-    ``eval/main_exploitability`` of `role`'s newest snapshot. They change only when a snapshot joins."""
-    metrics = {"eval/exploitability": exploitability(spec.id, league_output_policy(spec, members, run_dir))}
+                           role: str = "main", solver: MetaSolver = MetaSolver()) -> dict[str, float]:
+    """``eval/exploitability`` of the output policy (the `solver`'s meta-strategy over `members`)
+    and ``eval/main_exploitability`` of `role`'s newest snapshot. They change only when a snapshot joins."""
+    policy = league_output_policy(spec, members, run_dir, solver=solver)
+    metrics = {"eval/exploitability": exploitability(spec.id, policy)}
     newest = next((m for m in reversed(members) if m.kind == "snapshot" and m.role == role), None)
     if newest is not None:
         table = member_table(spec, with_absolute_paths([newest], run_dir)[0], payoff_cache(spec.id, run_dir))
@@ -48,10 +50,14 @@ def exploitability_metrics(spec: GameSpec, members: Sequence[Member], run_dir: s
 
 def output_exploitability(run_dir: str | os.PathLike) -> float:
     """Exploitability (NashConv / 2) of the output policy of a run's population at its latest
-    checkpoint: the meta-Nash mixture of all its frozen members (read-only: safe while it trains)."""
+    checkpoint: its PSRO role's meta-strategy over all its frozen members (read-only: safe while it trains)."""
+    from league.config import config_from_dict
     from league.rundata import read_run
     from games.registry import spec as game_spec
 
     run = read_run(Path(run_dir).resolve())  # member paths come back absolute, not cwd-relative
     spec = game_spec(run.game_id)
-    return exploitability(spec.id, league_output_policy(spec, run.frozen(), run.run_dir, save_cache=False))
+    psro_role = next((role for role in config_from_dict(run.config).roles if role.meta_nash > 0), None)
+    solver = MetaSolver.of(psro_role) if psro_role is not None else MetaSolver()
+    return exploitability(spec.id, league_output_policy(spec, run.frozen(), run.run_dir, save_cache=False,
+                                                        solver=solver))

@@ -57,6 +57,11 @@ class Learner:
         wins, draws, games = self.state.window
         self.state = self.state.replace(window=(wins + (score == 1.0), draws + (score == 0.5), games + 1))
 
+    def count_return(self, episode_return: float) -> None:
+        """Its return in one training game against the pool (the plateau rule's signal)."""
+        total, games = self.state.returns
+        self.state = self.state.replace(returns=(total + episode_return, games + 1))
+
 
 @dataclass(frozen=True)
 class LearnReport:
@@ -137,9 +142,36 @@ def learn(learners: Mapping[str, Learner], results: list[PlayResult], max_policy
     return LearnReport(losses, float(np.mean(lags)) if lags else 0.0, dropped_total)
 
 
+def track_gain(learner: Learner) -> None:
+    """Fold this iteration's mean training return into the plateau rule's state and start a new
+    iteration's sums. Smoothed by an exponential moving average spanning `snapshot_on_plateau`
+    iterations (weight 2 / (span + 1)); a new best must beat the old one by `plateau_min_gain`."""
+    total, games = learner.state.returns
+    span = learner.role.snapshot_on_plateau
+    if not span or not games:
+        learner.state = learner.state.replace(returns=(0.0, 0.0))
+        return
+    mean = total / games
+    if learner.state.gain is None:
+        gain = (mean, mean, 0)
+    else:
+        smoothed, best, stale = learner.state.gain
+        smoothed += 2.0 / (span + 1) * (mean - smoothed)
+        gain = (smoothed, smoothed, 0) if smoothed > best + learner.role.plateau_min_gain else (smoothed, best, stale + 1)
+    learner.state = learner.state.replace(returns=(0.0, 0.0), gain=gain)
+
+
+def plateaued(learner: Learner) -> bool:
+    """The learner's smoothed training return has not made a new best for `snapshot_on_plateau` iterations."""
+    span = learner.role.snapshot_on_plateau
+    return bool(span) and learner.state.gain is not None and learner.state.gain[2] >= span
+
+
 def due_for_snapshot(learner: Learner, config: LeagueConfig) -> bool:
-    """The one freezing rule (matchmaking.snapshot_due) with this league's thresholds."""
+    """The one freezing rule (matchmaking.snapshot_due) with this league's thresholds, or a plateau."""
     s = learner.state
+    if plateaued(learner):
+        return True
     wins, draws, games = s.window
     threshold = config.snapshot_win_rate_lcb if config.snapshot_win_rate_lcb > 0 and games >= MIN_WINDOW_GAMES else None
     return snapshot_due(s.steps - s.steps_at_snapshot, config.snapshot_every_steps, wins, draws, games, threshold)
@@ -155,7 +187,7 @@ def freeze(learner: Learner, run_dir: Path, iteration: int, parent_snapshot_id: 
     member = Member(player_id, "snapshot", learner.role.name, snapshot_path=str(directory.relative_to(run_dir)),
                     snapshot_id=ref.snapshot_id, parent=s.last_snapshot, iteration=iteration, steps=s.steps)
     learner.state = s.replace(snapshots=s.snapshots + 1, last_snapshot=player_id, steps_at_snapshot=s.steps,
-                              window=(0.0, 0.0, 0.0))
+                              window=(0.0, 0.0, 0.0), gain=None)
     return member
 
 

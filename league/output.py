@@ -1,7 +1,7 @@
 """The league's output policy, written as a mixture checkpoint at every population change.
 
 What a league "returns" depends on its recipe: for PSRO (a role with `meta_nash` weight) it is the
-meta-Nash mixture over the whole frozen population (Lanctot et al. 2017: the meta-strategy, not
+meta-strategy (the role's meta-solver's mixture: meta-Nash or PRD) over the whole frozen population (Lanctot et al. 2017: the meta-strategy, not
 the last best response, is the approximate equilibrium); for every other recipe it is the main
 agent, the newest snapshot of the first `main` role (AlphaStar's main agents are what it ships).
 Either way ``<run>/output_policy/mixture.json`` (agents/mixture.py) names it, with paths into the
@@ -25,12 +25,14 @@ def output_mixture(spec: GameSpec, config: LeagueConfig, population: Population,
     """The run's output policy now (None before the main role's first snapshot)."""
     psro_role = next((role for role in config.roles if role.meta_nash > 0), None)
     if psro_role is not None:
-        from league.psro import meta_game
+        from league.psro import MetaSolver, meta_game
 
         frozen = population.frozen()
-        nash = meta_game(spec, frozen, run_dir).nash
-        support = [(member, float(weight)) for member, weight in zip(frozen, nash) if weight > 0]
-        source = "meta-Nash of the exact PSRO meta-game over the frozen population"
+        solver = MetaSolver.of(psro_role)
+        strategy = meta_game(spec, frozen, run_dir, solver=solver).strategy
+        support = [(member, float(weight)) for member, weight in zip(frozen, strategy) if weight > 0]
+        source = (f"{'meta-Nash' if solver.kind == 'nash' else 'PRD meta-strategy'} of the exact PSRO meta-game "
+                  f"over the frozen population")
     else:
         main = next((role for role in config.roles if role.kind == "main"), config.roles[0])
         snapshots = population.snapshots(main.name)

@@ -4,7 +4,7 @@ Policy-Space Response Oracles (Lanctot et al. 2017, "A unified game-theoretic ap
 multiagent reinforcement learning", Algorithm 1) grows a population of policies: each new policy
 is a best response to the Nash mixture of the meta-game, the normal-form game whose pure strategies
 are the population's members. A Ludus league does this when a role has `meta_nash` weight: the
-manager draws that role's training opponents from `meta_nash_distribution`, and each snapshot of
+manager draws that role's training opponents from `meta_strategy`, and each snapshot of
 the learner is one PSRO iteration's (approximate, PPO-trained) best response.
 
 The meta-game here is exact, not empirical: entry (i, j) is the expected return of member i
@@ -19,6 +19,11 @@ is symmetrised over seat orders,
 where u_p(a, b) is seat p's expected return with a on seat 0 and b on seat 1. A is antisymmetric,
 and its maximin mixture (`agents.exploitability.nash_mixture`, the zero-sum LP) is a symmetric Nash
 equilibrium of the meta-game.
+
+That exact Nash mixture is one meta-solver; projected replicator dynamics (PRD, the paper's other
+solver, `agents.exploitability.projected_replicator_dynamics`) is the other (a role's
+`meta_solver`). The chosen solver's mixture is the meta-strategy: training opponents are drawn from
+it and it is the output policy.
 
 The league's output is that mixture played as one policy: "draw member k with probability x_k,
 then play it for the whole game", aggregated into a single behaviour policy by reach-weighting
@@ -39,7 +44,7 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 
@@ -69,6 +74,24 @@ class MetaGame:
     """[N] maximin mixture of `payoff` (a symmetric Nash equilibrium of the meta-game)."""
     value: float
     """The mixture's worst-case payoff against any member (0 up to LP tolerance: A is antisymmetric)."""
+    strategy: np.ndarray
+    """[N] the meta-solver's mixture: the meta-strategy that training opponents are drawn from and
+    that the output policy plays (equal to `nash` for the 'nash' solver)."""
+
+
+@dataclass(frozen=True)
+class MetaSolver:
+    """How PSRO turns the meta-game into its meta-strategy (a role's `meta_solver` keys)."""
+
+    kind: Literal["nash", "prd"] = "nash"
+    """'nash': the exact maximin mixture (LP); 'prd': projected replicator dynamics."""
+    exploration: float = 0.05
+    """PRD's gamma: the probability floor, spread over the members."""
+
+    @classmethod
+    def of(cls, role) -> "MetaSolver":
+        """The solver a `league.config.RoleConfig` asks for."""
+        return cls(role.meta_solver, role.prd_exploration)
 
 
 def member_key(member: Member) -> str:
@@ -94,6 +117,8 @@ class PayoffCache:
         self.returns: dict[tuple[str, str], tuple[float, float]] = {}
         self.tables: dict[str, object] = {}
         """Tabular policies (open_spiel TabularPolicy) by member key, built on first use."""
+        self.strategies: dict[tuple, np.ndarray] = {}
+        """PRD mixtures by (member keys, solver): the integration takes ~0.1 s, the LP ~1 ms."""
         self.computed = 0
         """policy_value evaluations done by this process (cache misses)."""
         if path is not None and path.is_file():
@@ -178,8 +203,8 @@ def _seat_returns(spec: GameSpec, first, second) -> tuple[float, float]:
 
 
 def meta_game(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathLike | None,
-              save_cache: bool = True) -> MetaGame:
-    """The exact symmetrised payoff matrix of `members` and its Nash mixture.
+              save_cache: bool = True, solver: MetaSolver = MetaSolver()) -> MetaGame:
+    """The exact symmetrised payoff matrix of `members`, its Nash mixture and the solver's mixture.
 
     Args:
         spec: a two-player zero-sum ``spiel:`` game.
@@ -187,8 +212,9 @@ def meta_game(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathL
         run_dir: the run directory whose cache to use (None: a throwaway cache).
         save_cache: write new entries to ``<run_dir>/psro_cache.json``; readers of a run that
             another process writes pass False (only the manager writes to a run directory).
+        solver: the meta-solver whose mixture is `MetaGame.strategy`.
     """
-    from agents.exploitability import nash_mixture
+    from agents.exploitability import nash_mixture, projected_replicator_dynamics
 
     _check_game(spec)
     if not members:
@@ -216,23 +242,29 @@ def meta_game(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathL
             if a != b:  # a policy against itself scores the game's value sum over seats: exactly 0 here
                 payoff[i, j] = 0.5 * (cache.returns[(a, b)][0] + cache.returns[(b, a)][1]) - offset
     nash, value = nash_mixture(payoff)
-    return MetaGame(tuple(m.player_id for m in members), payoff, nash, value)
+    strategy = nash
+    if solver.kind == "prd":
+        memo = (tuple(keys), solver)
+        strategy = cache.strategies.get(memo)
+        if strategy is None:
+            strategy = cache.strategies[memo] = projected_replicator_dynamics(payoff, solver.exploration)
+    return MetaGame(tuple(m.player_id for m in members), payoff, nash, value, strategy)
 
 
-def meta_nash_distribution(spec: GameSpec, members: list[Member], run_dir: Path) -> np.ndarray:
-    """PSRO's meta-strategy: Nash probabilities over `members`, in order (see `meta_game`)."""
-    return meta_game(spec, members, run_dir).nash
+def meta_strategy(spec: GameSpec, members: list[Member], run_dir: Path, solver: MetaSolver = MetaSolver()) -> np.ndarray:
+    """PSRO's meta-strategy: the solver's probabilities over `members`, in order (see `meta_game`)."""
+    return meta_game(spec, members, run_dir, solver=solver).strategy
 
 
 def league_output_policy(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathLike | None,
-                         save_cache: bool = True):
-    """The league's output policy: the meta-Nash mixture of `members` aggregated reach-weighted
-    into one OpenSpiel TabularPolicy (`agents.exploitability.aggregate_mixture`)."""
+                         save_cache: bool = True, solver: MetaSolver = MetaSolver()):
+    """The league's output policy: the meta-strategy over `members` aggregated reach-weighted into
+    one OpenSpiel TabularPolicy (`agents.exploitability.aggregate_mixture`)."""
     from agents.exploitability import aggregate_mixture
 
-    game = meta_game(spec, members, run_dir, save_cache)
+    game = meta_game(spec, members, run_dir, save_cache, solver)
     cache = payoff_cache(spec.id, run_dir)
-    support = [i for i, w in enumerate(game.nash) if w > 0]
+    support = [i for i, w in enumerate(game.strategy) if w > 0]
     resolved = with_absolute_paths(members, run_dir) if run_dir is not None else list(members)
     tables = [member_table(spec, resolved[i], cache) for i in support]
-    return aggregate_mixture(spec.id, tables, [float(game.nash[i]) for i in support])
+    return aggregate_mixture(spec.id, tables, [float(game.strategy[i]) for i in support])

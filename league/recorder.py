@@ -144,5 +144,7 @@ class Recorder:
                 score = 1.0 if s.outcome > o.outcome else 0.5 if s.outcome == o.outcome else 0.0
                 pairs.append((s.player_id, o.player_id, score))
                 learner.count_game(score)
+            if any(o != s.player_id for o in opponents):
+                learner.count_return(s.episode_return)
             break  # one row per match for the learner (its other seats are the same team)
         return pairs

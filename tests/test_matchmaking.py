@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -240,3 +241,40 @@ def test_snapshot_due():
     assert snapshot_due(5, None, 17, 2, 20, 0.65)
     assert not snapshot_due(5, None, 0, 0, 0, 0.1)  # no games, no evidence
     assert not snapshot_due(10**9, None, 20, 0, 20, None)
+
+
+def test_best_responses_freeze_when_their_gain_stops():
+    """The plateau rule (league.learning.track_gain): an exponential moving average of the mean
+    training return spanning `snapshot_on_plateau` iterations; frozen after that many iterations
+    without a new best by `plateau_min_gain`; the state survives JSON and restarts at a snapshot."""
+    from league.checkpoint import LearnerState
+    from league.config import LeagueConfig, RoleConfig
+    from league.learning import Learner, due_for_snapshot, plateaued, track_gain
+
+    role = RoleConfig(meta_nash=1.0, self_play=0, pfsp=0, uniform=0, snapshot_on_plateau=3, plateau_min_gain=0.1)
+    config = LeagueConfig(snapshot_every_steps=10**9, snapshot_win_rate_lcb=0.0, roles=(role,))
+    learner = Learner(role, None, LearnerState())
+
+    def iteration(*returns: float) -> None:
+        for r in returns:
+            learner.count_return(r)
+        track_gain(learner)
+
+    iteration(-1.0, -1.0)
+    assert learner.state.gain == (-1.0, -1.0, 0) and learner.state.returns == (0.0, 0.0)
+    iteration(1.0)  # smoothed: -1 + 0.5 * (1 - -1) = 0: a new best
+    assert learner.state.gain == (0.0, 0.0, 0)
+    iteration(0.1)  # 0.05: not 0.1 better
+    iteration(0.1)
+    assert learner.state.gain[2] == 2 and not plateaued(learner) and not due_for_snapshot(learner, config)
+    assert LearnerState.from_json(json.loads(json.dumps(learner.state.to_json()))) == learner.state
+    track_gain(learner)  # an iteration without training games changes nothing
+    assert learner.state.gain[2] == 2
+    iteration(0.1)
+    assert plateaued(learner) and due_for_snapshot(learner, config)
+    # Off by default: the same returns never plateau.
+    off = Learner(RoleConfig(), None, LearnerState())
+    for _ in range(10):
+        off.count_return(0.0)
+        track_gain(off)
+    assert off.state.gain is None and not plateaued(off)

@@ -11,15 +11,15 @@ import torch
 
 from agents.nets import ActorCritic, NetConfig
 from agents.policy import RandomPolicy
-from agents.exploitability import exploitability, nash_mixture
+from agents.exploitability import exploitability, nash_mixture, projected_replicator_dynamics
 from agents.snapshot import Lineage, save_snapshot
 from evaluation.league_hooks import output_exploitability
 from games.registry import spec as game_spec
 from league.api import League, load_config
 from league.ledger import Store
 from league.population import Member
-from league.psro import (CACHE_FILE, PSROError, clear_payoff_caches, league_output_policy, meta_game,
-                         meta_nash_distribution, payoff_cache)
+from league.psro import (CACHE_FILE, MetaSolver, PSROError, clear_payoff_caches, league_output_policy, meta_game,
+                         meta_strategy, payoff_cache)
 
 KUHN = "spiel:kuhn_poker"
 UNIFORM_EXPLOITABILITY = 11 / 24
@@ -103,6 +103,33 @@ def test_nash_of_literal_matrices():
     np.testing.assert_allclose(x, [1 / 4, 1 / 4, 1 / 2], atol=1e-9)
 
 
+def test_prd_of_literal_matrices():
+    rock_paper_scissors = np.array([[0, -1, 1], [1, 0, -1], [-1, 1, 0]], dtype=float)
+    np.testing.assert_allclose(projected_replicator_dynamics(rock_paper_scissors, 0.05), [1 / 3] * 3, atol=1e-3)
+    # Biased RPS: the replicator's time average approaches the Nash mixture (1/4, 1/4, 1/2).
+    biased = np.array([[0, -2, 1], [2, 0, -1], [-1, 1, 0]], dtype=float)
+    np.testing.assert_allclose(projected_replicator_dynamics(biased, 0.01), [1 / 4, 1 / 4, 1 / 2], atol=0.02)
+    # A dominant strategy takes everything but the exploration floor gamma / n of the others.
+    dominant = np.array([[0, 1, 1], [-1, 0, 0], [-1, 0, 0]], dtype=float)
+    x = projected_replicator_dynamics(dominant, 0.3)
+    np.testing.assert_allclose(x, [0.8, 0.1, 0.1], atol=1e-3)
+    with pytest.raises(Exception, match="exploration"):
+        projected_replicator_dynamics(dominant, 1.0)
+
+
+def test_prd_meta_strategy_keeps_weight_where_the_lp_is_sparse(players, tmp_path):
+    spec = game_spec(KUHN)
+    members = [players["random"], players["bet"], players["pass"]]
+    game = meta_game(spec, members, tmp_path, solver=MetaSolver("prd", 0.3))
+    np.testing.assert_allclose(game.nash, [0.0, 1.0, 0.0], atol=1e-9)  # always-bet dominates here
+    assert np.all(game.strategy >= 0.1 - 1e-12) and game.strategy[1] == pytest.approx(0.8, abs=1e-3)
+    np.testing.assert_array_equal(meta_strategy(spec, members, tmp_path, MetaSolver("prd", 0.3)), game.strategy)
+    # The output policy plays the solver's mixture, not the LP's.
+    prd = exploitability(KUHN, league_output_policy(spec, members, tmp_path, solver=MetaSolver("prd", 0.3)))
+    nash = exploitability(KUHN, league_output_policy(spec, members, tmp_path))
+    assert prd != pytest.approx(nash, abs=1e-3)
+
+
 def test_cache_computes_each_pair_once_and_survives_a_restart(players, tmp_path):
     spec = game_spec(KUHN)
     first = [players[k] for k in ("random", "uniform", "bet")]
@@ -133,7 +160,7 @@ def test_relative_snapshot_paths_resolve_against_the_run_dir(players, tmp_path):
     spec = game_spec(KUHN)
     bet = players["bet"]
     relative = Member(bet.player_id, "snapshot", "test", snapshot_path="bet", snapshot_id=bet.snapshot_id)
-    weights = meta_nash_distribution(spec, [players["random"], relative], tmp_path)
+    weights = meta_strategy(spec, [players["random"], relative], tmp_path)
     np.testing.assert_allclose(weights, [0, 1], atol=1e-9)
 
 
@@ -200,6 +227,29 @@ def test_kuhn_poker_preset_league_runs_and_resumes_exactly(tmp_path):
     finally:
         league.close()
     assert _ledger(tmp_path / "split") == full
+
+
+def test_leduc_poker_preset_scores_its_prd_output_policy(tmp_path):
+    """The Leduc preset (PRD meta-solver): the output checkpoint is the PRD mixture, and
+    `ludus evaluate` scores it exactly as the league's metric."""
+    from evaluation.league_hooks import league_hooks
+    from agents.mixture import read_mixture
+
+    config = load_config("leduc_poker", SMALL)
+    assert config.roles[0].meta_solver == "prd"
+    league = League.create(config, tmp_path / "run")
+    league.on_population_change.extend(league_hooks(config))
+    try:
+        league.run()
+        frozen = league.population.frozen()
+    finally:
+        league.close()
+    mixture = read_mixture(tmp_path / "run" / "output_policy")
+    assert "PRD" in mixture.source and len(mixture.components) == len(frozen)  # PRD weighs every member
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = [m["eval/exploitability"] for m in metrics if "eval/exploitability" in m][-1]
+    clear_payoff_caches()
+    assert output_exploitability(tmp_path / "run") == logged
 
 
 @pytest.mark.slow
