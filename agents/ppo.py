@@ -115,10 +115,46 @@ class PPOStats:
     """Mean of (learner version - policy_version) over the batch: how stale the data was."""
 
 
+@dataclass(frozen=True)
+class DataShard:
+    """This process's part of a data-parallel update: it holds rows `offset .. offset + len(batch)`
+    of a global batch of `total` rows split over `world_size` ranks (DeepSpeed averages their
+    gradients)."""
+
+    rank: int
+    world_size: int
+    offset: int
+    total: int
+
+
 def _minibatches(indices: torch.Tensor, config: PPOConfig) -> tuple[torch.Tensor, ...]:
     if config.minibatch_size is not None:
         return torch.split(indices, config.minibatch_size)
     return torch.tensor_split(indices, min(config.num_minibatches, len(indices)))
+
+
+def _minibatch_moments(x: torch.Tensor, rows: int, distributed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (unbiased) std of a minibatch's advantages; across every rank's rows when distributed."""
+    if not distributed:
+        return x.mean(), x.std()
+    import torch.distributed as dist
+
+    sums = torch.stack([x.sum(), (x * x).sum()]).double()
+    dist.all_reduce(sums)
+    mean = sums[0] / rows
+    variance = (sums[1] - rows * mean * mean) / max(rows - 1, 1)
+    return mean.to(x.dtype), variance.clamp(min=0.0).sqrt().to(x.dtype)
+
+
+def _global_kl(approx_kl: torch.Tensor, rows: int, shard: DataShard | None) -> float:
+    """The last minibatch's approximate KL (every rank's rows when distributed: all stop together)."""
+    if shard is None:
+        return float(approx_kl)
+    import torch.distributed as dist
+
+    weighted = torch.tensor([float(approx_kl) * rows, float(rows)], dtype=torch.float64)
+    dist.all_reduce(weighted)
+    return float(weighted[0] / max(weighted[1], 1.0))
 
 
 class PPOLearner:
@@ -138,7 +174,13 @@ class PPOLearner:
     def set_learning_rate(self, learning_rate: float) -> None:
         self.backend.set_learning_rate(learning_rate)
 
-    def update(self, batch: RolloutBatch) -> PPOStats:
+    def update(self, batch: RolloutBatch, shard: DataShard | None = None) -> PPOStats:
+        """One PPO update on `batch`. With `shard`, this process holds one rank's rows of a global
+        batch: every rank draws the same permutation of the global rows, takes its own rows of each
+        global minibatch, normalises advantages with the minibatch's global mean and std, and
+        scales its loss by (world size x its rows / the minibatch's rows), so the ranks' averaged
+        gradient is the gradient of the whole minibatch's mean loss: N ranks with 1/N of the rows
+        each take the update one process takes on all of them."""
         config = self.config
         b_obs = torch.from_numpy(batch.obs)
         b_mask = torch.from_numpy(batch.mask)
@@ -151,31 +193,45 @@ class PPOLearner:
         if batch_size == 0:
             raise ValueError("PPO update on an empty batch: collect at least one closed transition first")
         mean_policy_lag = float(np.mean(self.updates - batch.policy_version))
+        total = batch_size if shard is None else shard.total
 
         means = StatMeans()
         minibatch_steps, epochs = 0, 0
         value_clip = config.clip_coef if config.clip_vloss else None
+        kl, kl_rows = torch.tensor(0.0), 0
         for _ in range(config.update_epochs):
             epochs += 1
-            b_inds = torch.randperm(batch_size, generator=self.generator)
-            for mb_inds in _minibatches(b_inds, config):
+            b_inds = torch.randperm(total, generator=self.generator)
+            for global_inds in _minibatches(b_inds, config):
+                mb_inds, scale = global_inds, 1.0
+                if shard is not None:
+                    own = (global_inds >= shard.offset) & (global_inds < shard.offset + batch_size)
+                    mb_inds = global_inds[own] - shard.offset
+                    scale = shard.world_size * len(mb_inds) / len(global_inds)
+                mb_advantages = b_advantages[mb_inds]
+                if config.norm_adv and len(global_inds) > 1:
+                    mean, std = _minibatch_moments(mb_advantages, len(global_inds), shard is not None)
+                    mb_advantages = (mb_advantages - mean) / (std + 1e-8)
+                if len(mb_inds) == 0:  # none of this minibatch's rows are here: a zero gradient
+                    self.backend.step(sum(p.sum() * 0.0 for p in self.net.parameters()))
+                    minibatch_steps += 1
+                    kl_rows = 0
+                    continue
                 logits, newvalue = self.net(b_obs[mb_inds], b_mask[mb_inds])
                 # Masked logits carry -1e9 on illegal actions: their probability is exactly 0, so
                 # the log-prob and the entropy are over legal actions only.
                 log_pi = torch.log_softmax(logits, dim=-1)
                 newlogprob = log_pi.gather(1, b_actions[mb_inds].unsqueeze(1)).squeeze(1)
-                mb_advantages = b_advantages[mb_inds]
-                if config.norm_adv and len(mb_inds) > 1:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
                 # The ratio's denominator is the stored log-prob of the policy that acted, however
                 # many versions ago; the value loss is clipped around the behaviour value (ppo2).
                 terms = ppo_terms(newlogprob, b_logprobs[mb_inds], mb_advantages, categorical_entropy(log_pi),
                                   newvalue, b_values[mb_inds], b_returns[mb_inds], config.clip_coef, value_clip)
-                grad_norm = self.backend.step(terms.total(config.vf_coef, config.ent_coef))
+                grad_norm = self.backend.step(scale * terms.total(config.vf_coef, config.ent_coef))
                 minibatch_steps += 1
                 means.add({**terms.stats(), "grad_norm": grad_norm})
+                kl, kl_rows = terms.approx_kl, len(mb_inds)
 
-            if config.target_kl is not None and terms.approx_kl.item() > config.target_kl:
+            if config.target_kl is not None and _global_kl(kl, kl_rows, shard) > config.target_kl:
                 break
 
         self.updates += 1

@@ -294,3 +294,19 @@ def test_lm_league_trains_on_deepspeed_and_resumes_exactly(tiny_bases, tmp_path)
     resumed.close()
     rows, snapshots = run_fingerprint(tmp_path / "whole")
     assert len(snapshots) > 1 and (rows, snapshots) == run_fingerprint(tmp_path / "half")
+
+
+# ------------------------------------------------------------------------------ data-parallel ranks
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_two_ranks_with_half_the_batch_take_the_one_rank_update(stage):
+    """Two DeepSpeed ranks (processes, gloo on loopback), each holding half of every batch, end two
+    PPO updates (4 minibatch steps each) with the weights one rank reaches on the whole batches."""
+    from agents.data_parallel import max_difference, run_ranks
+
+    settings = dict(zero_stage=stage, rows=256, minibatch=64, epochs=2, updates=2)
+    two, one = run_ranks(2, **settings), run_ranks(1, **settings)
+    assert max_difference(two, one) <= 1e-5
+    half = run_ranks(1, **{**settings, "rows": 128})  # one rank on half the rows is another update
+    assert max_difference(half, one) > 1e-3
