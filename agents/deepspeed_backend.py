@@ -65,8 +65,18 @@ class LearnerBackendConfig:
     train_micro_batch_size: int | None = None
     """DeepSpeed's micro batch size; it must equal the learner's minibatch size (each minibatch is
     one optimizer step); None takes the learner's."""
+    ranks: int = 1
+    """Data-parallel ranks of each learner: the league's process is rank 0 and starts ranks - 1
+    helper processes on this machine (gloo; league/ranks.py); each rank trains on 1/ranks of
+    every batch and they take the update one rank would take on all of it (agents/ppo.py
+    `DataShard`). With ZeRO 1-2 the optimizer state (and gradients) are split among them."""
 
     def __post_init__(self) -> None:
+        if self.ranks < 1:
+            raise LearnerBackendError(f"learner_backend.ranks must be >= 1, got {self.ranks}")
+        if self.ranks > 1 and self.backend != "deepspeed":
+            raise LearnerBackendError("learner_backend.ranks > 1 needs learner_backend.backend=deepspeed (the ranks are "
+                                      "DeepSpeed's data-parallel processes)")
         if self.backend not in ("torch", "deepspeed"):
             raise LearnerBackendError(f"learner_backend.backend must be 'torch' or 'deepspeed', got {self.backend!r}")
         if self.backend == "torch":

@@ -271,6 +271,9 @@ class LeagueConfig:
                 micro_batch_size(self.learner_backend, self.ppo.minibatch_size)  # fixed-size minibatches agree
             else:
                 text_micro_batch_size(self.learner_backend, self.text_lm.ppo.micro_batch_size)
+            if self.learner_backend.ranks > 1 and self.learner != "ppo":
+                raise ConfigError(f"learner_backend.ranks > 1 trains learner 'ppo' on data-parallel ranks, not "
+                                  f"{self.learner!r}; set learner_backend.ranks=1")
         if self.learner == "text_ppo":
             from games.text import TEXT_VIEWS, has_text_view
 

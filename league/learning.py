@@ -73,8 +73,10 @@ class LearnReport:
     """Rows older than `max_policy_lag`, not trained on."""
 
 
-def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: int, init_seed: int) -> LeagueLearner:
-    """The learner of role `role_index` that `config.learner` names (a validated Literal)."""
+def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: int, init_seed: int,
+                 ranks=None) -> LeagueLearner:
+    """The learner of role `role_index` that `config.learner` names (a validated Literal); with
+    `ranks` (a `league.ranks.RankGroup`), on data-parallel ranks: this process and the group's."""
     if config.learner == "text_ppo":
         from league.text_lm import TextLMLeagueLearner
 
@@ -95,6 +97,11 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
             return make_update_backend(net, config.ppo, config.learner_backend)
 
         backend_factory = deepspeed_backend
+    if ranks is not None:
+        from league.ranks import RankedLearner
+
+        return RankedLearner(ranks, role_index, seed, init_seed, lambda: PPOLeagueLearner(
+            spec, config.net, config.ppo, seed, init_seed, backend_factory))
     return PPOLeagueLearner(spec, config.net, config.ppo, seed, init_seed, backend_factory)
 
 
@@ -131,7 +138,7 @@ def learn(learners: Mapping[str, Learner], results: list[PlayResult], max_policy
         keep = lag <= max_policy_lag
         dropped = int((~keep).sum())
         if dropped:
-            batch = _select(batch, keep)
+            batch = select_rows(batch, keep)
             dropped_total += dropped
             learner.state = learner.state.replace(dropped_stale=learner.state.dropped_stale + dropped)
         if len(batch) == 0:
@@ -214,7 +221,8 @@ def _concat(batches: list[RolloutBatch]) -> RolloutBatch | None:
                            else np.concatenate([getattr(b, name) for b in batches]) for name in fields})
 
 
-def _select(batch: RolloutBatch, keep: np.ndarray) -> RolloutBatch:
+def select_rows(batch: RolloutBatch, keep) -> RolloutBatch:
+    """The rows `keep` (a boolean mask, indices or a slice) of every field of a batch."""
     fields = RolloutBatch.__dataclass_fields__
     return RolloutBatch(**{name: None if getattr(batch, name) is None else getattr(batch, name)[keep]
                            for name in fields})

@@ -76,10 +76,16 @@ class League:
         self.on_population_change: list[Callable[["League"], dict[str, float]]] = []
         """Called after new snapshots join; the metrics they return are logged with the iteration."""
         self._checkpoint_seq = 0
+        """Ledger seq at the last checkpoint: later matches belong to an interrupted iteration."""
         self.closing_rated = False
         """Whether the run's closing rating round is recorded (`_closing_round`)."""
-        """Ledger seq at the last checkpoint: later matches belong to an interrupted iteration."""
         self._in_flight: PendingPlay | None = None
+        self.ranks = None
+        """The helper ranks of data-parallel learners (learner_backend.ranks > 1; league/ranks.py)."""
+        if config.learner_backend.ranks > 1:
+            from league.ranks import RankGroup
+
+            self.ranks = RankGroup(config, config.learner_backend.ranks)
 
     population = property(lambda self: self.recorder.population)
     payoff = property(lambda self: self.recorder.payoff)
@@ -139,7 +145,7 @@ class League:
 
     def _make_learner_impl(self, index: int) -> LeagueLearner:
         return make_learner(self.spec, self.config, index, seed=stream_seed(self.config.seed, LEARNER, index),
-                            init_seed=stream_seed(self.config.seed, INIT_WEIGHTS, index))
+                            init_seed=stream_seed(self.config.seed, INIT_WEIGHTS, index), ranks=self.ranks)
 
     def _make_backend(self) -> Backend:
         architecture = next(iter(self.learners.values())).impl.architecture
@@ -335,6 +341,9 @@ class League:
         if self.backend is not None:
             self.backend.close()
             self.backend = None
+        if self.ranks is not None:
+            self.ranks.close()
+            self.ranks = None
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None

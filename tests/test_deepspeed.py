@@ -310,3 +310,41 @@ def test_two_ranks_with_half_the_batch_take_the_one_rank_update(stage):
     assert max_difference(two, one) <= 1e-5
     half = run_ranks(1, **{**settings, "rows": 128})  # one rank on half the rows is another update
     assert max_difference(half, one) > 1e-3
+
+
+RANKED_LEAGUE = """
+import sys
+from league.api import League, load_config
+config = load_config("quickstart", ["iterations=3", "matches_per_iteration=64", "num_envs=32",
+                                    "snapshot_every_steps=200", "log.wandb=disabled", "log.tensorboard=false",
+                                    "log.progress=false", "ppo.minibatch_size=64", "learner_backend.backend=deepspeed",
+                                    "learner_backend.zero_stage=1", "learner_backend.ranks=2"])
+run, until = sys.argv[1], int(sys.argv[2])
+league = League.resume(run) if until == 0 else League.create(config, run)
+try:
+    league.run(until_iteration=until or None)
+    assert league.ranks is not None and league.ranks.world_size == 2
+finally:
+    league.close()
+"""
+
+
+def test_a_league_trained_on_two_ranks_resumes_exactly(tmp_path):
+    """`learner_backend.ranks: 2`: the league's process and one helper rank train the learner on
+    half of every batch each; a run stopped after one iteration and resumed (each part a fresh
+    process, as after a kill) records the ledger and snapshots of the uninterrupted run."""
+    import subprocess
+    import sys
+
+    from league.check import run_fingerprint
+
+    def league(run: str, until: int) -> None:
+        result = subprocess.run([sys.executable, "-c", RANKED_LEAGUE, str(tmp_path / run), str(until)],
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    league("whole", 3)
+    league("half", 1)
+    league("half", 0)  # resume to the end
+    rows, snapshots = run_fingerprint(tmp_path / "whole")
+    assert len(snapshots) > 1 and (rows, snapshots) == run_fingerprint(tmp_path / "half")
