@@ -228,26 +228,31 @@ def _token_list(args) -> int:
     return 0
 
 
-def _token_revoke(args) -> int:
-    from arena.accounts import revoke_account
+def _change(args, change) -> None:
+    """Apply `change(store)` to an existing arena's ledger (opened for writing)."""
+    from arena.store import ArenaError
     from league.ledger import Store
 
     arena = _open(args)
-    arena.create()
+    if arena.info() is None:
+        raise ArenaError(f"no arena in {arena.directory}: `ludus arena token add NAME --game GAME` or "
+                         f"`ludus arena submit` creates one")
     with Store.open(arena.directory, mode="write") as store:
-        revoke_account(store, args.name)
+        change(store)
+
+
+def _token_revoke(args) -> int:
+    from arena.accounts import revoke_account
+
+    _change(args, lambda store: revoke_account(store, args.name))
     _say(f"revoked the token of {args.name}")
     return 0
 
 
 def _withdraw(args) -> int:
     from arena.accounts import withdraw
-    from league.ledger import Store
 
-    arena = _open(args)
-    arena.create()
-    with Store.open(arena.directory, mode="write") as store:
-        withdraw(store, args.entrant)
+    _change(args, lambda store: withdraw(store, args.entrant))
     _say(f"withdrew {args.entrant}: it plays no more matches and leaves the leaderboard (its matches stay)")
     return 0
 

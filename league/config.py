@@ -291,6 +291,18 @@ class LeagueConfig:
 
 
 # Presets: overrides of the defaults, validated like any YAML file.
+_POKER_PSRO: dict[str, Any] = {
+    "matches_per_iteration": 512, "num_envs": 512,
+    "snapshot_every_steps": 15_000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.02,
+    "anchors": ["random"], "max_opponents_per_iteration": 1000, "draw_probability": 0.0,
+    "net": {"kind": "mlp", "hidden": [128, 128], "activation": "relu"},
+    "ppo": {"learning_rate": 1e-2, "anneal_lr": False, "gamma": 1.0, "gae_lambda": 0.5,
+            "num_minibatches": 4, "update_epochs": 4, "ent_coef": 0.05},
+    "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 0.0,
+               "meta_nash": 1.0, "reset_every_snapshots": 1}],
+}
+"""The PSRO recipe of the poker presets (comments at `kuhn_poker`)."""
+
 PRESETS: dict[str, dict[str, Any]] = {
     # Team vs team: predators (team 0, three seats sharing one actor) against the prey (team 1).
     # One population per side; TrueSkill rates the sides' snapshots as teams (games/tag.py has
@@ -397,16 +409,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # every 15k own decisions (~25 updates, enough to be within ~0.02-0.04 of a best response);
     # no early freezing; few rating matches (the exact meta-game drives matchmaking); an unbounded
     # opponent pool (the Nash mixture is over the whole population).
-    "kuhn_poker": {
-        "game": "spiel:kuhn_poker", "iterations": 750, "matches_per_iteration": 512, "num_envs": 512,
-        "snapshot_every_steps": 15_000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.02,
-        "anchors": ["random"], "max_opponents_per_iteration": 1000, "draw_probability": 0.0,
-        "net": {"kind": "mlp", "hidden": [128, 128], "activation": "relu"},
-        "ppo": {"learning_rate": 1e-2, "anneal_lr": False, "gamma": 1.0, "gae_lambda": 0.5,
-                "num_minibatches": 4, "update_epochs": 4, "ent_coef": 0.05},
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 0.0,
-                   "meta_nash": 1.0, "reset_every_snapshots": 1}],
-    },
+    "kuhn_poker": {**_POKER_PSRO, "game": "spiel:kuhn_poker", "iterations": 750},
     # The same PSRO recipe on Leduc poker (6 cards, two betting rounds, 936 information states; the
     # OpenSpiel adapter's default information-state tensor gives perfect recall), with the choices
     # measured on Leduc (docs/league.md, 240-300 s of seed 0): the PRD meta-solver (0.52 at 300 s;
@@ -416,14 +419,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # near-deterministic, exploitable 1.1-3.0 each, and the population moved slower; continuing one
     # learner instead of resetting it: 0.69-0.90).
     "leduc_poker": {
-        "game": "spiel:leduc_poker", "iterations": 3000, "matches_per_iteration": 512, "num_envs": 512,
-        "snapshot_every_steps": 30_000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.02,
-        "anchors": ["random"], "max_opponents_per_iteration": 1000, "draw_probability": 0.0,
-        "net": {"kind": "mlp", "hidden": [128, 128], "activation": "relu"},
-        "ppo": {"learning_rate": 1e-2, "anneal_lr": False, "gamma": 1.0, "gae_lambda": 0.5,
-                "num_minibatches": 4, "update_epochs": 4, "ent_coef": 0.05},
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 0.0,
-                   "meta_nash": 1.0, "meta_solver": "prd", "reset_every_snapshots": 1}],
+        **_POKER_PSRO, "game": "spiel:leduc_poker", "iterations": 3000, "snapshot_every_steps": 30_000,
+        "roles": [{**_POKER_PSRO["roles"][0], "meta_solver": "prd"}],
     },
     # Pretrained LMs (docs/llm.md): SmolLM2-135M-Instruct with rank-8 LoRA adapters plays through
     # the game's text view; turn-level PPO with role baselines (RAE) and KL to the base. A turn is

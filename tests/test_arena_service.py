@@ -19,20 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from arena.isolation import Isolation, SandboxConfig, resolve_isolation
 from league.ledger import Store
+from tests.test_arena import require_isolation
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "agents"
 GAME = "tic_tac_toe"
-
-
-def require_isolation() -> None:
-    if resolve_isolation(SandboxConfig()) == Isolation.NONE:
-        message = "no namespace isolation here: run as root or enable user namespaces"
-        if os.environ.get("LUDUS_CI") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 def ludus(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -20,6 +20,7 @@ from agents.deepspeed_backend import (
     make_update_backend,
     micro_batch_size,
 )
+from agents.data_parallel import synthetic_batch
 from agents.nets import ActorCritic, NetConfig
 from agents.ppo import PPOConfig, PPOLearner
 from agents.ppo_core import TorchAdam
@@ -56,16 +57,7 @@ def deepspeed(stage: int = 0, **settings) -> LearnerBackendConfig:
 
 def rollout(seed: int, n: int = 64) -> RolloutBatch:
     """A synthetic PPO batch on tic-tac-toe observations (every parameter gets a gradient)."""
-    rng = np.random.default_rng(seed)
-    obs = rng.standard_normal((n, *SPEC.observation_shape)).astype(np.float32)
-    mask = rng.random((n, SPEC.num_actions)) < 0.6
-    mask[:, 0] = True
-    actions = np.array([rng.choice(np.flatnonzero(m)) for m in mask])
-    return RolloutBatch(obs=obs, mask=mask, actions=actions, logprobs=np.full(n, -1.5, np.float32),
-                        values=rng.standard_normal(n).astype(np.float32), rewards=np.zeros(n, np.float32),
-                        dones=np.zeros(n, bool), advantages=rng.standard_normal(n).astype(np.float32),
-                        returns=rng.standard_normal(n).astype(np.float32), policy_version=np.zeros(n, np.int64),
-                        slots=np.zeros(n, np.int64), seats=np.zeros(n, np.int64))
+    return synthetic_batch(seed, n)
 
 
 def learner(backend_config: LearnerBackendConfig, ppo: PPOConfig = PPO) -> PPOLearner:
