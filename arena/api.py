@@ -102,7 +102,8 @@ def check_arena_game(game: str) -> None:
     check_two_sides(registry.spec(game))
 
 
-def _check_name(name: str | None) -> None:
+def check_entrant_name(name: str | None) -> None:
+    """Refuse an entrant name the arena does not take (`_NAME_RE`)."""
     if name is not None and not _NAME_RE.match(name):
         raise ArenaError(f"name {name!r} must be letters, digits, '.', '_', '-' (starting with a letter or digit), "
                          f"at most one '/' (RUN/MEMBER), optionally with a version '@N'")
@@ -211,7 +212,8 @@ class Arena:
                              extra_env=(("LUDUS_CACHE", str(cache_root())),) + tuple(c.extra_env),
                              shared_paths=(str(models),) if models.is_dir() else ())
 
-    def _validate(self, path: str | os.PathLike, game: str | None) -> Submission:
+    def validate(self, path: str | os.PathLike, game: str | None) -> Submission:
+        """Check a submission (a path, or ``bot:NAME``) for `game` in this arena's sandbox; nothing is written."""
         text = os.fspath(path)
         # the check at submit time gets exactly the start-up time the sandbox allows in play
         kwargs = dict(config=self.sandbox_config, limits=self.config.sandbox_limits)
@@ -234,14 +236,14 @@ class Arena:
         Refusals (`SubmissionError`, `ArenaError`) happen before anything is written. Entering
         the same content under the same name again is a no-op that returns the existing entrant.
         """
-        _check_name(name)
-        return self.enter(self._validate(path, self.game), name)
+        check_entrant_name(name)
+        return self.enter(self.validate(path, self.game), name)
 
     def enter(self, submission: Submission, name: str | None = None) -> Entrant:
         """Enter a `Submission` that `validate_submission` accepted (`submit` does both).
 
         Copies it into the arena (read-only, checked against its digest) and registers it."""
-        _check_name(name)
+        check_entrant_name(name)
         game = self.game
         if game is None:
             game = submission.game

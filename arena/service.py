@@ -42,8 +42,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from arena.accounts import Account, authenticate, claim_name, name_owner, withdraw, withdrawn
-from arena.api import Arena
+from arena.accounts import ACCOUNTS_KEY, Account, authenticate, claim_name, name_owner, withdraw, withdrawn
+from arena.api import Arena, check_entrant_name
 from arena.leaderboard import INTERVAL_Z, build_leaderboard
 from arena.scheduler import Scheduler, SchedulerSettings
 from arena.store import ArenaError, read_entrants
@@ -162,8 +162,6 @@ class ArenaService:
         if not (self.arena.directory / "ledger.sqlite").is_file():
             return None
         with Store.open(self.arena.directory, mode="read") as store:
-            from arena.accounts import ACCOUNTS_KEY
-
             return authenticate(store.get_meta(ACCOUNTS_KEY, {}), token)
 
     def allow_upload(self, account: Account) -> float | None:
@@ -184,26 +182,24 @@ class ArenaService:
 
     def accept(self, account: Account, name: str, archive: Path) -> dict[str, Any]:
         """Unpack, validate in the sandbox and enter an uploaded archive as NAME@k."""
-        from arena.api import _check_name
-
-        if "@" in name:
-            raise ArenaError(f"name {name!r} may not contain '@': versions are numbered by the arena")
-        _check_name(name)
+        if "@" in name or "/" in name:
+            raise ArenaError(f"name {name!r} may not contain '@' or '/': versions are numbered by the arena")
+        check_entrant_name(name)
         with Store.open(self.arena.directory, mode="read") as store:
             owner = name_owner(store, name)
         if owner not in (None, account.name):
             raise ArenaError(f"the entrant name {name!r} belongs to another account; choose another name")
         folder = unpack_archive(archive, archive.parent / "unpacked", self.config.upload)
-        submission = self.arena._validate(folder, self.arena.game)
+        submission = self.arena.validate(folder, self.arena.game)
         if submission.game is not None and self.arena.game is not None and submission.game != self.arena.game:
             raise ArenaError(f"the upload plays {submission.game!r}, this arena plays {self.arena.game!r}")
         with self.write_lock:
+            with Store.open(self.arena.directory, mode="write") as store:
+                claim_name(store, name, account.name)  # first: refuses a name another upload just took
             entrants = self.arena.list()
             version = 1 + sum(e.player_id.startswith(f"{name}@") for e in entrants)
             twins = [e.player_id for e in entrants if e.digest == submission.digest]
             entrant = self.arena.enter(submission, f"{name}@{version}")
-            with Store.open(self.arena.directory, mode="write") as store:
-                claim_name(store, name, account.name)
         result = {"player_id": entrant.player_id, "version": version, "kind": entrant.submission_kind.value,
                   "digest": entrant.digest, "account": account.name}
         if twins:
