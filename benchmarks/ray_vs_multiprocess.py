@@ -90,9 +90,10 @@ def main() -> None:
                                   learners=("main",), learner_versions=(version,)))
         return tasks, [weights]
 
-    def play(backend, version: int) -> tuple[float, float, list]:
-        """(env steps/s, share of the wall time the runners spent inside Runner.play, the results)."""
-        tasks, weights = round_of(version)
+    def play(backend, version: int, round_tasks=None) -> tuple[float, float, list]:
+        """(env steps/s, share of the wall time the runners spent inside Runner.play, the results).
+        `round_tasks`: play these (tasks, weights) instead of a new round (round_of perturbs the weights)."""
+        tasks, weights = round_tasks or round_of(version)
         start = time.perf_counter()
         results = backend.collect(backend.submit(tasks, weights))
         wall = time.perf_counter() - start
@@ -127,9 +128,10 @@ def main() -> None:
     busy: dict[str, list[float]] = {name: [] for name in backends}
     first: dict[str, list] = {}
     try:
+        warm_up = round_of(0)  # the same tasks and weights for both: their results must be equal
         for name, backend in backends.items():
             backend.set_population(members)
-            first[name] = play(backend, 0)[2]  # warm-up: worker imports, snapshot loads, first weights
+            first[name] = play(backend, 0, warm_up)[2]  # warm-up: worker imports, snapshot loads, first weights
         for version in range(1, args.rounds + 1):
             # Alternate which backend goes first, so neither always follows the other's work.
             for name in (list(backends) if version % 2 else list(backends)[::-1]):
