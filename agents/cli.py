@@ -18,8 +18,9 @@ def _run_play(args: argparse.Namespace) -> int:
 
 def _run_export(args: argparse.Namespace) -> int:
     from agents.export import MIXTURE_FORMAT, ExportError, export_mixture, export_snapshot
-    from agents.mixture import is_mixture
+    from agents.mixture import is_mixture, run_checkpoint
 
+    args.snapshot = run_checkpoint(args.snapshot)  # a run directory stands for its output policy
     if is_mixture(args.snapshot):
         files = export_mixture(args.snapshot, args.format, args.out)
         print("\n".join(f"wrote {path}" for path in files))

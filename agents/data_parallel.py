@@ -61,12 +61,6 @@ def synthetic_batch(seed: int, rows: int):
                         seats=np.zeros(rows, np.int64))
 
 
-def _slice(batch, start: int, stop: int):
-    fields = type(batch).__dataclass_fields__
-    return type(batch)(**{name: None if getattr(batch, name) is None else getattr(batch, name)[start:stop]
-                          for name in fields})
-
-
 def _rank_main(args: argparse.Namespace) -> None:
     """One rank: build the net and engine, update on this rank's shard, write the weights."""
     import torch
@@ -87,7 +81,7 @@ def _rank_main(args: argparse.Namespace) -> None:
     bounds = np.linspace(0, args.rows, args.world_size + 1).astype(int)
     start, stop = int(bounds[args.rank]), int(bounds[args.rank + 1])
     shard = DataShard(args.rank, args.world_size, start, args.rows) if args.world_size > 1 else None
-    batches = [_slice(synthetic_batch(seed, args.rows), start, stop) for seed in range(args.updates)]
+    batches = [synthetic_batch(seed, args.rows).rows(slice(start, stop)) for seed in range(args.updates)]
     begun = time.perf_counter()
     for batch in batches:
         learner.update(batch, shard)

@@ -87,6 +87,40 @@ class Mixture:
                 "source": self.source, "iteration": self.iteration, "components": components}
 
 
+def is_run_directory(path: str | os.PathLike) -> bool:
+    """Whether `path` is a league run directory (it holds the checkpoint pointer)."""
+    return os.path.isfile(os.path.join(path, "checkpoint.json"))
+
+
+def newest_run_snapshot(run_dir: str | os.PathLike) -> str:
+    """The newest snapshot of a league run's first role (usually 'main'), read from the run's last
+    checkpoint (config.json, checkpoint.json -> checkpoints/iter-N/state.json: JSON only)."""
+    run = Path(run_dir)
+    try:
+        config = json.loads((run / "config.json").read_text())
+        pointer = json.loads((run / "checkpoint.json").read_text())
+        state = json.loads((run / pointer["path"] / "state.json").read_text())
+        role = config["roles"][0]["name"]
+        snapshots = [m for m in state["population"] if m["kind"] == "snapshot" and m["role"] == role]
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise MixtureError(f"cannot read the league run {run}: {exc}; give a snapshot directory instead") from None
+    if not snapshots:
+        raise MixtureError(f"the league run {run} has no snapshot of {role!r} yet: train it longer")
+    path = Path(snapshots[-1]["snapshot_path"])
+    return str(path if path.is_absolute() else run / path)
+
+
+def run_checkpoint(path: str | os.PathLike) -> str:
+    """What a path names as a checkpoint: a league run directory stands for its output policy
+    (`OUTPUT_POLICY_DIR`; before its first population change, its newest main snapshot), any
+    other path for itself."""
+    text = os.fspath(path)
+    if not is_run_directory(text):
+        return text
+    output = os.path.join(text, OUTPUT_POLICY_DIR)
+    return output if is_mixture(output) else newest_run_snapshot(text)
+
+
 def is_mixture(path: str | os.PathLike) -> bool:
     """Whether `path` is a mixture directory (holds ``mixture.json``)."""
     return (Path(path) / MIXTURE_FILE).is_file()

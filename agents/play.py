@@ -40,39 +40,16 @@ class PlayResult:
     human_seat: int
 
 
-def newest_run_snapshot(run_dir: str | os.PathLike) -> str:
-    """The newest snapshot of a league run's first role (usually 'main'), read from the run's last
-    checkpoint (config.json, checkpoint.json -> checkpoints/iter-N/state.json: JSON only)."""
-    import json
-    from pathlib import Path
-
-    run = Path(run_dir)
-    try:
-        config = json.loads((run / "config.json").read_text())
-        pointer = json.loads((run / "checkpoint.json").read_text())
-        state = json.loads((run / pointer["path"] / "state.json").read_text())
-        role = config["roles"][0]["name"]
-        snapshots = [m for m in state["population"] if m["kind"] == "snapshot" and m["role"] == role]
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise PlayError(f"cannot read the league run {run}: {exc}; give a snapshot directory instead") from None
-    if not snapshots:
-        raise PlayError(f"the league run {run} has no snapshot of {role!r} yet: train it longer")
-    path = Path(snapshots[-1]["snapshot_path"])
-    return str(path if path.is_absolute() else run / path)
-
-
 def resolve_opponent(text: str, spec: GameSpec) -> Policy:
     """`--against`: a league run directory plays its output policy (`OUTPUT_POLICY_DIR`, written at
     every population change; its newest main snapshot before that); a mixture directory plays a
     member drawn by weight; another existing directory is a snapshot (it must be of this game;
     "actor_critic" or "lm"); anything else a bot name."""
     if os.path.isdir(text):
-        from agents.mixture import OUTPUT_POLICY_DIR, is_mixture, load_mixture_policy
+        from agents.mixture import is_mixture, load_mixture_policy, run_checkpoint
         from agents.snapshot import policy_from_snapshot
 
-        if os.path.isfile(os.path.join(text, "checkpoint.json")):
-            output = os.path.join(text, OUTPUT_POLICY_DIR)
-            text = output if is_mixture(output) else newest_run_snapshot(text)
+        text = run_checkpoint(text)
         if is_mixture(text):
             return load_mixture_policy(text, expect_game=spec.id)
         return policy_from_snapshot(text, expect_game=spec.id)

@@ -115,6 +115,11 @@ class RolloutBatch:
     def __len__(self) -> int:
         return int(self.actions.shape[0])
 
+    def rows(self, keep) -> "RolloutBatch":
+        """These rows (a boolean mask, indices or a slice) of every field."""
+        return RolloutBatch(**{name: None if getattr(self, name) is None else getattr(self, name)[keep]
+                               for name in RolloutBatch.__dataclass_fields__})
+
 
 class SeatTrajectoryBuilder:
     """Keeps open and closed transitions per (game slot, seat) of a `VectorGame`.

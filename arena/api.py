@@ -228,6 +228,10 @@ class Arena:
             if submission.kind != SubmissionKind.BUILTIN:
                 raise ArenaError(f"{bot!r} is not a built-in bot: use random, mcts-N or perfect")
             return submission
+        from agents.mixture import is_run_directory, newest_run_snapshot
+
+        if is_run_directory(text):  # a league run enters its newest main snapshot (named RUN/main@k)
+            text = newest_run_snapshot(text)
         return validate_submission(text, game, **kwargs)
 
     def submit(self, path: str | os.PathLike, name: str | None = None) -> Entrant:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,17 +49,20 @@ def _evaluate(args) -> int:
 
     if args.run_dir is None and not args.exploitability and args.probe_steps is None:
         raise UserError("nothing to evaluate: give --against RUN, --exploitability or --probe-steps N")
+    from agents.mixture import is_run_directory, run_checkpoint
+
     output: dict = {"checkpoint": args.checkpoint}
     text: list[str] = []
+    checkpoint = run_checkpoint(args.checkpoint)  # a run directory stands for its output policy
     if args.run_dir is not None:
         from evaluation.evaluate import evaluate_checkpoint, format_evaluation
 
-        report = evaluate_checkpoint(args.checkpoint, args.run_dir, games_per_opponent=args.games,
+        report = evaluate_checkpoint(checkpoint, args.run_dir, games_per_opponent=args.games,
                                      include_anchors=args.anchors, seed=args.seed, num_runners=args.runners,
                                      backend=args.backend, greedy=args.greedy)
         output["evaluation"] = report.to_json()
         text.append(format_evaluation(report))
-    if args.exploitability and _is_run_dir(args.checkpoint):
+    if args.exploitability and is_run_directory(args.checkpoint):
         from evaluation.output import format_run_exploitability, run_exploitability
 
         rows = run_exploitability(args.checkpoint)
@@ -69,7 +71,6 @@ def _evaluate(args) -> int:
     elif args.exploitability:
         from agents.exploitability import exploitability_of
 
-        checkpoint = args.checkpoint
         if args.base is not None:
             from agents.pretrained import PretrainedLMConfig
             from agents.snapshot import policy_from_snapshot, read_manifest
@@ -87,17 +88,12 @@ def _evaluate(args) -> int:
     if args.probe_steps is not None:
         from evaluation.probe import format_probe, probe_checkpoint
 
-        probe = probe_checkpoint(args.checkpoint, steps=args.probe_steps, seed=args.seed)
+        probe = probe_checkpoint(checkpoint, steps=args.probe_steps, seed=args.seed)
         output["probe"] = probe.to_json()
         text.append(format_probe(probe))
     print(json.dumps(output, indent=2) if args.json else "\n\n".join(text))
     return 0
 
-
-def _is_run_dir(path: str) -> bool:
-    from league.checkpoint import CHECKPOINT_POINTER
-
-    return os.path.isfile(os.path.join(path, CHECKPOINT_POINTER))
 
 
 def _report(args) -> int:

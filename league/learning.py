@@ -138,7 +138,7 @@ def learn(learners: Mapping[str, Learner], results: list[PlayResult], max_policy
         keep = lag <= max_policy_lag
         dropped = int((~keep).sum())
         if dropped:
-            batch = select_rows(batch, keep)
+            batch = batch.rows(keep)
             dropped_total += dropped
             learner.state = learner.state.replace(dropped_stale=learner.state.dropped_stale + dropped)
         if len(batch) == 0:
@@ -220,9 +220,3 @@ def _concat(batches: list[RolloutBatch]) -> RolloutBatch | None:
     return RolloutBatch(**{name: None if getattr(batches[0], name) is None
                            else np.concatenate([getattr(b, name) for b in batches]) for name in fields})
 
-
-def select_rows(batch: RolloutBatch, keep) -> RolloutBatch:
-    """The rows `keep` (a boolean mask, indices or a slice) of every field of a batch."""
-    fields = RolloutBatch.__dataclass_fields__
-    return RolloutBatch(**{name: None if getattr(batch, name) is None else getattr(batch, name)[keep]
-                           for name in fields})

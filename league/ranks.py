@@ -163,7 +163,6 @@ class RankedLearner:
 
     def update(self, batch, progress: float) -> dict[str, float]:
         from agents.ppo import DataShard
-        from league.learning import select_rows
 
         n = len(batch)
         world = self.group.world_size
@@ -171,7 +170,7 @@ class RankedLearner:
             raise RankError(f"a batch of {n} rows cannot be split over {world} ranks: play more matches per "
                             f"iteration or use fewer learner_backend.ranks")
         bounds = np.linspace(0, n, world + 1).astype(int)
-        shards = [(select_rows(batch, slice(int(bounds[r]), int(bounds[r + 1]))), DataShard(r, world, int(bounds[r]), n))
+        shards = [(batch.rows(slice(int(bounds[r]), int(bounds[r + 1]))), DataShard(r, world, int(bounds[r]), n))
                   for r in range(world)]
         self.group.send([("update", self.index, part, shard, progress) for part, shard in shards[1:]])
         stats = self.local.update(shards[0][0], progress, shard=shards[0][1])

@@ -306,7 +306,8 @@ class Terminal:
 
 
 def test_play_negotiation_against_a_run_in_whole_utterances(tiny_run):
-    from agents.play import newest_run_snapshot, play_terminal
+    from agents.mixture import newest_run_snapshot
+    from agents.play import play_terminal
 
     run_dir = tiny_run[0]
     newest = newest_run_snapshot(run_dir)

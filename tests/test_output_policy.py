@@ -153,7 +153,7 @@ def test_export_and_arena_accept_the_output_policy(kuhn_run, tmp_path):
     assert all((onnx_dir / c["file"]).is_file() for c in members["components"] if "file" in c)
 
 
-def test_non_psro_runs_output_their_main_agent(tmp_path):
+def test_non_psro_runs_output_their_main_agent_and_a_run_is_a_checkpoint(tmp_path):
     args = ["train", "quickstart", "--run", str(tmp_path / "ttt")]
     for override in ["iterations=3", "matches_per_iteration=24", "num_envs=8", "snapshot_every_steps=60",
                      "anchors=[random]", "log.progress=false", "log.wandb=disabled", "log.tensorboard=false",
@@ -164,3 +164,15 @@ def test_non_psro_runs_output_their_main_agent(tmp_path):
     newest = max((p for p in (tmp_path / "ttt" / "snapshots").iterdir() if p.name.startswith("main@")),
                  key=lambda p: int(p.name.split("@")[1]))
     assert [(c.player_id, c.weight) for c in mixture.components] == [(newest.name, 1.0)]
+    # A run directory is accepted wherever a checkpoint is: it stands for its output policy ...
+    run = str(tmp_path / "ttt")
+    assert main(["evaluate", run, "--against", run, "--games", "2", "--json"]) == 0
+    assert main(["export", run, "--format", "torchscript", "--out", str(tmp_path / "export")]) == 0
+    assert json.loads((tmp_path / "export" / "members.json").read_text())["components"][0]["player_id"] == newest.name
+    # ... and in the arena for its newest main snapshot, named after the run
+    from arena.api import Arena
+    from tests.test_arena import require_isolation
+
+    require_isolation()
+    assert main(["arena", "submit", run, "--game", "tic_tac_toe", "--arena", str(tmp_path / "arena")]) == 0
+    assert [e.player_id for e in Arena.open(tmp_path / "arena").list()] == [f"ttt/{newest.name}"]
