@@ -201,7 +201,7 @@ class LeagueConfig:
     draw_probability: float = 0.1
     """TrueSkill draw probability for this game."""
     anchors: tuple[str, ...] = ("random",)
-    """Fixed anchor players: bot names (random, mcts-K, perfect) or snapshot paths."""
+    """Fixed anchor players: bots (random, mcts-K, perfect; `bot:NAME` spells the same) or snapshot paths."""
     seed_population: tuple[str, ...] = ()
     """Extra frozen members at start: snapshot directories or other run directories."""
     torch_threads: int = 1
@@ -284,6 +284,10 @@ class LeagueConfig:
             if self.ppo.minibatch_size is not None:
                 raise ConfigError(f"learner {self.learner!r} splits each update into ppo.num_minibatches; "
                                   f"drop ppo.minibatch_size")
+        # One spelling of bots everywhere: `bot:random` is the anchor `random` (member anchor:random).
+        from agents.bots import BOT_PREFIX
+
+        object.__setattr__(self, "anchors", tuple(a.removeprefix(BOT_PREFIX) for a in self.anchors))
         if "base" in self.anchors and self.learner != "text_ppo":
             raise ConfigError("anchor 'base' (the untrained base LM) needs learner 'text_ppo'")
         if self.backend != "ray" and self.ray_address is not None:

@@ -187,3 +187,12 @@ def test_make_bot_refuses_bad_names_with_one_line(name, game_id, message):
     with pytest.raises(BotError, match=message) as info:
         make_bot(name, registry.make(game_id).spec)
     assert "\n" not in str(info.value)
+
+
+def test_bots_are_spelled_bot_name_everywhere():
+    from games.registry import spec as game_spec
+    from league.config import load_config
+
+    spec = game_spec("tic_tac_toe")
+    assert type(make_bot("bot:perfect", spec)) is type(make_bot("perfect", spec))
+    assert load_config("quickstart", ["anchors=[bot:random, perfect]"]).anchors == ("random", "perfect")
