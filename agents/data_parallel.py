@@ -97,6 +97,9 @@ def _rank_main(args: argparse.Namespace) -> None:
     if args.rank == 0:
         save_file(weights, args.out)
         Path(args.out + ".json").write_text(json.dumps({"seconds": seconds}))
+    if dist.is_initialized():  # leave together: a rank exiting while gloo still talks to it aborts
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _free_port() -> int:

@@ -59,6 +59,10 @@ def _helper(config, rank: int, world_size: int, port: int, connection) -> None:
         kind = message[0]
         try:
             if kind == "close":
+                import torch.distributed as dist
+
+                if dist.is_initialized():  # rank 0 keeps its group: the league may carry on in-process
+                    dist.destroy_process_group()
                 connection.send(("ok", None))
                 return
             if kind == "create":
