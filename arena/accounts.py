@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
-from arena.store import ArenaError
+from arena.store import ArenaError, Entrant, read_entrants
 from league.ledger import Store
 
 ACCOUNTS_KEY = "arena_accounts"
@@ -97,6 +97,12 @@ def name_owner(store: Store, name: str) -> str | None:
 def withdrawn(store: Store) -> dict[str, float]:
     """Player id -> when it was withdrawn."""
     return dict(store.get_meta(WITHDRAWN_KEY, {}))
+
+
+def active_entrants(store: Store) -> list[Entrant]:
+    """The entrants that play: all but the withdrawn, in submission order."""
+    gone = withdrawn(store)
+    return [e for e in read_entrants(store) if e.player_id not in gone]
 
 
 def withdraw(store: Store, player_id: str) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from agents.bots import BOT_PREFIX
-from arena.accounts import withdrawn
+from arena.accounts import active_entrants
 from arena.leaderboard import Leaderboard, PageFiles, build_leaderboard, write_page
 from arena.isolation import Isolation, SandboxConfig, copy_submission
 from arena.match import MatchLimits
@@ -174,6 +174,10 @@ class Arena:
             return []
         with self._reader() as store:
             return read_entrants(store)
+
+    def same_content(self, entrant: Entrant) -> list[str]:
+        """The other entrants whose submission has `entrant`'s digest (the same agent entered twice)."""
+        return [e.player_id for e in self.list() if e.digest == entrant.digest and e.player_id != entrant.player_id]
 
     def leaderboard(self, recent: int = 200) -> Leaderboard:
         """Ratings, records, head-to-head results and the `recent` newest matches."""
@@ -361,8 +365,7 @@ class Arena:
                 raise ArenaError(f"{self.directory} holds a Ludus ledger but no arena; pass another --arena")
             if game is not None and game != info.game:
                 raise ArenaError(f"the arena in {self.directory} plays {info.game!r}, not {game!r}")
-            gone = withdrawn(store)
-            entrants = [e for e in read_entrants(store) if e.player_id not in gone]
+            entrants = active_entrants(store)
             for entrant in entrants:
                 verify_copy(entrant, self.directory, max_bytes)
             params = load_params(store) or ensure_params(store, c.trueskill)

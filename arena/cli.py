@@ -24,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     isolation = argparse.ArgumentParser(add_help=False)
     isolation.add_argument("--allow-unisolated", action="store_true",
                            help="run agents even where the sandbox has no namespaces (trusted code only)")
+    time_control = argparse.ArgumentParser(add_help=False)
+    time_control.add_argument("--time-per-move", type=float, default=None, help="seconds per move (default 1.0)")
+    time_control.add_argument("--overage", type=float, default=None,
+                              help="overage bank in seconds per match (default 5.0)")
 
     p = commands.add_parser("submit", parents=[common, isolation],
                             help="validate an agent and enter it (folder, executable, snapshot, or bot:NAME)")
@@ -36,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = commands.add_parser("list", parents=[common], help="the entrants")
     p.set_defaults(run=_list)
 
-    p = commands.add_parser("run", parents=[common, isolation], help="play a tournament among all entrants")
+    p = commands.add_parser("run", parents=[common, isolation, time_control], help="play a tournament among all entrants")
     p.add_argument("--game", default=None, help="the arena's game (checked; default: the arena's)")
     p.add_argument("--format", choices=["round-robin", "ladder"], default="round-robin")
     p.add_argument("--games-per-pair", type=int, default=2,
@@ -44,8 +48,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="tournament seed (default: the tournament's number)")
     p.add_argument("--workers", type=int, default=None,
                    help="matches played at once (default: one per core); each agent plays one at a time")
-    p.add_argument("--time-per-move", type=float, default=None, help="seconds per move (default 1.0)")
-    p.add_argument("--overage", type=float, default=None, help="overage bank in seconds per match (default 5.0)")
     p.add_argument("--max-games", type=int, default=None, help="ladder: game budget (default 400)")
     p.add_argument("--sigma", type=float, default=None, help="ladder: stop when every sigma is below this (default 2)")
     p.set_defaults(run=_run)
@@ -59,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("match", type=int, help="match number (from the leaderboard page or the tournament output)")
     p.set_defaults(run=_replay)
 
-    p = commands.add_parser("serve", parents=[common, isolation],
+    p = commands.add_parser("serve", parents=[common, isolation, time_control],
                             help="the arena as an HTTP service: uploads, a continuous rating ladder, live pages")
     p.add_argument("--game", default=None, help="the arena's game (needed to create a new arena)")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
@@ -70,8 +72,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None, help="matches at once (default: one per core)")
     p.add_argument("--uploads-per-hour", type=int, default=30, help="per account (default 30)")
     p.add_argument("--max-upload-mb", type=int, default=64, help="largest archive accepted (default 64 MiB)")
-    p.add_argument("--time-per-move", type=float, default=None, help="seconds per move (default 1.0)")
-    p.add_argument("--overage", type=float, default=None, help="overage bank in seconds per match (default 5.0)")
     p.set_defaults(run=_serve)
 
     token = commands.add_parser("token", help="accounts of the arena service: API tokens")
@@ -129,7 +129,7 @@ def _submit(args) -> int:
     verb = "already entered" if entrant.player_id in before else "entered"
     _say(f"{verb} {entrant.player_id} ({entrant.kind}, {entrant.submission_kind.value}, {_short(entrant)}) "
           f"in the {arena.game} arena {arena.directory}")
-    twins = [e.player_id for e in arena.list() if e.digest == entrant.digest and e.player_id != entrant.player_id]
+    twins = arena.same_content(entrant)
     if twins:
         _say(f"warning: {entrant.player_id} has the same content as {', '.join(twins)}; `ludus arena withdraw "
              f"NAME` takes one out")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from arena.store import Entrant, read_entrants, read_info, tournament_key
+from arena.store import Entrant, read_info, tournament_key
 from league.ledger import MatchResult, Store
 from league.ratings import RatingTable, TrueSkillParams, load_params, rebuild_ratings
 
@@ -120,12 +120,11 @@ class Leaderboard:
 def build_leaderboard(store: Store, recent: int = 200) -> Leaderboard:
     """Read the leaderboard from an arena's store (read-only access suffices). Withdrawn entrants
     are left out; their matches stay in the ledger and in their opponents' records."""
-    from arena.accounts import withdrawn
+    from arena.accounts import active_entrants
 
     info = read_info(store)
     params = load_params(store) or TrueSkillParams()
-    gone = withdrawn(store)
-    entrants = [e for e in read_entrants(store) if e.player_id not in gone]
+    entrants = active_entrants(store)
     table: RatingTable = rebuild_ratings(store, params, kinds=("arena",))
     by_id: dict[str, Entrant] = {e.player_id: e for e in entrants}
     ids = list(by_id)

@@ -31,10 +31,10 @@ from typing import Callable
 
 import numpy as np
 
-from arena.accounts import withdrawn
-from arena.store import count_tournaments, read_entrants, read_info, tournament_key, verify_copy
-from arena.tournament import (MATCH_KIND, Pairing, TournamentSettings, check_two_sides, ladder_round, match_result,
-                              play_in_parallel, seat_players)
+from arena.accounts import active_entrants
+from arena.store import count_tournaments, read_info, tournament_key, verify_copy
+from arena.tournament import (MATCH_KIND, Pairing, TournamentSettings, check_two_sides, entrant_agents,
+                              entrant_versions, ladder_round, play_in_parallel, play_pairing, seat_players)
 from league.ledger import MatchResult, Store
 from league.matchmaking import quality_weights
 from league.ratings import RatingTable, ensure_params, load_params, rebuild_ratings, rate_and_record
@@ -95,8 +95,7 @@ class Scheduler:
             info = read_info(store)
             if info is None:
                 return 0
-            gone = withdrawn(store)
-            entrants = [e for e in read_entrants(store) if e.player_id not in gone]
+            entrants = active_entrants(store)
             max_bytes = arena.config.sandbox_limits.max_submission_mb << 20
             for entrant in entrants:
                 if entrant.player_id not in self.verified:
@@ -125,22 +124,15 @@ class Scheduler:
         settings = TournamentSettings(game=info.game, format="ladder", games_per_pair=2, seed=self.settings.seed,
                                       limits=arena.config.match_limits, stderr_bytes=arena.config.stderr_bytes,
                                       workers=self.settings.workers)
-        versions = {e.player_id: e.digest[:12] if e.kind == "submission" else e.digest for e in entrants}
+        versions = entrant_versions(entrants)
         by_id = {e.player_id: e for e in entrants}
         for pid in {p for pairing in batch for p in pairing.players}:
-            self._agents(by_id[pid], info.game, max(map(len, spec.sides)))
+            if pid not in self.players:  # started on first use, kept across rounds
+                self.players[pid] = entrant_agents(by_id[pid], arena.directory, info.game, spec,
+                                                   arena.config.sandbox_limits, arena.sandbox_config)
 
         def play_one(pairing: Pairing) -> MatchResult:
-            from arena.match import play_match
-
-            begun = time.time()
-            taken = {p: 0 for p in pairing.players}
-            agents = []
-            for p in pairing.players:
-                agents.append(self.players[p][taken[p]])
-                taken[p] += 1
-            record = play_match(info.game, agents, pairing.seed, settings.limits, match_id=str(pairing.match_id))
-            return match_result(record, pairing, spec, versions, begun, self.session, settings)
+            return play_pairing(pairing, self.players, spec, versions, self.session, settings)
 
         recorded = 0
         for result in play_in_parallel(batch, play_one, self.settings.workers or os.cpu_count() or 1):
@@ -154,16 +146,6 @@ class Scheduler:
         return recorded
 
     # -- agents
-
-    def _agents(self, entrant, game: str, seats: int) -> list:
-        from arena.submission import make_player
-
-        agents = self.players.get(entrant.player_id)
-        if agents is None:
-            agents = self.players[entrant.player_id] = [
-                make_player(entrant.submission(self.arena.directory), game, self.arena.config.sandbox_limits,
-                            self.arena.sandbox_config) for _ in range(seats)]
-        return agents
 
     def _close_agents(self, player_id: str) -> None:
         from arena.match import SandboxedAgent

@@ -46,7 +46,7 @@ from arena.accounts import ACCOUNTS_KEY, Account, authenticate, claim_name, name
 from arena.api import Arena, check_entrant_name
 from arena.leaderboard import INTERVAL_Z, build_leaderboard
 from arena.scheduler import Scheduler, SchedulerSettings
-from arena.store import ArenaError, read_entrants
+from arena.store import ArenaError, ledger_exists, read_entrants
 from arena.submission import SubmissionError
 from arena.uploads import UploadLimits, unpack_archive
 from league.ledger import Store
@@ -136,7 +136,7 @@ class ArenaService:
 
     def refresh_board(self) -> None:
         """Rebuild the cached leaderboard JSON from the ledger (after each recorded match)."""
-        if not (self.arena.directory / "ledger.sqlite").is_file():
+        if not ledger_exists(self.arena.directory):
             data = {"game": self.arena.game, "rows": [], "head_to_head": {"players": [], "games": [], "score": []},
                     "recent": [], "total_matches": 0}
         else:
@@ -159,7 +159,7 @@ class ArenaService:
         token = None
         if authorization and authorization.lower().startswith("bearer "):
             token = authorization[7:].strip()
-        if not (self.arena.directory / "ledger.sqlite").is_file():
+        if not ledger_exists(self.arena.directory):
             return None
         with Store.open(self.arena.directory, mode="read") as store:
             return authenticate(store.get_meta(ACCOUNTS_KEY, {}), token)
@@ -198,8 +198,8 @@ class ArenaService:
                 claim_name(store, name, account.name)  # first: refuses a name another upload just took
             entrants = self.arena.list()
             version = 1 + sum(e.player_id.startswith(f"{name}@") for e in entrants)
-            twins = [e.player_id for e in entrants if e.digest == submission.digest]
             entrant = self.arena.enter(submission, f"{name}@{version}")
+            twins = self.arena.same_content(entrant)
         result = {"player_id": entrant.player_id, "version": version, "kind": entrant.submission_kind.value,
                   "digest": entrant.digest, "account": account.name}
         if twins:

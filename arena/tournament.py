@@ -330,6 +330,35 @@ def _entrant_reports(entrants: Sequence[Entrant], players: Mapping[str, Sequence
     return tuple(reports)
 
 
+def entrant_versions(entrants: Sequence[Entrant]) -> dict[str, str]:
+    """The version each entrant's seats record in the ledger: a submission's digest prefix, a bot's name."""
+    return {e.player_id: e.digest[:12] if e.kind == "submission" else e.digest for e in entrants}
+
+
+def entrant_agents(entrant: Entrant, arena_dir: Path, game: str, spec: "GameSpec", sandbox_limits: SandboxLimits,
+                   sandbox_config: SandboxConfig) -> list["SandboxedAgent | Policy"]:
+    """What plays an entrant: one agent per seat of the game's largest side (a team entrant plays
+    every seat of its side, each seat its own sandboxed process)."""
+    from arena.submission import make_player
+
+    return [make_player(entrant.submission(arena_dir), game, sandbox_limits, sandbox_config)
+            for _ in range(max(map(len, spec.sides)))]
+
+
+def play_pairing(pairing: Pairing, players: Mapping[str, Sequence["SandboxedAgent | Policy"]], spec: "GameSpec",
+                 versions: Mapping[str, str], tournament: int, settings: TournamentSettings) -> MatchResult:
+    """Play one scheduled match and return its ledger row: the k-th seat of an entrant's side is
+    played by its k-th agent (`entrant_agents`)."""
+    begun = time.time()
+    taken = {p: 0 for p in pairing.players}
+    agents = []
+    for p in pairing.players:
+        agents.append(players[p][taken[p]])
+        taken[p] += 1
+    record = play_match(settings.game, agents, pairing.seed, settings.limits, match_id=str(pairing.match_id))
+    return match_result(record, pairing, spec, versions, begun, tournament, settings)
+
+
 def check_two_sides(spec: "GameSpec") -> None:
     """Refuse a game that is not played between two sides (two players, or two teams of seats)."""
     if len(spec.sides) != 2:
@@ -348,7 +377,6 @@ def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], 
     so an interrupted tournament leaves whole rounds in the ledger and the ratings consistent
     with them. Every sandboxed process is shut down and verified gone before this returns.
     """
-    from arena.submission import make_player
     from games import registry
 
     spec = registry.spec(settings.game)
@@ -357,7 +385,7 @@ def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], 
         raise ArenaError(f"a tournament needs at least two entrants, the arena has {len(entrants)}: "
                          f"submit more with `ludus arena submit`")
     ids = [e.player_id for e in entrants]
-    versions = {e.player_id: e.digest[:12] if e.kind == "submission" else e.digest for e in entrants}
+    versions = entrant_versions(entrants)
     started_at = time.time()
     clock = time.monotonic()
     results: list[MatchResult] = []
@@ -368,18 +396,11 @@ def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], 
     sides = spec.sides
     try:
         for entrant in entrants:
-            players[entrant.player_id] = [make_player(entrant.submission(arena_dir), settings.game, sandbox_limits,
-                                                      sandbox_config) for _ in range(max(map(len, sides)))]
+            players[entrant.player_id] = entrant_agents(entrant, arena_dir, settings.game, spec, sandbox_limits,
+                                                        sandbox_config)
 
         def play_one(pairing: Pairing) -> MatchResult:
-            begun = time.time()
-            taken = {p: 0 for p in pairing.players}
-            agents = []
-            for p in pairing.players:  # the k-th seat of an entrant's side goes to its k-th agent
-                agents.append(players[p][taken[p]])
-                taken[p] += 1
-            record = play_match(settings.game, agents, pairing.seed, settings.limits, match_id=str(pairing.match_id))
-            return match_result(record, pairing, spec, versions, begun, number, settings)
+            return play_pairing(pairing, players, spec, versions, number, settings)
 
         workers = settings.workers or os.cpu_count() or 1
 
