@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -102,26 +101,20 @@ def _rank_main(args: argparse.Namespace) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_ranks(world_size: int, zero_stage: int = 1, rows: int = 512, minibatch: int = 128, epochs: int = 2,
               updates: int = 1, timeout: float = 600.0) -> RankRun:
     """Run `world_size` ranks (processes on loopback) through `updates` PPO updates of a synthetic
     batch of `rows` rows split evenly among them; rank 0's weights and time."""
     from safetensors.numpy import load_file
 
+    from agents.deepspeed_backend import free_loopback_port, loopback_rank_environment
+
     with tempfile.TemporaryDirectory(prefix="ludus-ranks-") as tmp:
         out = os.path.join(tmp, "weights.safetensors")
-        port = _free_port()
+        port = free_loopback_port()
         processes = []
         for rank in range(world_size):
-            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                       LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), GLOO_SOCKET_IFNAME="lo",
-                       OMP_NUM_THREADS="1")
+            env = dict(os.environ, **loopback_rank_environment(rank, world_size, port), OMP_NUM_THREADS="1")
             command = [sys.executable, "-m", "agents.data_parallel", "--rank", str(rank), "--world-size",
                        str(world_size), "--zero-stage", str(zero_stage), "--rows", str(rows), "--minibatch",
                        str(minibatch), "--epochs", str(epochs), "--updates", str(updates), "--out", out]

@@ -154,10 +154,21 @@ def deepspeed_config(config: LearnerBackendConfig, micro_batch: int, max_grad_no
     }
 
 
-def _free_loopback_port() -> int:
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (a rendezvous for this machine's ranks)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def loopback_rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
+    """The rendezvous variables of rank `rank` of a `world_size`-rank job on this machine: the
+    master on loopback, and gloo's traffic kept on loopback too (Linux)."""
+    environment = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+                   "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size)}
+    if sys.platform.startswith("linux"):
+        environment["GLOO_SOCKET_IFNAME"] = "lo"
+    return environment
 
 
 def single_process_environment() -> None:
@@ -165,10 +176,11 @@ def single_process_environment() -> None:
     `deepspeed`) already set them."""
     if "LOCAL_RANK" in os.environ or "WORLD_SIZE" in os.environ:
         return
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_loopback_port()), RANK="0", LOCAL_RANK="0",
-                      WORLD_SIZE="1")
-    if sys.platform.startswith("linux"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's traffic stays on loopback
+    environment = loopback_rank_environment(0, 1, free_loopback_port())
+    interface = environment.pop("GLOO_SOCKET_IFNAME", None)
+    os.environ.update(environment)
+    if interface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
 
 
 class DeepSpeedBackend:

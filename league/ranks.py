@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agents.deepspeed_backend import free_loopback_port, loopback_rank_environment
 from ludus.errors import UserError
 
 
@@ -32,22 +32,11 @@ class RankError(UserError):
     """A helper rank failed; the message has its error."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _environment(rank: int, world_size: int, port: int) -> dict[str, str]:
-    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(world_size), "GLOO_SOCKET_IFNAME": "lo"}
-
-
 def _helper(config, rank: int, world_size: int, port: int, connection) -> None:
     """A helper rank: replicas of the league's learners, driven by the league's process."""
     import torch
 
-    os.environ.update(_environment(rank, world_size, port))
+    os.environ.update(loopback_rank_environment(rank, world_size, port))
     torch.set_num_threads(1)
     from games.registry import spec as game_spec
     from league.learning import make_learner
@@ -92,9 +81,9 @@ class RankGroup:
         if world_size < 2:
             raise ValueError("a rank group has at least two ranks")
         self.world_size = world_size
-        port = _free_port()
+        port = free_loopback_port()
         # This process is rank 0: DeepSpeed reads the rendezvous from the environment.
-        os.environ.update(_environment(0, world_size, port))
+        os.environ.update(loopback_rank_environment(0, world_size, port))
         context = multiprocessing.get_context("spawn")
         self.connections = []
         self.processes = []
