@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.nets import layer_init, masked_logits
+from agents.nets import layer_init, masked_logits, mlp_trunk
 from agents.policy import ActBatch, ActOutput, Policy
 from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms, prefixed
 from agents.rollout import compute_gae
@@ -190,14 +190,8 @@ def input_sizes(spec: GameSpec, config: MAPPOConfig) -> tuple[int, int]:
 
 def _mlp(in_dim: int, config: MAPPOConfig) -> tuple[nn.Sequential, int]:
     """The authors' MLPBase: [LayerNorm(in)] then per layer Linear -> ReLU [-> LayerNorm]."""
-    layers: list[nn.Module] = [nn.LayerNorm(in_dim)] if config.feature_norm else []
-    dim = in_dim
-    for width in config.hidden:
-        layers += [layer_init(nn.Linear(dim, width), std=math.sqrt(2)), nn.ReLU()]
-        if config.hidden_layer_norm:
-            layers.append(nn.LayerNorm(width))
-        dim = width
-    return nn.Sequential(*layers), dim
+    return mlp_trunk(in_dim, config.hidden, "relu", input_norm=config.feature_norm,
+                     hidden_norm=config.hidden_layer_norm)
 
 
 class MAPPOActor(nn.Module):

@@ -92,14 +92,18 @@ def run_sequential(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _mlp(in_dim: int, hidden: tuple[int, ...], activation: str, layer_norm: bool = False) -> tuple[nn.Sequential, int]:
+def mlp_trunk(in_dim: int, hidden: tuple[int, ...], activation: str, input_norm: bool = False,
+              hidden_norm: bool = False) -> tuple[nn.Sequential, int]:
+    """An MLP trunk and its output width: per hidden layer Linear (orthogonal init) -> activation,
+    with LayerNorm on the input (`input_norm`) and after each activation (`hidden_norm`) as MAPPO's
+    MLPBase has them."""
     if activation not in _ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}: use one of {sorted(_ACTIVATIONS)}")
-    layers: list[nn.Module] = [nn.LayerNorm(in_dim)] if layer_norm else []
+    layers: list[nn.Module] = [nn.LayerNorm(in_dim)] if input_norm else []
     dim = in_dim
     for width in hidden:
         layers += [layer_init(nn.Linear(dim, width)), _ACTIVATIONS[activation]()]
-        if layer_norm:
+        if hidden_norm:
             layers.append(nn.LayerNorm(width))
         dim = width
     return nn.Sequential(*layers), dim
@@ -116,9 +120,10 @@ class ActorCritic(nn.Module):
         if config.layer_norm and config.kind != "mlp":
             raise ValueError(f"layer_norm is for kind 'mlp' nets, not {config.kind!r}")
         if config.kind == "mlp":
-            self.actor_trunk, dim = _mlp(self.obs_dim, config.hidden, config.activation, config.layer_norm)
+            norms = dict(input_norm=config.layer_norm, hidden_norm=config.layer_norm)
+            self.actor_trunk, dim = mlp_trunk(self.obs_dim, config.hidden, config.activation, **norms)
             self.critic_trunk = (self.actor_trunk if config.shared_trunk
-                                 else _mlp(self.obs_dim, config.hidden, config.activation, config.layer_norm)[0])
+                                 else mlp_trunk(self.obs_dim, config.hidden, config.activation, **norms)[0])
         elif config.kind == "conv":
             self.actor_trunk, dim = self._conv_trunk(spec, config)
             self.critic_trunk = self.actor_trunk if config.shared_trunk else self._conv_trunk(spec, config)[0]
@@ -139,7 +144,7 @@ class ActorCritic(nn.Module):
             layers += [layer_init(nn.Conv2d(c, out, 3, padding=1)), nn.ReLU()]
             c = out
         layers.append(nn.Flatten())
-        head, dim = _mlp(c * h * w, config.hidden, config.activation)
+        head, dim = mlp_trunk(c * h * w, config.hidden, config.activation)
         return nn.Sequential(*layers, *head), dim
 
     def _trunk_input(self, obs: torch.Tensor) -> torch.Tensor:
