@@ -38,7 +38,7 @@ def run_seed(preset: str, seed: int, budget: float, run_dir: Path, overrides: li
     config = load_config(preset, [f"seed={seed}", "iterations=1000000", "log.progress=false",
                                   "log.wandb=disabled", "log.tensorboard=false", *overrides])
     league = League.create(config, run_dir)
-    psro_role = next(role for role in config.roles if role.meta_nash > 0)
+    psro_role = config.psro_role
     trace = []
     train_seconds = eval_seconds = 0.0
     last_eval = -eval_every

@@ -24,7 +24,7 @@ Hook = Callable[..., dict[str, float]]
 
 def league_hooks(config: LeagueConfig) -> list[Hook]:
     """The population-change hooks a run of `config` should carry."""
-    psro_role = next((role for role in config.roles if role.meta_nash > 0), None)
+    psro_role = config.psro_role
     if psro_role is None:
         return []
 
@@ -57,7 +57,7 @@ def output_exploitability(run_dir: str | os.PathLike) -> float:
 
     run = read_run(Path(run_dir).resolve())  # member paths come back absolute, not cwd-relative
     spec = game_spec(run.game_id)
-    psro_role = next((role for role in config_from_dict(run.config).roles if role.meta_nash > 0), None)
+    psro_role = config_from_dict(run.config).psro_role
     solver = MetaSolver.of(psro_role) if psro_role is not None else MetaSolver()
     return exploitability(spec.id, league_output_policy(spec, run.frozen(), run.run_dir, save_cache=False,
                                                         solver=solver))

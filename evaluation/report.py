@@ -120,27 +120,6 @@ class RunReport:
 # Reading a run
 
 
-def read_metric(run_dir: Path, key: str) -> tuple[tuple[float, float], ...]:
-    """(step, value) of every metrics.jsonl record holding `key`, in file order.
-
-    A last line without its newline is being written by the running league and is left out.
-    """
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return ()
-    text = path.read_text()
-    lines = text.split("\n")
-    complete = lines[:-1]  # the piece after the last newline is empty or still being written
-    points = []
-    for line in complete:
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        if key in record:
-            points.append((float(record.get("step", len(points))), float(record[key])))
-    return tuple(points)
-
-
 CURVE_PREFIXES = ("league/main_mu", "eval/win_rate_vs_", "losses/", "charts/steps_per_second",
                   "charts/episodic_return", "eval/exploitability")
 """metrics.jsonl keys (or key prefixes) the learning curves read."""
@@ -222,14 +201,15 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
 
     opponents = [o for o in ("self-play", *frozen, *learners) if any((l, o) in mix_counts for l in learners)]
     counts = np.array([[mix_counts.get((l, o), 0) for o in opponents] for l in learners], dtype=np.int64)
+    curves = read_curves(run.run_dir)  # one pass over metrics.jsonl serves the curves and the exploitability
     return RunReport(
         run_dir=str(run.run_dir), game_id=run.game_id, iteration=run.iteration,
         iterations=int(run.config.get("iterations", run.iteration)), total_matches=run.total_matches,
         total_env_steps=run.total_env_steps, matches_by_kind=kinds, members=run.members,
         learner_snapshots=dict(run.learner_snapshots),
         ratings={pid: Rating(r.mu, r.sigma) for pid, r in latest.items()}, tracks=tuple(tracks), payoff=payoff,
-        metagame=metagame, exploitability=read_metric(run.run_dir, "eval/exploitability"),
-        curves=read_curves(run.run_dir),
+        metagame=metagame, curves=curves,
+        exploitability=tuple((step, value) for step, _, value in curves.get("eval/exploitability", ())),
         matchmaking=MatchmakingMix(tuple(learners), tuple(opponents), counts.reshape(len(learners), len(opponents))),
         sides=sides, side_results=tuple(
             SideResult(pid, side, int(t[0]), int(t[1]), int(t[2]), int(t[3]), t[4] / t[0])

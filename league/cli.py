@@ -77,8 +77,10 @@ def next_commands(run_dir: str, game: str) -> str:
     """What a user does with a finished run, ready to paste."""
     import shlex
 
+    from agents.mixture import OUTPUT_POLICY_DIR
+
     run = shlex.quote(str(run_dir))
-    output = shlex.quote(str(Path(run_dir) / "output_policy"))
+    output = shlex.quote(str(Path(run_dir) / OUTPUT_POLICY_DIR))
     return "\n".join([
         "next:",
         f"  ludus report {run} --html {shlex.quote(str(Path(run_dir) / 'report.html'))}   # the run's page",
@@ -150,7 +152,6 @@ def _replay(args) -> int:
           f"{list(replay.replayed_returns)}: {'OK' if replay.matches else 'MISMATCH'}")
     if args.html or args.json:
         import json
-        from pathlib import Path
 
         from league.replay import match_episode
         from ludus.files import atomic_write_bytes

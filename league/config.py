@@ -235,6 +235,11 @@ class LeagueConfig:
     log: LogConfig = field(default_factory=LogConfig)
     """Logging."""
 
+    @property
+    def psro_role(self) -> RoleConfig | None:
+        """The first role with `meta_nash` weight (PSRO: its meta-solver makes the output policy), or None."""
+        return next((role for role in self.roles if role.meta_nash > 0), None)
+
     def __post_init__(self) -> None:
         positive = ("iterations", "matches_per_iteration", "num_envs", "num_runners",
                     "snapshot_every_steps", "torch_threads", "runner_threads", "policy_cache_size", "max_opponents_per_iteration")

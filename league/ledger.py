@@ -726,7 +726,7 @@ class Store:
         index). A player with several seats of one match (a team that shares one policy) plays
         one game, scored by its first seat. Reads no match it does not report."""
         connection = self._connection()
-        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = _table_names(connection)
         if "player_totals" in tables:
             totals = connection.execute("SELECT player_id, games, score FROM player_totals").fetchall()
         else:  # a ledger from before the table, opened read-only: sum it here
@@ -806,10 +806,14 @@ INSERT INTO player_totals (player_id, games, score)
 """
 
 
+def _table_names(connection: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
 def _validated_tables(connection: sqlite3.Connection, path: Path) -> set[str]:
     """Names of the file's tables after checking it is an empty file or a Ludus ledger we can read."""
     try:
-        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = _table_names(connection)
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} is not a readable SQLite database ({exc}); move it aside or restore a backup")
     if not tables:

@@ -23,7 +23,7 @@ from league.population import Member, Population
 def output_mixture(spec: GameSpec, config: LeagueConfig, population: Population, run_dir: Path,
                    iteration: int) -> Mixture | None:
     """The run's output policy now (None before the main role's first snapshot)."""
-    psro_role = next((role for role in config.roles if role.meta_nash > 0), None)
+    psro_role = config.psro_role
     if psro_role is not None:
         from league.psro import MetaSolver, meta_game
 
