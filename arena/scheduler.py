@@ -103,7 +103,7 @@ class Scheduler:
                     self.verified.add(entrant.player_id)
             params = load_params(store) or ensure_params(store, arena.config.trueskill)
             table = rebuild_ratings(store, params, kinds=(MATCH_KIND,))
-            games = {pid: g.games for pid, g in store.player_games(recent=1).items()}
+            games = {pid: n for pid, (n, _) in store.player_totals().items()}
             next_id = store.max_match_id() + 1
             if self.session is None:
                 self.session = count_tournaments(store) + 1

@@ -720,27 +720,30 @@ class Store:
         where, args = self._filters(kinds, player_id)
         return self._connection().execute(f"SELECT COUNT(*) FROM matches AS m WHERE 1{where}", args).fetchone()[0]
 
-    def player_games(self, recent: int) -> dict[str, PlayerGames]:
-        """Every player's games: count and summed outcome from `player_totals`, and the mean
-        return and length of its newest `recent` games (by match id, through the per-player
-        index). A player with several seats of one match (a team that shares one policy) plays
-        one game, scored by its first seat. Reads no match it does not report."""
+    def player_totals(self) -> dict[str, tuple[int, float]]:
+        """Every player's (games, summed outcome) from `player_totals`. A player with several seats
+        of one match (a team that shares one policy) plays one game, scored by its first seat."""
         connection = self._connection()
-        tables = _table_names(connection)
-        if "player_totals" in tables:
-            totals = connection.execute("SELECT player_id, games, score FROM player_totals").fetchall()
+        if "player_totals" in _table_names(connection):
+            rows = connection.execute("SELECT player_id, games, score FROM player_totals").fetchall()
         else:  # a ledger from before the table, opened read-only: sum it here
-            totals = connection.execute(
+            rows = connection.execute(
                 "SELECT player_id, COUNT(*), SUM(outcome) FROM (SELECT player_id, MIN(seat), outcome "
                 "FROM seat_results GROUP BY player_id, match_id) GROUP BY player_id").fetchall()
+        return {player_id: (int(games), float(score)) for player_id, games, score in rows}
+
+    def player_games(self, recent: int) -> dict[str, PlayerGames]:
+        """Every player's games (`player_totals`), and the mean return and length of its newest
+        `recent` games (by match id, through the per-player index). Reads no match it does not report."""
+        connection = self._connection()
         out = {}
-        for player_id, games, score in totals:
+        for player_id, (games, score) in self.player_totals().items():
             # min(seat) makes SQLite take the return from the player's first seat of each match
             ret, length = connection.execute(
                 "SELECT AVG(episode_return), AVG(length) FROM (SELECT s.episode_return, MIN(s.seat), m.length "
                 "FROM seat_results AS s JOIN matches AS m ON m.match_id = s.match_id WHERE s.player_id = ? "
                 "GROUP BY s.match_id ORDER BY s.match_id DESC LIMIT ?)", (player_id, int(recent))).fetchone()
-            out[player_id] = PlayerGames(int(games), float(score), float(ret), float(length))
+            out[player_id] = PlayerGames(games, score, float(ret), float(length))
         return out
 
     # -- ratings history -----------------------------------------------------------------------
