@@ -30,28 +30,25 @@ def run_seed(preset: str, seed: int, budget: float, run_dir: Path, overrides: li
     """Train one seed for `budget` seconds of training time; the exploitability trace and final figures."""
     import torch
 
-    from league.api import League, load_config
-    from evaluation.league_hooks import exploitability_metrics
-    from league.psro import MetaSolver
+    from benchmarks.lm_training import budget_league
+    from evaluation.league_hooks import league_hooks
 
     torch.set_num_threads(1)
-    config = load_config(preset, [f"seed={seed}", "iterations=1000000", "log.progress=false",
-                                  "log.wandb=disabled", "log.tensorboard=false", *overrides])
-    league = League.create(config, run_dir)
-    psro_role = config.psro_role
+    league = budget_league(preset, seed, run_dir, overrides)
+    (exploitability_hook,) = league_hooks(league.config)  # what `ludus train` logs: output and newest snapshot
+    role = league.config.psro_role.name
     trace = []
     train_seconds = eval_seconds = 0.0
     last_eval = -eval_every
 
     def measure() -> dict:
         frozen = league.population.frozen()
-        metrics = exploitability_metrics(league.spec, frozen, league.run_dir, role=psro_role.name,
-                                         solver=MetaSolver.of(psro_role))
+        metrics = exploitability_hook(league)
         league.metrics.log(league.total_env_steps, metrics)
         return {"train_seconds": round(train_seconds, 2), "env_steps": league.total_env_steps,
-                "iteration": league.iteration, "psro_iterations": sum(m.role == "main" for m in frozen) - 1,
+                "iteration": league.iteration, "psro_iterations": sum(m.role == role for m in frozen) - 1,
                 "output": metrics["eval/exploitability"], "main": metrics["eval/main_exploitability"],
-                "main_snapshot": next(m.player_id for m in reversed(frozen) if m.role == "main")}
+                "main_snapshot": next(m.player_id for m in reversed(frozen) if m.role == role)}
 
     try:
         while train_seconds < budget:
