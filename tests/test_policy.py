@@ -143,3 +143,35 @@ def test_no_gradients_are_recorded():
     net = _net(SPEC)
     TorchPolicy(net).act(_batch(SPEC, 10, np.random.default_rng(9)), np.random.default_rng(9))
     assert all(p.grad is None for p in net.parameters())
+
+
+@pytest.mark.parametrize("config", [NetConfig(hidden=(32, 32)), NetConfig(hidden=(16,), activation="relu", shared_trunk=True),
+                                    NetConfig(hidden=(32, 32), layer_norm=True)])
+def test_the_numpy_copy_computes_the_nets_logits_and_values(config):
+    from agents.torch_policy import NumpyActor
+
+    net = _net(SPEC, config)
+    batch = _batch(SPEC, 64, np.random.default_rng(3))
+    logits, values = NumpyActor(net)(batch.obs, batch.mask, values=True)
+    with torch.no_grad():
+        ref_logits, ref_values = net(torch.from_numpy(batch.obs), torch.from_numpy(batch.mask))
+    np.testing.assert_allclose(logits, ref_logits.numpy(), rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(values, ref_values.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_policy_follows_its_nets_updates():
+    """A learner's policy reads its live net: an optimizer step or a load_state_dict shows at once."""
+    net, other = _net(SPEC, seed=0), _net(SPEC, seed=1)
+    policy = TorchPolicy(net)
+    batch = _batch(SPEC, 32, np.random.default_rng(4))
+    before = policy.act(batch, np.random.default_rng(0), greedy=True)
+    net.load_state_dict(other.state_dict())
+    after = policy.act(batch, np.random.default_rng(0), greedy=True)
+    expected = TorchPolicy(other).act(batch, np.random.default_rng(0), greedy=True)
+    np.testing.assert_array_equal(after.log_probs, expected.log_probs)
+    assert not np.array_equal(before.log_probs, after.log_probs)
+    optimizer = torch.optim.SGD(net.parameters(), lr=1.0)
+    net(torch.from_numpy(batch.obs), torch.from_numpy(batch.mask))[1].sum().backward()
+    optimizer.step()
+    stepped = policy.act(batch, np.random.default_rng(0), greedy=True)
+    assert not np.array_equal(stepped.values, after.values)

@@ -1,0 +1,242 @@
+"""Which way of running the self-play nets is fastest here: the measurement behind the runner's inference path.
+
+A runner's step asks every policy it holds for actions on its own rows: in connect four self-play
+(the `connect_four` preset's net, a 256-wide shared-trunk relu MLP; 4096 boards; a learner
+against 16 PFSP-drawn snapshots, as `league_selfplay_vs_pettingzoo.py` plays it) that is one
+batch of ~2,500 learner rows and sixteen batches of ~100 snapshot rows per step. The rows of real
+steps are recorded once (observations and masks per policy), then every candidate computes the
+same masked logits for the same steps, interleaved round by round, one torch thread:
+
+* `torch fp32, one call per policy` — the runner's path today (`ActorCritic.policy_logits`;
+  the learner's rows with its value head);
+* `torch fp32, stacked snapshots (bmm)` — the snapshots' weights stacked once, their rows padded
+  to the largest group and evaluated in one `torch.baddbmm` per layer (issue 19's "one batched
+  call per step");
+* `torch fp32, stacked snapshots, 64-row chunks` — the same with each group cut into 64-row
+  chunks, so that padding is at most 63 rows per group;
+* `numpy fp32, one call per policy` — the same matmuls through numpy's BLAS;
+* `torch.compile fp32, one call per policy` — inductor, dynamic batch sizes;
+* `torch bf16, one call per policy` — weights and activations in bfloat16, fp32 logits
+  (AVX512-BF16 here);
+
+and prints each one's time per step relative to today's path. Nothing here is asserted: the
+runner keeps the path this table says is fastest (docs/scale_out.md "Inference").
+
+    python benchmarks/inference_paths.py [--steps 40] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from agents.nets import ActorCritic, NetConfig, masked_logits  # noqa: E402
+from agents.policy import ActBatch, ActOutput  # noqa: E402
+from agents.torch_policy import TorchPolicy  # noqa: E402
+from games.registry import spec as game_spec  # noqa: E402
+from league.backends import make_runner  # noqa: E402
+from league_selfplay_vs_pettingzoo import build_task  # noqa: E402
+
+Step = list[tuple[int, np.ndarray, np.ndarray]]
+"""One runner step: (policy index, observations, masks) per policy that acted."""
+
+
+class Recorder:
+    """A policy that acts as its TorchPolicy does and keeps the rows it was asked about."""
+
+    needs_history = False
+
+    def __init__(self, index: int, policy: TorchPolicy, log: list):
+        self.index, self.policy, self.log = index, policy, log
+
+    def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
+        self.log.append((self.index, np.array(batch.obs, dtype=np.float32), np.array(batch.mask, dtype=bool)))
+        return self.policy.act(batch, rng, greedy)
+
+
+def record_steps(nets: list[ActorCritic], boards: int, steps: int) -> list[Step]:
+    """The per-policy rows of the first `steps` steps of a PFSP self-play task."""
+    log: list = []
+    policies = {"learner": Recorder(0, TorchPolicy(nets[0]), log)}
+    for i in range(1, len(nets)):
+        policies[f"snap{i - 1}"] = Recorder(i, TorchPolicy(nets[i], compute_values=False), log)
+    runner = make_runner("connect_four", boards, seed=0)
+    runner.play(build_task(boards, len(nets) - 1, np.random.default_rng(0), 0), policies.__getitem__)
+    recorded: list[Step] = [[]]
+    for entry in log:  # a new step starts when a policy index repeats or decreases
+        if recorded[-1] and entry[0] <= recorded[-1][-1][0]:
+            recorded.append([])
+        recorded[-1].append(entry)
+    return [step for step in recorded if sum(len(o) for _, o, _ in step) >= boards // 2][:steps]
+
+
+def layers(net: ActorCritic) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(weight [out, in], bias [out]) of the trunk's linear layers, then the policy head."""
+    linear = [m for m in net.actor_trunk if isinstance(m, torch.nn.Linear)]
+    return [(m.weight.detach(), m.bias.detach()) for m in linear + [net.policy_head]]
+
+
+def torch_per_policy(nets: list[ActorCritic]) -> Callable[[Step], None]:
+    def run(step: Step) -> None:
+        with torch.inference_mode():
+            for index, obs, mask in step:
+                o, m = torch.from_numpy(obs), torch.from_numpy(mask)
+                if index == 0:
+                    nets[0](o, m)
+                else:
+                    nets[index].policy_logits(o, m)
+    return run
+
+
+def bf16_per_policy(nets: list[ActorCritic]) -> Callable[[Step], None]:
+    weights = [[(w.to(torch.bfloat16), b.to(torch.bfloat16)) for w, b in layers(net)] for net in nets]
+    value_heads = (nets[0].value_head.weight.detach().to(torch.bfloat16), nets[0].value_head.bias.detach().to(torch.bfloat16))
+
+    def run(step: Step) -> None:
+        with torch.inference_mode():
+            for index, obs, mask in step:
+                x = torch.from_numpy(obs).reshape(len(obs), -1).to(torch.bfloat16)
+                *trunk, head = weights[index]
+                for w, b in trunk:
+                    x = torch.relu(F.linear(x, w, b))
+                masked_logits(F.linear(x, *head).float(), torch.from_numpy(mask))
+                if index == 0:
+                    F.linear(x, *value_heads).float()
+    return run
+
+
+def numpy_per_policy(nets: list[ActorCritic]) -> Callable[[Step], None]:
+    weights = [[(w.numpy().T.copy(), b.numpy().copy()) for w, b in layers(net)] for net in nets]
+    value_head = (nets[0].value_head.weight.detach().numpy().T.copy(), nets[0].value_head.bias.detach().numpy().copy())
+
+    def run(step: Step) -> None:
+        for index, obs, mask in step:
+            x = obs.reshape(len(obs), -1)
+            *trunk, head = weights[index]
+            for w, b in trunk:
+                x = x @ w
+                x += b
+                np.maximum(x, 0.0, out=x)
+            logits = x @ head[0] + head[1]
+            np.where(mask, logits, -1e9)
+            if index == 0:
+                x @ value_head[0] + value_head[1]
+    return run
+
+
+def torch_transposed(nets: list[ActorCritic], dtype: torch.dtype) -> Callable[[Step], None]:
+    """Weights stored transposed ([in, out], contiguous) in `dtype`: x @ W + b by addmm, relu in place."""
+    weights = [[(w.T.contiguous().to(dtype), b.to(dtype)) for w, b in layers(net)] for net in nets]
+    value_head = (nets[0].value_head.weight.detach().T.contiguous().to(dtype), nets[0].value_head.bias.detach().to(dtype))
+
+    def run(step: Step) -> None:
+        with torch.inference_mode():
+            for index, obs, mask in step:
+                x = torch.from_numpy(obs).reshape(len(obs), -1).to(dtype)
+                *trunk, head = weights[index]
+                for w, b in trunk:
+                    x = torch.addmm(b, x, w).relu_()
+                masked_logits(torch.addmm(head[1], x, head[0]).float(), torch.from_numpy(mask))
+                if index == 0:
+                    torch.addmm(value_head[1], x, value_head[0]).float()
+    return run
+
+
+def compiled_per_policy(nets: list[ActorCritic]) -> Callable[[Step], None]:
+    forward = [torch.compile(nets[0].forward, dynamic=True)] + [
+        torch.compile(net.policy_logits, dynamic=True) for net in nets[1:]]
+
+    def run(step: Step) -> None:
+        with torch.inference_mode():
+            for index, obs, mask in step:
+                forward[index](torch.from_numpy(obs), torch.from_numpy(mask))
+    return run
+
+
+def stacked(nets: list[ActorCritic], chunk: int | None) -> Callable[[Step], None]:
+    """Snapshots (policies 1..K) in one baddbmm per layer; the learner alone, as today."""
+    per_net = [layers(net) for net in nets[1:]]
+    stack = [(torch.stack([p[i][0].T for p in per_net]).contiguous(), torch.stack([p[i][1] for p in per_net])[:, None])
+             for i in range(len(per_net[0]))]
+
+    def run(step: Step) -> None:
+        with torch.inference_mode():
+            groups = []
+            for index, obs, mask in step:
+                if index == 0:
+                    nets[0](torch.from_numpy(obs), torch.from_numpy(mask))
+                    continue
+                x = torch.from_numpy(obs).reshape(len(obs), -1)
+                pieces = [x] if chunk is None else list(torch.split(x, chunk))
+                groups += [(index - 1, piece) for piece in pieces]
+            width = max(len(piece) for _, piece in groups)
+            which = torch.tensor([g for g, _ in groups])
+            x = torch.zeros(len(groups), width, groups[0][1].shape[1])
+            for k, (_, piece) in enumerate(groups):
+                x[k, :len(piece)] = piece
+            for i, (w, b) in enumerate(stack):
+                x = torch.baddbmm(b[which], x, w[which])
+                if i < len(stack) - 1:
+                    x = torch.relu(x)
+    return run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--boards", type=int, default=4096)
+    parser.add_argument("--snapshots", type=int, default=16)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=40, help="recorded steps each candidate computes per round")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; each path's time is its median")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    spec = game_spec("connect_four")
+    config = NetConfig(hidden=(args.hidden, args.hidden), activation="relu", shared_trunk=True)
+    nets = []
+    for i in range(args.snapshots + 1):
+        torch.manual_seed(i)
+        nets.append(ActorCritic(spec, config).eval())
+    steps = record_steps(nets, args.boards, args.steps)
+    rows = np.mean([sum(len(o) for _, o, _ in s) for s in steps])
+    learner_rows = np.mean([sum(len(o) for i, o, _ in s if i == 0) for s in steps])
+    print(f"{len(steps)} recorded steps: {rows:.0f} rows per step, {learner_rows:.0f} of them the learner's, "
+          f"the rest over {args.snapshots} snapshots")
+    candidates = {
+        "torch fp32, one call per policy (today)": torch_per_policy(nets),
+        "torch fp32, stacked snapshots (bmm)": stacked(nets, None),
+        "torch fp32, stacked snapshots, 64-row chunks": stacked(nets, 64),
+        "numpy fp32, one call per policy": numpy_per_policy(nets),
+        "torch.compile fp32, one call per policy": compiled_per_policy(nets),
+        "torch bf16, one call per policy": bf16_per_policy(nets),
+        "torch fp32, transposed weights, addmm": torch_transposed(nets, torch.float32),
+        "torch bf16, transposed weights, addmm": torch_transposed(nets, torch.bfloat16),
+    }
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for run in candidates.values():  # warm-up (and compilation)
+        for step in steps[:3]:
+            run(step)
+    for _ in range(args.rounds):
+        for name, run in candidates.items():
+            start = time.perf_counter()
+            for step in steps:
+                run(step)
+            times[name].append((time.perf_counter() - start) / len(steps))
+    today = float(np.median(times["torch fp32, one call per policy (today)"]))
+    for name, values in times.items():
+        median = float(np.median(values))
+        print(f"  {name:<46} {median * 1e3:6.2f} ms per step  {today / median:5.2f}x today's speed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
