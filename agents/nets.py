@@ -148,12 +148,14 @@ class ActorCritic(nn.Module):
         return nn.Sequential(*layers, *head), dim
 
     def _trunk_input(self, obs: torch.Tensor) -> torch.Tensor:
+        # in the weights' dtype: float32, or bfloat16 in a copy that only acts (agents.torch_policy)
+        obs = obs.to(self.policy_head.weight.dtype)
         if self.config.kind == "mlp":
             return obs.reshape(obs.shape[0], self.obs_dim)
         return obs
 
     def forward(self, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self._trunk_input(obs.float())
+        x = self._trunk_input(obs)
         hidden = run_sequential(self.actor_trunk, x)
         logits = masked_logits(F.linear(hidden, self.policy_head.weight, self.policy_head.bias), mask)
         if self.config.shared_trunk:
@@ -165,11 +167,11 @@ class ActorCritic(nn.Module):
 
     def policy_logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Masked logits only: frozen opponents need no critic (half the work with separate trunks)."""
-        hidden = run_sequential(self.actor_trunk, self._trunk_input(obs.float()))
+        hidden = run_sequential(self.actor_trunk, self._trunk_input(obs))
         return masked_logits(F.linear(hidden, self.policy_head.weight, self.policy_head.bias), mask)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        hidden = run_sequential(self.critic_trunk, self._trunk_input(obs.float()))
+        hidden = run_sequential(self.critic_trunk, self._trunk_input(obs))
         return F.linear(hidden, self.value_head.weight, self.value_head.bias).squeeze(-1)
 
 

@@ -19,8 +19,12 @@ same masked logits for the same steps, interleaved round by round, one torch thr
 * `torch bf16, one call per policy` — weights and activations in bfloat16, fp32 logits
   (AVX512-BF16 here);
 
-and prints each one's time per step relative to today's path. Nothing here is asserted: the
-runner keeps the path this table says is fastest (docs/scale_out.md "Inference").
+and prints each one's time per step relative to today's path. The recorded steps repeat from
+round to round, and so do their batch sizes, which flatters bf16: oneDNN builds a bf16 matmul
+for every new row count (`agents.torch_policy.PAD_ROWS`). So the script then plays whole
+self-play tasks through `Runner.play` with `TorchPolicy` in float32 and in bfloat16 (the
+league's `inference_dtype`), interleaved, and prints both rates: what a runner really gains.
+Nothing here is asserted.
 
     python benchmarks/inference_paths.py [--steps 40] [--rounds 5]
 """
@@ -28,14 +32,19 @@ runner keeps the path this table says is fastest (docs/scale_out.md "Inference")
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-import torch
-from torch.nn import functional as F
+# One BLAS thread for numpy too (OpenBLAS starts one per core by default), as for torch: runners
+# are single-threaded processes, one per core.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -235,7 +244,28 @@ def main() -> int:
     for name, values in times.items():
         median = float(np.median(values))
         print(f"  {name:<46} {median * 1e3:6.2f} ms per step  {today / median:5.2f}x today's speed")
+    runner_rates(nets, args.boards, args.rounds)
     return 0
+
+
+def runner_rates(nets: list[ActorCritic], boards: int, rounds: int) -> None:
+    """Whole tasks through Runner.play, TorchPolicy in float32 vs bfloat16, interleaved."""
+    runner = make_runner("connect_four", boards, seed=0)
+    rng = np.random.default_rng(1)
+    rates: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
+    for r in range(rounds + 1):  # round 0 warms up
+        task = build_task(4 * boards, len(nets) - 1, rng, (r + 1) * 10**6)
+        for dtype in rates:
+            policies = {"learner": TorchPolicy(nets[0], dtype=dtype)}
+            policies.update({f"snap{i - 1}": TorchPolicy(nets[i], compute_values=False, dtype=dtype)
+                             for i in range(1, len(nets))})
+            start = time.perf_counter()
+            result = runner.play(task, policies.__getitem__)
+            if r:
+                rates[dtype].append(result.env_steps / (time.perf_counter() - start))
+    fp32, bf16 = (float(np.median(v)) for v in rates.values())
+    print(f"Runner.play, {4 * boards} matches per task: float32 {fp32 / 1e3:.0f}k moves/s, "
+          f"bfloat16 {bf16 / 1e3:.0f}k moves/s ({bf16 / fp32:.2f}x)")
 
 
 if __name__ == "__main__":

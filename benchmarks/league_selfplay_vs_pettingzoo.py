@@ -23,9 +23,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from game_speed import PettingZooRun  # noqa: E402
 
-from agents.nets import ActorCritic, NetConfig  # noqa: E402
+from agents.nets import ActorCritic  # noqa: E402
 from agents.torch_policy import TorchPolicy  # noqa: E402
 from games.registry import spec as game_spec  # noqa: E402
+from league.api import load_config  # noqa: E402
 from league.backends import make_runner  # noqa: E402
 from league.matchmaking import MatchmakingMix, sample_opponents  # noqa: E402
 from league.payoff import PayoffTable  # noqa: E402
@@ -58,19 +59,24 @@ def main() -> int:
     parser.add_argument("--boards", type=int, default=4096, help="games stepped at once by the runner")
     parser.add_argument("--matches", type=int, default=16384, help="matches per measured task")
     parser.add_argument("--snapshots", type=int, default=16, help="frozen snapshots in the PFSP pool")
-    parser.add_argument("--hidden", type=int, default=256, help="width of the two hidden layers (the preset's: 256)")
+    parser.add_argument("--inference-dtype", choices=["float32", "bfloat16"], default=None,
+                        help="what the nets act in (default: the connect_four preset's inference_dtype)")
     parser.add_argument("--repeats", type=int, default=5, help="measurements; the goal is their median ratio")
     parser.add_argument("--seconds", type=float, default=2.0, help="PettingZoo seconds per repeat")
     args = parser.parse_args()
     torch.set_num_threads(1)
     spec = game_spec("connect_four")
-    # The connect_four preset's net: a relu MLP, 256 wide, whose actor and critic share the trunk.
-    config = NetConfig(hidden=(args.hidden, args.hidden), activation="relu", shared_trunk=True)
+    # The connect_four preset's net (a 256-wide relu MLP whose actor and critic share the trunk),
+    # acting in the preset's inference dtype, as its runners do.
+    preset = load_config("connect_four")
+    config = preset.net
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.inference_dtype or preset.inference_dtype]
+    print(f"net {config.kind} {list(config.hidden)} {config.activation}, acting in {dtype}")
     policies = {}
     for i, pid in enumerate(["learner"] + [f"snap{i}" for i in range(args.snapshots)]):
         torch.manual_seed(i)
         # Frozen snapshots act without their critic, as the league loads them (league/population.py).
-        policies[pid] = TorchPolicy(ActorCritic(spec, config).eval(), compute_values=pid == "learner")
+        policies[pid] = TorchPolicy(ActorCritic(spec, config).eval(), compute_values=pid == "learner", dtype=dtype)
     runner = make_runner("connect_four", args.boards, seed=0)
     rng = np.random.default_rng(0)
     pettingzoo = PettingZooRun(rng)

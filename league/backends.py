@@ -41,15 +41,29 @@ def runner_error(index: int, trace: str, log_path: str | None) -> RunnerError:
 
 
 class PolicyProvider:
-    """player_id -> Policy for a runner: live learners from shipped weights, frozen members via an LRU cache."""
+    """player_id -> Policy for a runner: live learners from shipped weights, frozen members via an LRU cache.
 
-    def __init__(self, spec: GameSpec, architecture: PolicyArchitecture, cache_size: int):
+    `inference_dtype` 'bfloat16': actor-critic nets (learners' and snapshots') act in bfloat16
+    (`agents.torch_policy.TorchPolicy`); other policies are unchanged."""
+
+    def __init__(self, spec: GameSpec, architecture: PolicyArchitecture, cache_size: int,
+                 inference_dtype: str = "float32"):
         self.spec = spec
         self.architecture = architecture
+        self.inference_dtype = inference_dtype
         self.members: dict[str, Member] = {}
-        self.cache = PolicyCache(lambda pid: load_member_policy(self.members[pid], spec, architecture.lm_base),
-                                 cache_size)
+        self.cache = PolicyCache(lambda pid: self._acting(load_member_policy(self.members[pid], spec,
+                                                                             architecture.lm_base)), cache_size)
         self.learners: dict[str, tuple[int, Policy]] = {}
+
+    def _acting(self, policy: Policy) -> Policy:
+        import torch
+
+        from agents.torch_policy import TorchPolicy
+
+        if isinstance(policy, TorchPolicy):
+            policy.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[self.inference_dtype]
+        return policy
 
     def set_population(self, members: list[Member]) -> None:
         self.members = {m.player_id: m for m in members}
@@ -60,7 +74,11 @@ class PolicyProvider:
         current = self.learners.get(weights.player_id)
         if current is not None and current[0] == weights.version:
             return
-        module, policy = current[1] if current is not None else self.architecture.build(self.spec)
+        if current is not None:
+            module, policy = current[1]
+        else:
+            module, policy = self.architecture.build(self.spec)
+            self._acting(policy)
         module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.arrays.items()})
         module.eval()
         self.learners[weights.player_id] = (weights.version, (module, policy))
@@ -109,8 +127,8 @@ class SerialBackend:
     """Runs tasks in this process, one after another, at submit time."""
 
     def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
-                 cache_size: int, seed: int = 0, runner_threads: int = 1):
-        self.provider = PolicyProvider(spec, architecture, cache_size)
+                 cache_size: int, seed: int = 0, runner_threads: int = 1, inference_dtype: str = "float32"):
+        self.provider = PolicyProvider(spec, architecture, cache_size, inference_dtype)
         self.runner = make_runner(game_id, num_envs, seed)
         self.runner_threads = runner_threads
         self.restarts = 0
@@ -135,7 +153,7 @@ class SerialBackend:
 
 
 def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchitecture, num_envs: int,
-                 cache_size: int, seed: int, runner_threads: int, log_path: str | None) -> None:
+                 cache_size: int, seed: int, runner_threads: int, inference_dtype: str, log_path: str | None) -> None:
     """A runner process: receives population/weights/tasks, sends PlayResults or a traceback."""
     import torch
 
@@ -144,7 +162,7 @@ def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchit
         log = open(log_path, "a", buffering=1)
         os.dup2(log.fileno(), 2)
     spec = GameSpec.from_json(spec_json)
-    provider = PolicyProvider(spec, architecture, cache_size)
+    provider = PolicyProvider(spec, architecture, cache_size, inference_dtype)
     runner = make_runner(game_id, num_envs, seed)
     while True:
         try:
@@ -182,8 +200,8 @@ class ProcessBackend:
 
     def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
                  cache_size: int, num_workers: int, seed: int = 0, log_dir: str | None = None,
-                 max_restarts: int = 5, runner_threads: int = 1):
-        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed, runner_threads)
+                 max_restarts: int = 5, runner_threads: int = 1, inference_dtype: str = "float32"):
+        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed, runner_threads, inference_dtype)
         self.num_workers = num_workers
         self.log_dir = log_dir
         self.max_restarts = max_restarts
@@ -308,7 +326,8 @@ def make_backend(config, spec: GameSpec, architecture: PolicyArchitecture, membe
                  log_dir: str) -> Backend:
     """The backend `config.backend` names (a LeagueConfig), holding `members` for its runners."""
     common = dict(game_id=config.game, spec=spec, architecture=architecture, num_envs=config.num_envs,
-                  cache_size=config.policy_cache_size, seed=config.seed, runner_threads=config.runner_threads)
+                  cache_size=config.policy_cache_size, seed=config.seed, runner_threads=config.runner_threads,
+                  inference_dtype=config.inference_dtype)
     if config.backend == "serial":
         backend: Backend = SerialBackend(**common)
     elif config.backend == "process":

@@ -131,11 +131,11 @@ class RunnerActor:
     """A Ray actor wrapping one `Runner` and `PolicyProvider` (`runner_threads` torch threads)."""
 
     def __init__(self, game_id: str, spec_json: dict, architecture: PolicyArchitecture, num_envs: int,
-                 cache_size: int, seed: int, runner_threads: int = 1):
+                 cache_size: int, seed: int, runner_threads: int = 1, inference_dtype: str = "float32"):
         import torch
 
         torch.set_num_threads(runner_threads)  # as every backend: thread count changes matmul reduction order
-        self.provider = PolicyProvider(GameSpec.from_json(spec_json), architecture, cache_size)
+        self.provider = PolicyProvider(GameSpec.from_json(spec_json), architecture, cache_size, inference_dtype)
         self.runner = make_runner(game_id, num_envs, seed)
         self.population_version = -1
         self.members: list[Member] = []
@@ -193,8 +193,9 @@ class RayBackend:
 
     def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
                  cache_size: int, num_workers: int, seed: int = 0, address: str | None = None,
-                 max_restarts: int = 5, runner_cpus: float = RUNNER_CPUS, runner_threads: int = 1):
-        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed, runner_threads)
+                 max_restarts: int = 5, runner_cpus: float = RUNNER_CPUS, runner_threads: int = 1,
+                 inference_dtype: str = "float32"):
+        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed, runner_threads, inference_dtype)
         self.num_workers = num_workers
         self.max_restarts = max_restarts
         self.runner_cpus = runner_cpus

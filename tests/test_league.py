@@ -89,6 +89,18 @@ def test_serial_shards_equal_process_workers(tmp_path):
     assert snapshot_ids(tmp_path / "serial") == snapshot_ids(tmp_path / "process")
 
 
+def test_bfloat16_runners_are_as_exact_as_float32_ones(tmp_path):
+    """inference_dtype bfloat16: the nets act in bf16 (other games than float32's), and serial
+    shards still equal process workers bit for bit."""
+    bf16 = ("num_runners=2", "iterations=2", "inference_dtype=bfloat16")
+    train(small_config(*bf16), tmp_path / "serial")
+    train(small_config(*bf16, "backend=process"), tmp_path / "process")
+    train(small_config("num_runners=2", "iterations=2"), tmp_path / "float32")
+    assert ledger_rows(tmp_path / "serial") == ledger_rows(tmp_path / "process")
+    assert snapshot_ids(tmp_path / "serial") == snapshot_ids(tmp_path / "process")
+    assert ledger_rows(tmp_path / "serial") != ledger_rows(tmp_path / "float32")
+
+
 def test_resume_equals_uninterrupted_run(tmp_path):
     train(small_config(), tmp_path / "full")
     train(small_config(), tmp_path / "split", until=2)

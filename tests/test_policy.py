@@ -145,29 +145,39 @@ def test_no_gradients_are_recorded():
     assert all(p.grad is None for p in net.parameters())
 
 
-@pytest.mark.parametrize("config", [NetConfig(hidden=(32, 32)), NetConfig(hidden=(16,), activation="relu", shared_trunk=True),
-                                    NetConfig(hidden=(32, 32), layer_norm=True)])
-def test_the_numpy_copy_computes_the_nets_logits_and_values(config):
-    from agents.torch_policy import NumpyActor
-
-    net = _net(SPEC, config)
-    batch = _batch(SPEC, 64, np.random.default_rng(3))
-    logits, values = NumpyActor(net)(batch.obs, batch.mask, values=True)
+@pytest.mark.parametrize("spec, config", [(SPEC, NetConfig(hidden=(32, 32))), (SPEC, NetConfig(hidden=(32, 32), layer_norm=True)),
+                                          (CONV_SPEC, NetConfig(kind="conv", channels=(8,), hidden=(16,)))])
+def test_bfloat16_acting_is_the_net_in_bfloat16(spec, config):
+    """A bf16 policy plays legal moves and its log-probs and values are the float32 net's within
+    bf16 rounding; it is deterministic given the Generator, like float32."""
+    net = _net(spec, config)
     with torch.no_grad():
-        ref_logits, ref_values = net(torch.from_numpy(batch.obs), torch.from_numpy(batch.mask))
-    np.testing.assert_allclose(logits, ref_logits.numpy(), rtol=1e-5, atol=1e-3)
-    np.testing.assert_allclose(values, ref_values.numpy(), rtol=1e-5, atol=1e-5)
+        net.policy_head.weight.div_(30.0)  # logits of a few units: bf16 keeps ~3 significant digits
+    batch = _batch(spec, 50, np.random.default_rng(5))  # padded to 64 rows inside
+    fast = TorchPolicy(net, dtype=torch.bfloat16)
+    out = fast.act(batch, np.random.default_rng(0))
+    assert batch.mask[np.arange(50), out.actions].all()
+    exact = _reference_log_softmax(net, batch)[np.arange(50), out.actions]
+    np.testing.assert_allclose(out.log_probs, exact, atol=0.1)
+    with torch.no_grad():
+        np.testing.assert_allclose(out.values, net.value(torch.from_numpy(batch.obs)).numpy(), rtol=0.05, atol=0.05)
+    again = fast.act(batch, np.random.default_rng(0))
+    np.testing.assert_array_equal(out.actions, again.actions)
+    np.testing.assert_array_equal(out.log_probs, again.log_probs)
+    assert out.log_probs.dtype == np.float32 and out.values.dtype == np.float32
 
 
-def test_the_policy_follows_its_nets_updates():
-    """A learner's policy reads its live net: an optimizer step or a load_state_dict shows at once."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_policy_follows_its_nets_updates(dtype):
+    """A learner's policy reads its live net: an optimizer step or a load_state_dict shows at once
+    (the bf16 copy is remade when the weights change)."""
     net, other = _net(SPEC, seed=0), _net(SPEC, seed=1)
-    policy = TorchPolicy(net)
+    policy = TorchPolicy(net, dtype=dtype)
     batch = _batch(SPEC, 32, np.random.default_rng(4))
     before = policy.act(batch, np.random.default_rng(0), greedy=True)
     net.load_state_dict(other.state_dict())
     after = policy.act(batch, np.random.default_rng(0), greedy=True)
-    expected = TorchPolicy(other).act(batch, np.random.default_rng(0), greedy=True)
+    expected = TorchPolicy(other, dtype=dtype).act(batch, np.random.default_rng(0), greedy=True)
     np.testing.assert_array_equal(after.log_probs, expected.log_probs)
     assert not np.array_equal(before.log_probs, after.log_probs)
     optimizer = torch.optim.SGD(net.parameters(), lr=1.0)
