@@ -37,10 +37,16 @@ from benchmarks.lm_training import budget_league, train_within  # noqa: E402
 TARGET = 0.15
 
 
-def exploitability_of_lm(policy) -> float:
-    from agents.exploitability import exploitability
+def exploitability_of_lm(policy) -> tuple[float, str]:
+    """The policy's exploitability, and its probability of betting / calling at each of the 12
+    information states ("Jpb:0.12": card J/Q/K, then the history, p pass, b bet)."""
+    from agents.exploitability import as_tabular, exploitability
 
-    return float(exploitability("spiel:kuhn_poker", policy))
+    table = as_tabular("spiel:kuhn_poker", policy)  # the LM's exact table, computed once
+    cards = "JQK"
+    row = " ".join(f"{cards[int(key[0])]}{key[1:] or '-'}:{table.policy_for_key(key)[1]:.2f}"
+                   for key in table.state_lookup)
+    return float(exploitability("spiel:kuhn_poker", table)), row
 
 
 def run_seed(seed: int, budget: float, run_dir: Path, overrides: list[str], eval_every: float) -> dict:
@@ -52,8 +58,8 @@ def run_seed(seed: int, budget: float, run_dir: Path, overrides: list[str], eval
     # the learner's own model, adapters as trained (the base: the same model with them off)
     policy = TextLMPolicy(learner.lm.model, learner.lm.tokenizer, learner.view, learner.text.play)
     with adapter_disabled(learner.lm.model):
-        base = exploitability_of_lm(policy)
-    print(f"seed {seed}: base model exploitability {base:.4f}", flush=True)
+        base, base_table = exploitability_of_lm(policy)
+    print(f"seed {seed}: base model exploitability {base:.4f}; P(bet or call): {base_table}", flush=True)
     trace: list[tuple[int, float]] = []
     last_eval = 0.0
 
@@ -61,14 +67,16 @@ def run_seed(seed: int, budget: float, run_dir: Path, overrides: list[str], eval
         nonlocal last_eval
         if eval_every and trained_seconds - last_eval >= eval_every:
             last_eval = trained_seconds
-            trace.append((round(trained_seconds), exploitability_of_lm(policy)))
-            print(f"seed {seed} at {trace[-1][0]} s: exploitability {trace[-1][1]:.4f}", flush=True)
+            figure, table = exploitability_of_lm(policy)
+            trace.append((round(trained_seconds), figure))
+            print(f"seed {seed} at {trace[-1][0]} s: exploitability {figure:.4f}; P(bet or call): {table}", flush=True)
 
     try:
         trained_seconds, iterations = train_within(league, budget, f"seed {seed} ", measure)
     finally:
         league.close()
-    trained = exploitability_of_lm(policy)
+    trained, table = exploitability_of_lm(policy)
+    print(f"seed {seed}: trained exploitability {trained:.4f}; P(bet or call): {table}", flush=True)
     result = {"seed": seed, "base": base, "trained": trained, "iterations": iterations, "trace": trace,
               "train_seconds": round(trained_seconds, 1), "load": os.getloadavg()[0]}
     print(json.dumps(result), flush=True)
