@@ -14,10 +14,12 @@ registry (e.g. ``gym:CartPole-v1``): the same learner the league uses, fed by th
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -69,6 +71,10 @@ class PPOConfig:
     target_kl: float | None = None
     """Stop the epochs of an update early once the approximate KL of the last minibatch
     exceeds this; None never stops early."""
+    matmul_dtype: Literal["float32", "bfloat16"] = "float32"
+    """dtype of the net's forward (and so backward) matmuls: 'bfloat16' runs the forward under
+    torch.autocast, with float32 weights, optimizer state and loss (mixed precision, Micikevicius
+    et al. 2018). Here (AVX512-BF16) it made an update 1.4x faster: the update is matmul-bound."""
 
     def __post_init__(self) -> None:
         if not self.learning_rate > 0:
@@ -79,6 +85,8 @@ class PPOConfig:
             raise ValueError(f"minibatch_size must be >= 1 or None, got {self.minibatch_size}")
         if self.update_epochs < 1:
             raise ValueError(f"update_epochs must be >= 1, got {self.update_epochs}")
+        if self.matmul_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"matmul_dtype must be 'float32' or 'bfloat16', got {self.matmul_dtype!r}")
 
 
 @dataclass(frozen=True)
@@ -174,6 +182,12 @@ class PPOLearner:
     def set_learning_rate(self, learning_rate: float) -> None:
         self.backend.set_learning_rate(learning_rate)
 
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.config.matmul_dtype == "float32":
+            return contextlib.nullcontext()
+        device = next(self.net.parameters()).device.type
+        return torch.autocast(device, dtype=torch.bfloat16)
+
     def update(self, batch: RolloutBatch, shard: DataShard | None = None) -> PPOStats:
         """One PPO update on `batch`. With `shard`, this process holds one rank's rows of a global
         batch: every rank draws the same permutation of the global rows, takes its own rows of each
@@ -217,7 +231,9 @@ class PPOLearner:
                     minibatch_steps += 1
                     kl_rows = 0
                     continue
-                logits, newvalue = self.net(b_obs[mb_inds], b_mask[mb_inds])
+                with self._autocast():
+                    logits, newvalue = self.net(b_obs[mb_inds], b_mask[mb_inds])
+                logits, newvalue = logits.float(), newvalue.float()  # no-ops unless autocast
                 # Masked logits carry -1e9 on illegal actions: their probability is exactly 0, so
                 # the log-prob and the entropy are over legal actions only.
                 log_pi = torch.log_softmax(logits, dim=-1)

@@ -76,6 +76,28 @@ def test_update_moves_the_policy_towards_positive_advantages():
     assert learner.updates == 1
 
 
+def test_bfloat16_matmuls_take_nearly_the_float32_update():
+    """matmul_dtype bfloat16: the forward runs under autocast, the weights stay float32, and the
+    update moves the policy as the float32 one does, to nearby weights (Adam's normalised steps
+    turn bf16 rounding of tiny gradients into differences of a fraction of the step)."""
+    updated = {}
+    batch = make_batch(make_net(), ADVANTAGES, ACTIONS)
+    before = policy_probs(make_net(), batch.obs[:2], batch.mask[:2])
+    for dtype in ("float32", "bfloat16"):
+        net = make_net()
+        start = [p.detach().clone() for p in net.parameters()]
+        stats = PPOLearner(net, PPOConfig(learning_rate=1e-2, num_minibatches=2, matmul_dtype=dtype),
+                           seed=0).update(batch)
+        assert all(p.dtype == torch.float32 for p in net.parameters())
+        assert math.isfinite(stats.policy_loss) and math.isfinite(stats.value_loss)
+        after = policy_probs(net, batch.obs[:2], batch.mask[:2])
+        assert np.all(after[:, 0] > before[:, 0]) and np.all(after[:, 1] < before[:, 1])
+        updated[dtype] = [p.detach() for p in net.parameters()]
+    step = max(float((a - s).abs().max()) for a, s in zip(updated["float32"], start))
+    gap = max(float((a - b).abs().max()) for a, b in zip(updated["float32"], updated["bfloat16"]))
+    assert 0 < gap < 0.3 * step
+
+
 def test_ratio_uses_the_stored_behaviour_logprobs():
     """Behaviour log-probs log(pi)/2-shifted: the ratio is pi / (pi/2) = 2 on every row, all clipped."""
     config = PPOConfig(num_minibatches=2)
