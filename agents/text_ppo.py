@@ -19,8 +19,11 @@ Every prompt of a batch starts with the same chat header and rules, and many tur
 position. Prompts are read as generation reads them (agents/lm.py `SharedPromptCache`): the
 common prefix and each distinct prompt once per micro-batch, each row's response packed after its
 prompt with a mask that lets it see only its prompt and itself. Gradients flow back through the
-shared prompt exactly as if each row had its own copy. Micro-batches accumulate gradients into one optimizer
-step per minibatch (`TorchAdam.apply`), so memory is bounded by `micro_batch_size`.
+shared prompt exactly as if each row had its own copy. Turns that wrote the same response to the
+same prompt (in Kuhn poker most of a batch: 12 positions, a few answers each) are read once
+(`distinct_turns`) and their readings handed to every such row, so a step costs the distinct
+turns, not all of them. Micro-batches accumulate gradients into one optimizer step per minibatch
+(`TorchAdam.apply`), so memory is bounded by `micro_batch_size`.
 """
 
 from __future__ import annotations
@@ -211,6 +214,17 @@ def response_log_probs(model: LMWithValueHead, prompts: Sequence[Sequence[int]],
                            log_pi[:, 0])
 
 
+def distinct_turns(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
+                   ) -> tuple[list[Sequence[int]], list[Sequence[int]], torch.Tensor]:
+    """The distinct (prompt, response) pairs among the rows, in first-seen order, and for each
+    row the index of its pair: reading the pairs and indexing by it gives every row's reading
+    (log-probs, entropies, features; gradients add up over a pair's rows through the index)."""
+    index: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    of_row = [index.setdefault((tuple(p), tuple(r)), len(index)) for p, r in zip(prompts, responses)]
+    pairs = list(index)
+    return [p for p, _ in pairs], [r for _, r in pairs], torch.tensor(of_row, dtype=torch.long)
+
+
 def answer_entropies(first_log_pi: torch.Tensor, answer_tokens: Sequence[Sequence[np.ndarray]]) -> torch.Tensor:
     """[B] entropy of each row's answer distribution at the first response token: the mass of each
     legal answer's opening tokens, renormalised over the answers."""
@@ -300,13 +314,13 @@ class TextPPOLearner:
 
     def _micro_step(self, batch: TurnBatch, rows: np.ndarray, advantages: np.ndarray,
                     tokens_in_minibatch: int) -> tuple[dict[str, float], torch.Tensor]:
-        prompts = [batch.prompts[i] for i in rows]
-        responses = [batch.responses[i] for i in rows]
+        prompts, responses, pair_of_row = distinct_turns([batch.prompts[i] for i in rows],
+                                                         [batch.responses[i] for i in rows])
         with torch.no_grad(), adapter_disabled(self.model):
             reference = response_log_probs(self.model, prompts, responses, self.temperature,
-                                           store=self.reference_prompts).log_probs
-        log_probs, entropy, mask, features, first_log_pi = response_log_probs(self.model, prompts, responses,
-                                                                              self.temperature)
+                                           store=self.reference_prompts).log_probs[pair_of_row]
+        reading = response_log_probs(self.model, prompts, responses, self.temperature)
+        log_probs, entropy, mask, features, first_log_pi = (part[pair_of_row] for part in reading)
         width = log_probs.shape[1]
         behaviour = torch.zeros((len(rows), width))
         for k, i in enumerate(rows):

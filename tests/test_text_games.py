@@ -17,8 +17,8 @@ from agents.pretrained import PretrainedLMConfig, adapter_disabled, load_pretrai
 from agents.policy import ActBatch
 from agents.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, answer_start_tokens,
                                 played_distribution, response_action_probabilities, sampled_action_probabilities)
-from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, answer_entropies, prompt_advantages,
-                             response_log_probs, role_advantages)
+from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, answer_entropies, distinct_turns,
+                             prompt_advantages, response_log_probs, role_advantages)
 from games import registry
 from games.core import GameError
 from games.text import TEXT_VIEWS, canonical_answer, check_text_view, parse_response, text_view
@@ -204,6 +204,39 @@ def test_training_reads_the_behaviour_log_probs_back_exactly(tiny_lm):
         reading = response_log_probs(tiny_lm.model, prompts, responses, temperature=1.0)
         log_probs, mask = reading.log_probs, reading.mask
     np.testing.assert_allclose(log_probs[mask].numpy(), out.response_log_probs[out.responses >= 0], atol=1e-4)
+
+
+def test_repeated_turns_are_read_once_with_the_same_log_probs_and_gradients(tiny_lm):
+    """Kuhn batches repeat (prompt, response) pairs: reading each pair once and indexing it back
+    to its rows gives every row's log-probs and the same gradient as reading every row."""
+    policy = _policy(tiny_lm, max_new_tokens=3)
+    batch = _positions(KUHN, 24)
+    out = policy.act(batch, np.random.default_rng(0))
+    lengths = (out.responses >= 0).sum(axis=1)
+    prompts = [policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i]) for i in range(24)]
+    responses = [out.responses[i, :lengths[i]].tolist() for i in range(24)]
+    prompts, responses = prompts + prompts[:12], responses + responses[:12]  # every one of 12 rows twice
+    weights = torch.linspace(-1.0, 1.0, len(prompts))[:, None]
+    trained = [p for p in tiny_lm.model.parameters() if p.requires_grad]
+
+    def gradient(read_once: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        tiny_lm.model.zero_grad()
+        if read_once:
+            unique_prompts, unique_responses, pair_of_row = distinct_turns(prompts, responses)
+            assert len(unique_prompts) <= 24 < len(prompts)
+            log_probs = response_log_probs(tiny_lm.model, unique_prompts, unique_responses, 1.0).log_probs[pair_of_row]
+        else:
+            log_probs = response_log_probs(tiny_lm.model, prompts, responses, 1.0).log_probs
+        (weights * log_probs).sum().backward()
+        # (the value head is trainable too, but no log-prob reads it)
+        return log_probs.detach(), [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in trained]
+
+    each, each_grads = gradient(read_once=False)
+    once, once_grads = gradient(read_once=True)
+    torch.testing.assert_close(once, each, atol=1e-5, rtol=1e-5)
+    assert sum(float(g.abs().sum()) for g in each_grads) > 0
+    for a, b in zip(once_grads, each_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases):
