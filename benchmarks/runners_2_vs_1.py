@@ -145,7 +145,7 @@ def main() -> int:
     figure = float(np.median(figures))
     print(f"median over {args.rounds} rounds: runner scaling {np.median([r[1] for r in rows]):.2f}x, "
           f"engine scaling {np.median([r[0] for r in rows]):.2f}x")
-    print(f"goal runners_2_vs_1: {figure:.2f} (target {GOAL}) {'PASS' if figure >= GOAL else 'FAIL'}")
+    print(f"goal runners_2_vs_1: {figure:.3f} (target {GOAL}) {'PASS' if figure >= GOAL else 'FAIL'}")
     return 0
 
 
