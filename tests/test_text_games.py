@@ -55,6 +55,17 @@ def _policy(lm, game_id=KUHN, **play) -> TextLMPolicy:
     return TextLMPolicy(lm.model, lm.tokenizer, text_view(game_id), TextPlayConfig(**play))
 
 
+def _played_turns(policy: TextLMPolicy, n: int):
+    """n Kuhn positions played by `policy` (seeded): the batch, the act output, and each row's
+    prompt and recorded (first) response as token tuples."""
+    batch = _positions(KUHN, n)
+    out = policy.act(batch, np.random.default_rng(0))
+    lengths = (out.responses >= 0).sum(axis=1)
+    prompts = tuple(tuple(policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i])) for i in range(n))
+    responses = tuple(tuple(out.responses[i, :lengths[i]].tolist()) for i in range(n))
+    return batch, out, prompts, responses
+
+
 # --------------------------------------------------------------------------------- the views
 
 
@@ -194,12 +205,7 @@ def test_prompt_baseline_is_the_mean_of_the_other_turns_with_the_same_prompt():
 
 def test_training_reads_the_behaviour_log_probs_back_exactly(tiny_lm):
     """On-policy, the learner's log-probs of the recorded responses are the generator's (ratio 1)."""
-    policy = _policy(tiny_lm, max_new_tokens=5)
-    batch = _positions(KUHN, 20)
-    out = policy.act(batch, np.random.default_rng(0))
-    lengths = (out.responses >= 0).sum(axis=1)
-    prompts = [policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i]) for i in range(20)]
-    responses = [out.responses[i, :lengths[i]].tolist() for i in range(20)]
+    _, out, prompts, responses = _played_turns(_policy(tiny_lm, max_new_tokens=5), 20)
     with torch.no_grad():
         reading = response_log_probs(tiny_lm.model, prompts, responses, temperature=1.0)
         log_probs, mask = reading.log_probs, reading.mask
@@ -209,12 +215,7 @@ def test_training_reads_the_behaviour_log_probs_back_exactly(tiny_lm):
 def test_repeated_turns_are_read_once_with_the_same_log_probs_and_gradients(tiny_lm):
     """Kuhn batches repeat (prompt, response) pairs: reading each pair once and indexing it back
     to its rows gives every row's log-probs and the same gradient as reading every row."""
-    policy = _policy(tiny_lm, max_new_tokens=3)
-    batch = _positions(KUHN, 24)
-    out = policy.act(batch, np.random.default_rng(0))
-    lengths = (out.responses >= 0).sum(axis=1)
-    prompts = [policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i]) for i in range(24)]
-    responses = [out.responses[i, :lengths[i]].tolist() for i in range(24)]
+    _, _, prompts, responses = _played_turns(_policy(tiny_lm, max_new_tokens=3), 24)
     prompts, responses = prompts + prompts[:12], responses + responses[:12]  # every one of 12 rows twice
     weights = torch.linspace(-1.0, 1.0, len(prompts))[:, None]
     trained = [p for p in tiny_lm.model.parameters() if p.requires_grad]
@@ -242,15 +243,10 @@ def test_repeated_turns_are_read_once_with_the_same_log_probs_and_gradients(tiny
 def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases):
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=0)
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
-    policy = _policy(lm, max_new_tokens=2)
-    batch = _positions(KUHN, 32)
-    out = policy.act(batch, np.random.default_rng(0))
-    lengths = (out.responses >= 0).sum(axis=1)
+    batch, out, prompts, responses = _played_turns(_policy(lm, max_new_tokens=2), 32)
     first = out.responses[:, 0]
     target = int(np.bincount(first).argmax())
-    turns = TurnBatch(tuple(tuple(policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i])) for i in range(32)),
-                      tuple(tuple(out.responses[i, :lengths[i]].tolist()) for i in range(32)),
-                      tuple(out.response_log_probs[i, :lengths[i]] for i in range(32)),
+    turns = TurnBatch(prompts, responses, tuple(out.response_log_probs[i, :len(responses[i])] for i in range(32)),
                       np.where(first == target, 1.0, -1.0), batch.seats.astype(np.int64), out.values.astype(np.float64))
     learner = TextPPOLearner(lm.model, TextPPOConfig(learning_rate=1e-2, minibatch_size=32, micro_batch_size=8,
                                                      epochs=4), temperature=1.0, num_roles=2, seed=0)
@@ -288,17 +284,12 @@ def test_answer_start_tokens_group_the_vocabulary_by_the_answer_they_begin(tiny_
 
 def test_the_answer_entropy_bonus_spreads_the_answers(tiny_bases):
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
-    policy = _policy(lm, max_new_tokens=2)
-    batch = _positions(KUHN, 24)
-    out = policy.act(batch, np.random.default_rng(0))
-    lengths = (out.responses >= 0).sum(axis=1)
+    batch, out, prompts, responses = _played_turns(_policy(lm, max_new_tokens=2), 24)
     view = text_view(KUHN)
     groups = tuple(answer_start_tokens(lm.tokenizer, view.answers(batch.obs[i], int(batch.seats[i]), batch.mask[i]))
                    for i in range(24))
-    prompts = tuple(tuple(policy.encode(batch.obs[i], int(batch.seats[i]), batch.mask[i])) for i in range(24))
-    responses = tuple(tuple(out.responses[i, :lengths[i]].tolist()) for i in range(24))
     # returns equal to the behaviour values: zero advantages, so only the bonus moves the adapters
-    turns = TurnBatch(prompts, responses, tuple(out.response_log_probs[i, :lengths[i]] for i in range(24)),
+    turns = TurnBatch(prompts, responses, tuple(out.response_log_probs[i, :len(responses[i])] for i in range(24)),
                       out.values.astype(np.float64), batch.seats.astype(np.int64), out.values.astype(np.float64),
                       groups)
 
