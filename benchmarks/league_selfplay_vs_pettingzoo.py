@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from game_speed import PettingZooRun  # noqa: E402
 
 from agents.nets import ActorCritic  # noqa: E402
+from agents.pretrained import DTYPES  # noqa: E402
 from agents.torch_policy import TorchPolicy  # noqa: E402
 from games.registry import spec as game_spec  # noqa: E402
 from league.api import load_config  # noqa: E402
@@ -70,7 +71,7 @@ def main() -> int:
     # acting in the preset's inference dtype, as its runners do.
     preset = load_config("connect_four")
     config = preset.net
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.inference_dtype or preset.inference_dtype]
+    dtype = DTYPES[args.inference_dtype or preset.inference_dtype]
     print(f"net {config.kind} {list(config.hidden)} {config.activation}, acting in {dtype}")
     policies = {}
     for i, pid in enumerate(["learner"] + [f"snap{i}" for i in range(args.snapshots)]):

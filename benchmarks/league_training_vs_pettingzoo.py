@@ -69,6 +69,8 @@ class TrainingRun:
     """Runner busy time summed over runner tasks (from the ledger)."""
     learner_rows: int
     """Transitions the learners trained on (PPO batch rows, all learners)."""
+    processes: int
+    """The run's processes: the manager and its runners."""
 
     @property
     def moves_per_second(self) -> float:
@@ -104,7 +106,8 @@ def train_once(iterations: int | None, run_dir: Path, overrides: list[str]) -> T
         raise AssertionError(f"ledger holds {moves} moves, the league counted {league.total_env_steps}")
     return TrainingRun(iterations=config.iterations, moves=moves, matches=matches, seconds=seconds,
                        setup_seconds=seconds - iteration_seconds[0],
-                       phase_seconds=phases, runner_seconds=runner_seconds, learner_rows=rows[0])
+                       phase_seconds=phases, runner_seconds=runner_seconds, learner_rows=rows[0],
+                       processes=1 + (config.num_runners if config.backend != "serial" else 0))
 
 
 def _ledger_totals(run_dir: Path) -> tuple[int, int, float]:
@@ -162,10 +165,7 @@ def main() -> int:
     ratio = float(np.median(ratios))
     # The run's processes (the manager and its runners) share the machine's cores; PettingZoo's
     # loop is one process on one core.
-    from league.api import load_config
-
-    config = load_config(PRESET, args.overrides)
-    processes = 1 + (config.num_runners if config.backend != "serial" else 0)
+    processes = run.processes
     cores = min(len(os.sched_getaffinity(0)), processes)
     print(f"league training: {np.median([r.moves_per_second for r in runs]) / 1e3:.1f}k moves/s; "
           f"PettingZoo random loop: {np.median(pz_rates) / 1e3:.1f}k moves/s")

@@ -57,12 +57,11 @@ class PolicyProvider:
         self.learners: dict[str, tuple[int, Policy]] = {}
 
     def _acting(self, policy: Policy) -> Policy:
-        import torch
-
+        from agents.pretrained import DTYPES
         from agents.torch_policy import TorchPolicy
 
         if isinstance(policy, TorchPolicy):
-            policy.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[self.inference_dtype]
+            policy.dtype = DTYPES[self.inference_dtype]
         return policy
 
     def set_population(self, members: list[Member]) -> None:
