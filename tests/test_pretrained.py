@@ -8,7 +8,6 @@ to the cache and loaded with adapters."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 import torch
