@@ -8,7 +8,9 @@ response: the value head at the prompt, a role-conditioned running mean as SPIRA
 2025, arXiv 2506.24119, §3.3: RAE, one per game seat, because the first and second player of a
 zero-sum game have different expected returns), or the mean of the batch's other turns with the
 same prompt (GRPO's group baseline) — `TextPPOConfig.baseline`. An optional entropy bonus on the
-answer at the response's first token keeps every answer sampled. The loss per response token is PPO's clipped surrogate (agents/ppo_core.py;
+answer at the response's first token keeps every answer sampled; optionally (`all_actions`) that
+token is trained on every legal answer at once, weighted by each answer's mean return at the
+position in the batch, where the batch gave more than one answer there. The loss per response token is PPO's clipped surrogate (agents/ppo_core.py;
 the ratio is to the behaviour log-probs, so rows played by an older policy version in async mode
 are corrected by importance sampling) plus a KL penalty to the base model, which is the same
 network with its LoRA adapters switched off (agents/pretrained.py), estimated per token with
@@ -66,6 +68,17 @@ class TextPPOConfig:
     position before the position-specific advantages (fold the Jack, call with the King) have been
     sampled often enough to separate them. An entropy over the whole vocabulary would instead reward
     text that is no answer. 0 disables it."""
+    all_actions: bool = False
+    """All-action policy gradient on the answer (Sutton et al. 2000; Allen et al. 2017, Mean Actor-Critic):
+    at a prompt where the batch sampled two or more different legal answers, the response's first token
+    is trained on every answer at once, loss -sum_a q(a) (Q(a) - sum_b q(b) Q(b)), with q the answer
+    distribution at that token (the answer-start token groups, renormalised, as the entropy bonus reads
+    it) and Q(a) the batch's mean return of the turns that gave answer a to this prompt (an answer the
+    batch never gave there counts as average). The sampled surrogate still trains the rest of those
+    responses and every turn whose prompt the batch asked with one answer only. A sampled turn says only
+    whether its own answer beat the baseline, with the whole game's noise on it; the batch's table says
+    how every answer did at the position, so where positions recur (Kuhn poker's 12 information states,
+    each asked ~25 times in 128 matches) the answer's gradient is close to the exact one."""
     value_learning_rate: float = 3e-3
     """Adam step size of the value head (baseline 'value'), which has its own optimizer: see `value_steps`."""
     value_steps: int = 16
@@ -114,7 +127,10 @@ class TurnBatch:
     """[N] the value head's estimate at the turn's prompt when it was played (baseline 'value')."""
     answer_tokens: tuple[tuple[np.ndarray, ...], ...] | None = None
     """Per turn, per legal action, the token ids a response can begin that answer with
-    (`agents.text_policy.answer_start_tokens`; needed when answer_entropy_coef > 0)."""
+    (`agents.text_policy.answer_start_tokens`; needed when answer_entropy_coef > 0 or all_actions)."""
+    answers: np.ndarray | None = None
+    """[N] int: which of the turn's legal actions (their index in increasing id order, as in
+    `answer_tokens`) its response named, -1 when it named none (needed when all_actions)."""
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -132,6 +148,43 @@ def prompt_advantages(returns: np.ndarray, prompts: Sequence[Sequence[int]], fal
             total = returns[rows].sum()
             baseline[rows] = (total - returns[rows]) / (len(rows) - 1)
     return (returns - baseline).astype(np.float32)
+
+
+def answer_values(prompts: Sequence[Sequence[int]], answers: np.ndarray, returns: np.ndarray, num_answers: Sequence[int]
+                  ) -> list[np.ndarray | None]:
+    """Per turn, the mean return of the batch's turns with its prompt for each legal answer (NaN for an
+    answer none of them gave), or None when they gave fewer than two different answers."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        if answers[i] >= 0:
+            groups.setdefault(tuple(prompt), []).append(i)
+    out: list[np.ndarray | None] = [None] * len(prompts)
+    for rows in groups.values():
+        given = answers[rows]
+        if len(np.unique(given)) < 2:
+            continue
+        sums = np.bincount(given, weights=returns[rows], minlength=num_answers[rows[0]])
+        counts = np.bincount(given, minlength=num_answers[rows[0]])
+        values = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        for i in rows:
+            out[i] = values
+    return out
+
+
+def all_action_loss(first_log_pi: torch.Tensor, answer_tokens: Sequence[np.ndarray], values: np.ndarray
+                    ) -> torch.Tensor:
+    """-sum_a q(a) (Q(a) - V) for one turn: q its answer distribution at the first response token
+    (each answer's opening tokens' mass, renormalised over the answers), Q `values` (NaN: not
+    estimated, counted as V), V = sum_a q(a) Q(a) under the detached q over the estimated answers."""
+    present = [k for k, g in enumerate(answer_tokens) if len(g)]
+    mass = torch.stack([torch.logsumexp(first_log_pi[torch.from_numpy(answer_tokens[k])], dim=0) for k in present])
+    q = torch.softmax(mass, dim=0)
+    estimated = torch.from_numpy(~np.isnan(values[present]))
+    q_values = torch.from_numpy(np.nan_to_num(values[present])).float()
+    weights = q.detach() * estimated
+    baseline = (weights * q_values).sum() / weights.sum().clamp(min=1e-12)
+    advantage = torch.where(estimated, q_values - baseline, torch.zeros_like(q_values))
+    return -(q * advantage).sum()
 
 
 def role_advantages(returns: np.ndarray, roles: np.ndarray, baselines: np.ndarray, decay: float
@@ -271,6 +324,13 @@ class TextPPOLearner:
                                                          config.rae_decay)
             if config.baseline == "prompt":
                 advantages = prompt_advantages(batch.returns, batch.prompts, fallback=role_baselines)
+        action_values: list[np.ndarray | None] = [None] * len(batch)
+        if config.all_actions:
+            if batch.answers is None or batch.answer_tokens is None:
+                raise ValueError("all_actions needs the turns' answers and answer tokens (TurnBatch.answers, "
+                                 "TurnBatch.answer_tokens)")
+            action_values = answer_values(batch.prompts, batch.answers, batch.returns,
+                                          [len(t) for t in batch.answer_tokens])
         means, grad_norms = StatMeans(), []
         features = [None] * len(batch)
         self.model.train()
@@ -281,7 +341,8 @@ class TextPPOLearner:
                 tokens_in_minibatch = sum(len(batch.responses[i]) for i in rows)
                 for micro in range(0, len(rows), config.micro_batch_size):
                     micro_rows = rows[micro:micro + config.micro_batch_size]
-                    step_stats, micro_features = self._micro_step(batch, micro_rows, advantages, tokens_in_minibatch)
+                    step_stats, micro_features = self._micro_step(batch, micro_rows, advantages, action_values,
+                                                                  tokens_in_minibatch)
                     means.add(step_stats)
                     for k, i in enumerate(micro_rows):
                         features[i] = micro_features[k]
@@ -291,6 +352,8 @@ class TextPPOLearner:
         if config.baseline == "value":
             stats.update(self._fit_values(torch.stack(features), batch.returns))
         self.updates += 1
+        if config.all_actions:
+            stats["all_action_turns"] = float(np.mean([v is not None for v in action_values]))
         stats.update({"grad_norm": float(np.mean(grad_norms)), "mean_return": float(batch.returns.mean()), "turns": float(len(batch)),
                       "response_tokens": float(np.mean([len(r) for r in batch.responses]))})
         stats.update({f"rae_baseline_seat{r}": float(b) for r, b in enumerate(self.baselines)})
@@ -313,7 +376,8 @@ class TextPPOLearner:
         return {"value_loss": before, "value_loss_after_fit": after}
 
     def _micro_step(self, batch: TurnBatch, rows: np.ndarray, advantages: np.ndarray,
-                    tokens_in_minibatch: int) -> tuple[dict[str, float], torch.Tensor]:
+                    action_values: Sequence[np.ndarray | None], tokens_in_minibatch: int
+                    ) -> tuple[dict[str, float], torch.Tensor]:
         prompts, responses, pair_of_row = distinct_turns([batch.prompts[i] for i in rows],
                                                          [batch.responses[i] for i in rows])
         with torch.no_grad(), adapter_disabled(self.model):
@@ -325,7 +389,10 @@ class TextPPOLearner:
         behaviour = torch.zeros((len(rows), width))
         for k, i in enumerate(rows):
             behaviour[k, :len(batch.responses[i])] = torch.from_numpy(np.asarray(batch.behaviour_log_probs[i]))
-        adv = torch.from_numpy(advantages[rows])[:, None].expand(-1, width)
+        adv = torch.from_numpy(advantages[rows])[:, None].repeat(1, width)
+        all_action = [k for k, i in enumerate(rows) if action_values[i] is not None]
+        # the answer at those turns' first token is trained on every answer below, not on the sampled one
+        adv[all_action, 0] = 0.0
         weights = mask.float()
         zeros = torch.zeros_like(log_probs)
         terms = ppo_terms(log_probs, behaviour, adv, entropy, zeros, zeros, zeros, self.config.clip_coef,
@@ -335,6 +402,11 @@ class TextPPOLearner:
         # token-mean over the whole minibatch: each micro-batch adds its share of the tokens
         share = float(weights.sum()) / tokens_in_minibatch
         loss = terms.policy_loss + self.config.kl_coef * kl.sum() / weights.sum()
+        if all_action:
+            # each replaces one token's surrogate, so it is weighted as one token of the mean
+            answer_loss = torch.stack([all_action_loss(first_log_pi[k], batch.answer_tokens[rows[k]],
+                                                       action_values[rows[k]]) for k in all_action])
+            loss = loss + answer_loss.sum() / weights.sum()
         stats = terms.stats()
         del stats["value_loss"]  # the value head is fitted apart (`_fit_values`)
         if self.config.answer_entropy_coef > 0:

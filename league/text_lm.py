@@ -129,6 +129,7 @@ class TextLMLeagueLearner:
         returns = turn_returns(batch)
         prompts, responses, behaviour = [], [], []
         invalid = np.zeros(len(batch), dtype=bool)
+        actions = np.full(len(batch), -1, dtype=np.int64)
         for i in range(len(batch)):
             obs, seat, mask = batch.obs[i], int(batch.seats[i]), batch.mask[i]
             length = int((batch.responses[i] >= 0).sum())
@@ -136,15 +137,20 @@ class TextLMLeagueLearner:
             prompts.append(tuple(self.policy.encode(obs, seat, mask)))
             responses.append(tuple(tokens))
             behaviour.append(batch.response_log_probs[i, :length])
-            invalid[i] = self.policy.parse(self.policy.response_text(tokens), obs, seat, mask).action is None
+            action = self.policy.parse(self.policy.response_text(tokens), obs, seat, mask).action
+            invalid[i] = action is None
+            actions[i] = -1 if action is None else action
         returns = np.where(invalid, -self.text.play.invalid.penalty, returns)
-        answer_tokens = None
-        if self.text.ppo.answer_entropy_coef > 0:
-            answer_tokens = tuple(answer_start_tokens(self.lm.tokenizer, self.view.answers(batch.obs[i], int(batch.seats[i]),
-                                                                                          batch.mask[i]))
-                                  for i in range(len(batch)))
+        answer_tokens = answers = None
+        if self.text.ppo.answer_entropy_coef > 0 or self.text.ppo.all_actions:
+            legal = [self.view.answers(batch.obs[i], int(batch.seats[i]), batch.mask[i]) for i in range(len(batch))]
+            answer_tokens = tuple(answer_start_tokens(self.lm.tokenizer, words) for words in legal)
+            # which answer group (legal actions in increasing id order) each response named
+            answers = np.array([sorted(set(words.values())).index(a) if a >= 0 else -1
+                                for words, a in zip(legal, actions.tolist())], dtype=np.int64)
         return TurnBatch(tuple(prompts), tuple(responses), tuple(behaviour), returns.astype(np.float64),
-                         batch.seats.astype(np.int64), batch.values.astype(np.float64), answer_tokens), invalid
+                         batch.seats.astype(np.int64), batch.values.astype(np.float64), answer_tokens,
+                         answers), invalid
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
         turns, invalid = self.turns(batch)

@@ -17,8 +17,8 @@ from agents.pretrained import PretrainedLMConfig, adapter_disabled, load_pretrai
 from agents.policy import ActBatch
 from agents.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, answer_start_tokens,
                                 played_distribution, response_action_probabilities, sampled_action_probabilities)
-from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, answer_entropies, distinct_turns,
-                             prompt_advantages, response_log_probs, role_advantages)
+from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, all_action_loss, answer_entropies,
+                             answer_values, distinct_turns, prompt_advantages, response_log_probs, role_advantages)
 from games import registry
 from games.core import GameError
 from games.text import TEXT_VIEWS, canonical_answer, check_text_view, parse_response, text_view
@@ -308,6 +308,66 @@ def test_the_answer_entropy_bonus_spreads_the_answers(tiny_bases):
         TextPPOLearner(lm.model, config, 1.0, 2, 0).update(dataclasses.replace(turns, answer_tokens=None))
 
 
+def test_answer_values_are_each_answers_mean_return_at_a_prompt():
+    prompts = [(1,), (1,), (1,), (2,), (2,), (3,), (1,)]
+    answers = np.array([0, 1, 1, 0, 0, 1, -1])
+    returns = np.array([-1.0, 2.0, 0.0, 1.0, 3.0, 5.0, 9.0])
+    values = answer_values(prompts, answers, returns, [2] * 7)
+    for i in (0, 1, 2):
+        np.testing.assert_allclose(values[i], [-1.0, 1.0])  # the invalid turn (-1) counts for no answer
+    # one answer only (prompt 2), a prompt asked once, an invalid response: the sampled surrogate trains them
+    assert values[3] is None and values[4] is None and values[5] is None and values[6] is None
+    three = answer_values([(1,), (1,)], np.array([0, 2]), np.array([1.0, -1.0]), [3, 3])[0]
+    np.testing.assert_allclose(three, [1.0, np.nan, -1.0])
+
+
+def test_the_all_action_loss_follows_the_exact_expected_return():
+    """Its gradient is the gradient of -sum_a q(a) Q(a), q the renormalised answer mass; an answer
+    without an estimate counts as the average of the others (so nothing pushes it up or down)."""
+    torch.manual_seed(0)
+    logits = torch.randn(40, requires_grad=True)
+    groups = (np.array([3, 7]), np.array([10]), np.array([], dtype=np.int64), np.array([20, 21, 22]))
+    for values in (np.array([1.0, -2.0, 0.5, 0.25]), np.array([1.0, np.nan, 0.5, -0.5])):
+        (grad,) = torch.autograd.grad(all_action_loss(torch.log_softmax(logits, 0), groups, values), logits)
+        log_pi = torch.log_softmax(logits, 0)
+        mass = torch.stack([torch.logsumexp(log_pi[torch.from_numpy(groups[k])], 0) for k in (0, 1, 3)])
+        q = torch.softmax(mass, 0)
+        q_values = torch.tensor(values[[0, 1, 3]]).float()
+        known = ~torch.isnan(q_values)
+        average = (q.detach() * torch.nan_to_num(q_values))[known].sum() / q.detach()[known].sum()
+        (exact,) = torch.autograd.grad(-(q * torch.where(known, q_values, average)).sum(), logits)
+        torch.testing.assert_close(grad, exact)
+
+
+def test_all_actions_moves_a_position_towards_its_better_answer(tiny_bases):
+    """One position asked twelve times with both answers given: one update raises the answer whose
+    turns scored higher, whichever of the two it is."""
+    for better in (0, 1):
+        lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=2)
+        batch, out, prompts, responses = _played_turns(_policy(lm, max_new_tokens=2), 1)
+        groups = answer_start_tokens(lm.tokenizer, text_view(KUHN).answers(batch.obs[0], int(batch.seats[0]),
+                                                                           batch.mask[0]))
+        answers = np.array([0, 1] * 6)
+        turns = TurnBatch(prompts * 12, responses * 12, (out.response_log_probs[0, :len(responses[0])],) * 12,
+                          np.where(answers == better, 1.0, -1.0), np.repeat(batch.seats, 12).astype(np.int64),
+                          np.zeros(12), (groups,) * 12, answers)
+
+        def better_answer_probability() -> float:
+            with torch.no_grad():
+                log_pi = response_log_probs(lm.model, prompts, responses, 1.0).first_log_pi[0]
+            mass = torch.stack([torch.logsumexp(log_pi[torch.from_numpy(g)], 0) for g in groups])
+            return float(torch.softmax(mass, 0)[better])
+
+        start = better_answer_probability()
+        config = TextPPOConfig(learning_rate=3e-2, kl_coef=0.0, all_actions=True, minibatch_size=12,
+                               micro_batch_size=6, epochs=4)
+        stats = TextPPOLearner(lm.model, config, temperature=1.0, num_roles=2, seed=0).update(turns)
+        assert stats["all_action_turns"] == 1.0
+        assert better_answer_probability() > start + 0.02
+    with pytest.raises(ValueError, match="answers"):
+        TextPPOLearner(lm.model, config, 1.0, 2, 0).update(dataclasses.replace(turns, answers=None))
+
+
 # --------------------------------------------------------------------------------- the league
 
 
@@ -455,13 +515,14 @@ def test_smollm2_league_two_updates(smollm2_dir, tmp_path):
     league.close()
 
 
-@pytest.mark.parametrize("baseline", ["value", "prompt"])
-def test_text_learner_passes_the_learner_checker(tiny_bases, baseline):
+@pytest.mark.parametrize("baseline, all_actions", [("value", False), ("prompt", False), ("value", True)])
+def test_text_learner_passes_the_learner_checker(tiny_bases, baseline, all_actions):
     """Save, restore into a fresh learner, same second batch: identical state and statistics."""
     from league.check import check_learner
 
     report = check_learner(_league_config(tiny_bases[0], "text_lm.ppo.learning_rate=2e-4",
-                                          f"text_lm.ppo.baseline={baseline}", "text_lm.ppo.answer_entropy_coef=0.05"))
+                                          f"text_lm.ppo.baseline={baseline}", "text_lm.ppo.answer_entropy_coef=0.05",
+                                          f"text_lm.ppo.all_actions={str(all_actions).lower()}"))
     assert report.learner == "text_ppo" and report.tensors > 0 and report.rows > 0
 
 
