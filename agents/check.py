@@ -9,7 +9,9 @@ message naming the seed and step:
 * the same batch and the same RNG seed give the same output (runners replay matches exactly);
 * greedy play is legal and replays from the same seed too;
 * the batch handed to `act` is not modified (runners reuse its arrays);
-* a policy with `needs_history` gets the histories and a policy without does not need them.
+* a policy with `needs_history` gets the histories and a policy without does not need them;
+* a policy with `needs_critic_input` (a MAPPO side) gets each row's centralised critic input as
+  runners record it (`agents.rollout.side_critic_inputs`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents.policy import ActBatch, ActOutput, Policy
+from agents.rollout import side_critic_inputs
 from games import registry
 from games.core import is_over
 
@@ -48,10 +51,16 @@ def check_policy(policy: Policy, game_id: str, num_games: int = 4, seed: int = 0
             if is_over(game):
                 break
             actions = {}
+            critic = None
+            if getattr(policy, "needs_critic_input", False):
+                everyone = np.stack([game.observation(s) for s in range(spec.num_players)])[None]
+                state = game.global_state()[None] if spec.state_shape is not None else None
+                critic = side_critic_inputs(everyone, state, spec.team_of_seat)[0]
             for seat in game.to_move():
                 batch = ActBatch(obs=game.observation(seat)[None].copy(), mask=game.legal_mask(seat)[None].copy(),
                                  seats=np.array([seat], np.int64),
-                                 histories=[game.history()] if policy.needs_history else None)
+                                 histories=[game.history()] if policy.needs_history else None,
+                                 critic_obs=None if critic is None else critic[seat][None].copy())
                 where = f"{game_id} seed {seed + g} step {step} seat {seat}"
                 out = _checked_act(policy, batch, spec.num_actions, where, seed * 7919 + step)
                 actions[seat] = int(out.actions[0])

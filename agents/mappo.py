@@ -558,6 +558,15 @@ class CentralisedCriticPolicy:
         self.needs_critic_input = config.critic_input == "global"
         self._actor = TorchPolicy(module.actor.net, compute_values=False)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the actor acts in (`agents.torch_policy.TorchPolicy.dtype`); the critic's values stay float32."""
+        return self._actor.dtype
+
+    @dtype.setter
+    def dtype(self, dtype: torch.dtype) -> None:
+        self._actor.dtype = dtype
+
     def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
         out = self._actor.act(batch, rng, greedy)
         x = critic_rows(batch.obs, batch.critic_obs, batch.seats, self.config, self.num_players)

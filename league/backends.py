@@ -43,8 +43,8 @@ def runner_error(index: int, trace: str, log_path: str | None) -> RunnerError:
 class PolicyProvider:
     """player_id -> Policy for a runner: live learners from shipped weights, frozen members via an LRU cache.
 
-    `inference_dtype` 'bfloat16': actor-critic nets (learners' and snapshots') act in bfloat16
-    (`agents.torch_policy.TorchPolicy`); other policies are unchanged."""
+    `inference_dtype` 'bfloat16': actor-critic nets (learners' and snapshots', MAPPO sides' actors)
+    act in bfloat16 (`agents.torch_policy.TorchPolicy`); other policies are unchanged."""
 
     def __init__(self, spec: GameSpec, architecture: PolicyArchitecture, cache_size: int,
                  inference_dtype: str = "float32"):
@@ -57,10 +57,11 @@ class PolicyProvider:
         self.learners: dict[str, tuple[int, Policy]] = {}
 
     def _acting(self, policy: Policy) -> Policy:
+        from agents.mappo import CentralisedCriticPolicy
         from agents.pretrained import DTYPES
         from agents.torch_policy import TorchPolicy
 
-        if isinstance(policy, TorchPolicy):
+        if isinstance(policy, (TorchPolicy, CentralisedCriticPolicy)):
             policy.dtype = DTYPES[self.inference_dtype]
         return policy
 

@@ -44,6 +44,36 @@ def test_net_policies_keep_the_policy_protocol(game_id):
     check_policy(TorchPolicy(ActorCritic(game_spec(game_id), NetConfig(hidden=(16,)))), game_id, num_games=2)
 
 
+@pytest.mark.parametrize("preset", ["simple_tag", "simple_spread", "tic_tac_toe_2v2"])
+def test_mappo_sides_keep_the_policy_protocol(preset):
+    """A MAPPO side at play (the actor chooses, the centralised critic values each row from the input
+    the runners record: the global state, or the side's observations where the game has none)."""
+    from league.mappo import MAPPOArchitecture, mappo_config
+
+    torch.manual_seed(0)
+    config = load_config(preset, [])
+    _, policy = MAPPOArchitecture(config.net, mappo_config(config)).build(game_spec(config.game))
+    assert policy.needs_critic_input
+    check_policy(policy, config.game, num_games=2)
+
+
+def test_bfloat16_runners_act_with_mappo_actors_in_bfloat16():
+    """inference_dtype reaches a MAPPO side's actor (its critic's values stay float32)."""
+    from league.backends import PolicyProvider
+    from league.mappo import MAPPOArchitecture, mappo_config
+    from league.runner import LearnerWeights
+
+    config = load_config("simple_tag", [])
+    spec = game_spec(config.game)
+    architecture = MAPPOArchitecture(config.net, mappo_config(config))
+    module, _ = architecture.build(spec)
+    provider = PolicyProvider(spec, architecture, cache_size=1, inference_dtype="bfloat16")
+    provider.set_learner(LearnerWeights("predators", 1, {k: v.numpy() for k, v in module.state_dict().items()}))
+    policy = provider.policy_of("predators")
+    assert policy.dtype == torch.bfloat16 and policy._actor.dtype == torch.bfloat16
+    check_policy(policy, config.game, num_games=1)
+
+
 def test_the_lm_policy_keeps_the_policy_protocol():
     from league.dialogue import lm_architecture
 
