@@ -20,7 +20,7 @@ from agents.policy import Policy
 from games.core import GameSpec
 from league.learners import PolicyArchitecture
 from league.population import Member, PolicyCache, load_member_policy
-from league.runner import LearnerWeights, PlayResult, PlayTask, Runner
+from league.runner import LearnerWeights, PlayResult, PlayTask, Runner, gc_paused
 from ludus.errors import UserError
 
 
@@ -118,7 +118,8 @@ def _play_with_threads(runner: Runner, task: PlayTask, provider: PolicyProvider,
     threads = torch.get_num_threads()
     torch.set_num_threads(runner_threads)
     try:
-        return runner.play(task, provider.policy_of)
+        with gc_paused():
+            return runner.play(task, provider.policy_of)
     finally:
         torch.set_num_threads(threads)
 
@@ -166,7 +167,8 @@ def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchit
     runner = make_runner(game_id, num_envs, seed)
     while True:
         try:
-            message = conn.recv()
+            with gc_paused():  # a task unpickles a record per match
+                message = conn.recv()
         except EOFError:
             return
         kind = message[0]
@@ -178,7 +180,8 @@ def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchit
             elif kind == "weights":
                 provider.set_learner(message[1])
             elif kind == "task":
-                conn.send(("result", runner.play(message[1], provider.policy_of)))
+                with gc_paused():
+                    conn.send(("result", runner.play(message[1], provider.policy_of)))
         except Exception:  # the manager stops the run with the last line; the log keeps the rest
             trace = traceback.format_exc()
             if log_path:
@@ -282,7 +285,8 @@ class ProcessBackend:
                     while not conn.poll(0.2):
                         if not process.is_alive():
                             raise EOFError
-                    kind, payload = conn.recv()
+                    with gc_paused():
+                        kind, payload = conn.recv()
                 except (EOFError, OSError):
                     code = process.exitcode
                     self._restart(worker, f"runner {worker} exited with code {code} (no traceback: killed?)")

@@ -12,6 +12,8 @@ recorded and a run can resume exactly from any iteration boundary.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -57,6 +59,21 @@ class PlayTask:
     """Discount for the learners' GAE (the learner's PPO config)."""
     gae_lambda: float = 0.95
     """GAE lambda for the learners' trajectories."""
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """No cyclic garbage collection inside: playing a task and (un)pickling its result allocate
+    tens of thousands of small objects (a record per match), which trigger full collections that
+    scan the whole heap (torch, the policy cache: ~0.1 s each, measured); reference counting still
+    frees everything that is not in a cycle, and the collector resumes afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass(frozen=True)

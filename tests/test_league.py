@@ -335,3 +335,21 @@ def test_a_seat_that_forfeits_ends_its_match_and_the_runner_goes_on():
     assert quit_rows.dones.sum() == 10 and quit_rows.rewards.sum() == -10.0
     assert np.all(quit_rows.rewards[quit_rows.dones] == -1.0)
     assert steady_rows.dones.sum() == 10 and np.all(steady_rows.rewards[steady_rows.dones] == 1.0)
+
+
+def test_gc_paused_pauses_the_collector_and_restores_it():
+    import gc
+
+    from league.runner import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner pause leaves the outer one paused
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        with gc_paused():
+            raise RuntimeError("boom")
+    assert gc.isenabled()  # and an exception inside restores it too
