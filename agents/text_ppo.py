@@ -150,43 +150,6 @@ def prompt_advantages(returns: np.ndarray, prompts: Sequence[Sequence[int]], fal
     return (returns - baseline).astype(np.float32)
 
 
-def answer_values(prompts: Sequence[Sequence[int]], answers: np.ndarray, returns: np.ndarray, num_answers: Sequence[int]
-                  ) -> list[np.ndarray | None]:
-    """Per turn, the mean return of the batch's turns with its prompt for each legal answer (NaN for an
-    answer none of them gave), or None when they gave fewer than two different answers."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, prompt in enumerate(prompts):
-        if answers[i] >= 0:
-            groups.setdefault(tuple(prompt), []).append(i)
-    out: list[np.ndarray | None] = [None] * len(prompts)
-    for rows in groups.values():
-        given = answers[rows]
-        if len(np.unique(given)) < 2:
-            continue
-        sums = np.bincount(given, weights=returns[rows], minlength=num_answers[rows[0]])
-        counts = np.bincount(given, minlength=num_answers[rows[0]])
-        values = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-        for i in rows:
-            out[i] = values
-    return out
-
-
-def all_action_loss(first_log_pi: torch.Tensor, answer_tokens: Sequence[np.ndarray], values: np.ndarray
-                    ) -> torch.Tensor:
-    """-sum_a q(a) (Q(a) - V) for one turn: q its answer distribution at the first response token
-    (each answer's opening tokens' mass, renormalised over the answers), Q `values` (NaN: not
-    estimated, counted as V), V = sum_a q(a) Q(a) under the detached q over the estimated answers."""
-    present = [k for k, g in enumerate(answer_tokens) if len(g)]
-    mass = torch.stack([torch.logsumexp(first_log_pi[torch.from_numpy(answer_tokens[k])], dim=0) for k in present])
-    q = torch.softmax(mass, dim=0)
-    estimated = torch.from_numpy(~np.isnan(values[present]))
-    q_values = torch.from_numpy(np.nan_to_num(values[present])).float()
-    weights = q.detach() * estimated
-    baseline = (weights * q_values).sum() / weights.sum().clamp(min=1e-12)
-    advantage = torch.where(estimated, q_values - baseline, torch.zeros_like(q_values))
-    return -(q * advantage).sum()
-
-
 def role_advantages(returns: np.ndarray, roles: np.ndarray, baselines: np.ndarray, decay: float
                     ) -> tuple[np.ndarray, np.ndarray]:
     """RAE (SPIRAL, Algorithm 1): advantage = return - the role's baseline before this batch;
@@ -278,15 +241,58 @@ def distinct_turns(prompts: Sequence[Sequence[int]], responses: Sequence[Sequenc
     return [p for p, _ in pairs], [r for _, r in pairs], torch.tensor(of_row, dtype=torch.long)
 
 
+def answer_log_probs(first_log_pi: torch.Tensor, answer_tokens: Sequence[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
+    """One turn's answer distribution at the first response token, as log-probs: the mass of each
+    legal answer's opening tokens, renormalised over the answers that have any; and which answers
+    (indices into `answer_tokens`) those are."""
+    present = [k for k, g in enumerate(answer_tokens) if len(g)]
+    mass = torch.stack([torch.logsumexp(first_log_pi[torch.from_numpy(answer_tokens[k])], dim=0) for k in present])
+    return torch.log_softmax(mass, dim=0), present
+
+
 def answer_entropies(first_log_pi: torch.Tensor, answer_tokens: Sequence[Sequence[np.ndarray]]) -> torch.Tensor:
-    """[B] entropy of each row's answer distribution at the first response token: the mass of each
-    legal answer's opening tokens, renormalised over the answers."""
+    """[B] entropy of each row's answer distribution at the first response token (`answer_log_probs`)."""
     out = []
     for row, groups in zip(first_log_pi, answer_tokens):
-        mass = torch.stack([torch.logsumexp(row[torch.from_numpy(g)], dim=0) for g in groups if len(g)])
-        log_q = torch.log_softmax(mass, dim=0)
+        log_q, _ = answer_log_probs(row, groups)
         out.append(-(log_q.exp() * log_q).sum())
     return torch.stack(out)
+
+
+def answer_values(prompts: Sequence[Sequence[int]], answers: np.ndarray, returns: np.ndarray, num_answers: Sequence[int]
+                  ) -> list[np.ndarray | None]:
+    """Per turn, the mean return of the batch's turns with its prompt for each legal answer (NaN for an
+    answer none of them gave), or None when they gave fewer than two different answers."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        if answers[i] >= 0:
+            groups.setdefault(tuple(prompt), []).append(i)
+    out: list[np.ndarray | None] = [None] * len(prompts)
+    for rows in groups.values():
+        given = answers[rows]
+        if len(np.unique(given)) < 2:
+            continue
+        sums = np.bincount(given, weights=returns[rows], minlength=num_answers[rows[0]])
+        counts = np.bincount(given, minlength=num_answers[rows[0]])
+        values = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        for i in rows:
+            out[i] = values
+    return out
+
+
+def all_action_loss(first_log_pi: torch.Tensor, answer_tokens: Sequence[np.ndarray], values: np.ndarray
+                    ) -> torch.Tensor:
+    """-sum_a q(a) (Q(a) - V) for one turn: q its answer distribution at the first response token
+    (each answer's opening tokens' mass, renormalised over the answers), Q `values` (NaN: not
+    estimated, counted as V), V = sum_a q(a) Q(a) under the detached q over the estimated answers."""
+    log_q, present = answer_log_probs(first_log_pi, answer_tokens)
+    q = log_q.exp()
+    estimated = torch.from_numpy(~np.isnan(values[present]))
+    q_values = torch.from_numpy(np.nan_to_num(values[present])).float()
+    weights = q.detach() * estimated
+    baseline = (weights * q_values).sum() / weights.sum().clamp(min=1e-12)
+    advantage = torch.where(estimated, q_values - baseline, torch.zeros_like(q_values))
+    return -(q * advantage).sum()
 
 
 class TextPPOLearner:
