@@ -172,7 +172,7 @@ def sample_opponents(rng: np.random.Generator, mix: MatchmakingMix, learner_id: 
 
 
 def schedule_rating_matches(rng: np.random.Generator, ratings: RatingTable, players: Sequence[str],
-                            n: int) -> list[tuple[str, str]]:
+                            n: int, sides: Sequence[int | None] | None = None) -> list[tuple[str, str]]:
     """Pick `n` rating games among `players`, most uncertain ratings first, opponents by match quality.
 
     Greedy: repeatedly take the player whose (predicted) rating variance is largest (ties broken
@@ -182,41 +182,57 @@ def schedule_rating_matches(rng: np.random.Generator, ratings: RatingTable, play
     several games in a batch while settled players get few. Seat order is random. The arena's
     ladder uses the same function.
 
+    `sides`: for a game of two different sides (predators and prey), each player's side, 0 or 1,
+    or None for one that plays either (an anchor bot): opponents are then drawn from the other
+    side, and each pair is returned as (side 0, side 1).
+
     Returns:
-        `n` (first seat, second seat) pairs; [] when fewer than two players.
+        `n` (first seat, second seat) pairs; fewer when no two players can meet, [] when fewer
+        than two players.
     """
     if n <= 0 or len(players) < 2:
         return []
     order = rng.permutation(len(players))  # argmax takes the first maximum: random tie-breaking
     ids = [players[i] for i in order.tolist()]
+    side = None if sides is None else [sides[i] for i in order.tolist()]
     mu, sigma = ratings.arrays(ids)
     predicted_var = sigma ** 2
     two_beta_sq = 2 * ratings.params.beta ** 2
     quality_cdfs: dict[int, np.ndarray] = {}  # cumulative quality weights of i's opponents
-    firsts = np.empty(n, dtype=np.int64)
-    seconds = np.empty(n, dtype=np.int64)
+    firsts, seconds = [], []
     uniforms = rng.random(n)
-    for k in range(n):
+    while len(firsts) < n:
         i = int(np.argmax(predicted_var))
+        if not np.isfinite(predicted_var[i]):
+            break  # nobody left who has an opponent
         cdf = quality_cdfs.get(i)
         if cdf is None:
-            row = quality_1vs1_arrays(mu[i], sigma[i], mu, sigma, ratings.params)
-            row[i] = 0.0
-            if not row.sum() > 0:  # every quality underflowed: any other player will do
-                row = np.ones(len(ids))
-                row[i] = 0.0
+            allowed = np.ones(len(ids), dtype=bool)
+            allowed[i] = False
+            if side is not None and side[i] is not None:
+                allowed &= np.array([s != side[i] for s in side])
+            if not allowed.any():  # no one can meet it: never pick it again
+                predicted_var[i] = -np.inf
+                continue
+            row = np.where(allowed, quality_1vs1_arrays(mu[i], sigma[i], mu, sigma, ratings.params), 0.0)
+            if not row.sum() > 0:  # every quality underflowed: any allowed opponent will do
+                row = allowed.astype(np.float64)
             cdf = quality_cdfs[i] = np.cumsum(row)
         # inverse-cdf draw; side="right" never lands on a zero-weight entry (e.g. i itself), and
         # the target stays below the total even when u * total rounds up to it
-        target = min(uniforms[k] * cdf[-1], np.nextafter(cdf[-1], 0.0))
+        target = min(uniforms[len(firsts)] * cdf[-1], np.nextafter(cdf[-1], 0.0))
         j = int(np.searchsorted(cdf, target, side="right"))
         c_sq = two_beta_sq + predicted_var[i] + predicted_var[j]
         predicted_var[i] *= 1 - predicted_var[i] / c_sq * _EVEN_MATCH_W
         predicted_var[j] *= 1 - predicted_var[j] / c_sq * _EVEN_MATCH_W
-        firsts[k], seconds[k] = i, j
-    swap = rng.random(n) < 0.5
-    return [(ids[b], ids[a]) if s else (ids[a], ids[b])
-            for a, b, s in zip(firsts.tolist(), seconds.tolist(), swap.tolist())]
+        firsts.append(i)
+        seconds.append(j)
+    swap = rng.random(len(firsts)) < 0.5
+    if side is not None:
+        # the side-1 player (or the side-0 player's opponent) takes the second seat
+        swap = np.array([side[a] == 1 or side[b] == 0 if side[a] is not None or side[b] is not None else s
+                         for a, b, s in zip(firsts, seconds, swap.tolist())], dtype=bool)
+    return [(ids[b], ids[a]) if s else (ids[a], ids[b]) for a, b, s in zip(firsts, seconds, swap.tolist())]
 
 
 def sigma_converged(ratings: RatingTable, players: Sequence[str], threshold: float) -> bool:

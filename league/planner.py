@@ -160,10 +160,14 @@ class Planner:
         num_rating = int(round(config.matches_per_iteration * config.rating_share / (1 - config.rating_share)))
         if len(sides) < 2 or len(frozen) < 2 or num_rating <= 0:
             return []
-        if len(sides) == 2 and all(r.team is None for r in config.roles):
-            # Two symmetric sides: pairs by rating uncertainty and match quality (the arena's ladder too).
+        if len(sides) == 2:
+            # Pairs by rating uncertainty and match quality (the arena's ladder too), so that a new
+            # snapshot is rated within a few iterations; with two different sides (predators and
+            # prey) each member meets the other side's.
+            symmetric = all(r.team is None for r in config.roles)
+            side_of = None if symmetric else [self._side_of(league.population[p]) for p in frozen]
             return [self._assign(next(ids), [a, b], "rating")
-                    for a, b in schedule_rating_matches(rng, league.ratings, frozen, num_rating)]
+                    for a, b in schedule_rating_matches(rng, league.ratings, frozen, num_rating, side_of)]
         pools = [[p for p in frozen if self._side_of(league.population[p]) in (None, side)]
                  for side in range(len(sides))]
         if any(not pool for pool in pools):

@@ -227,6 +227,26 @@ def test_schedule_rating_matches_favours_uncertain_players():
     assert sigma_converged(ratings, [], threshold=0.1)
 
 
+def test_schedule_rating_matches_between_two_sides():
+    """Predators meet prey (an anchor either), side 0 in the first seat, the newest member most."""
+    ratings = RatingTable(TrueSkillParams())
+    old = [f"predators@{i}" for i in range(4)] + [f"prey@{i}" for i in range(4)] + ["anchor:random"]
+    rng = random.Random(1)
+    for k in range(400):  # settle the old members against the other side
+        a, b = f"predators@{rng.randrange(4)}", rng.choice([f"prey@{rng.randrange(4)}", "anchor:random"])
+        ratings.update(match(k, [a, b], [1.0, -1.0] if rng.random() < 0.5 else [-1.0, 1.0], kind="rating"))
+    players = old + ["prey@4"]
+    sides = [0] * 4 + [1] * 4 + [None, 1]
+    pairs = schedule_rating_matches(np.random.default_rng(5), ratings, players, 30, sides)
+    side = dict(zip(players, sides))
+    assert len(pairs) == 30
+    assert all(side[a] in (0, None) and side[b] in (1, None) and a != b for a, b in pairs)
+    assert sum("prey@4" in pair for pair in pairs) >= 8
+    assert pairs == schedule_rating_matches(np.random.default_rng(5), ratings, players, 30, sides)
+    # a side nobody can meet plays no games, and the scheduler does not loop forever
+    assert schedule_rating_matches(np.random.default_rng(0), ratings, ["prey@0", "prey@1"], 5, [1, 1]) == []
+
+
 # -- snapshot trigger -----------------------------------------------------------------------------
 
 
