@@ -172,6 +172,7 @@ def evaluate(snapshot: Path, opponents: list[str], games_per_seat: int, greedy: 
     from evaluation.evaluate import pair_seed
     from games.registry import spec as game_spec
     from league.backends import ProcessBackend
+    from league.learners import ActorCriticArchitecture
     from league.ledger import outcomes_from_returns
     from league.population import Member
     from league.runner import MatchAssignment, PlayTask
@@ -179,8 +180,8 @@ def evaluate(snapshot: Path, opponents: list[str], games_per_seat: int, greedy: 
     spec = game_spec("connect_four")
     candidate = Member("candidate", "snapshot", "evaluated", snapshot_path=str(snapshot.resolve()))
     members = [candidate] + [Member(f"bot:{name}", "anchor", "anchor", bot=name) for name in opponents]
-    backend = ProcessBackend(spec.id, spec, NetConfig(), num_envs, cache_size=len(members), num_workers=workers,
-                             seed=seed, log_dir=None)
+    backend = ProcessBackend(spec.id, spec, ActorCriticArchitecture(NetConfig()), num_envs, cache_size=len(members),
+                             num_workers=workers, seed=seed, log_dir=None)
     results = []
     try:
         backend.set_population(members)
