@@ -118,8 +118,7 @@ def _play_with_threads(runner: Runner, task: PlayTask, provider: PolicyProvider,
     threads = torch.get_num_threads()
     torch.set_num_threads(runner_threads)
     try:
-        with gc_paused():
-            return runner.play(task, provider.policy_of)
+        return runner.play(task, provider.policy_of)
     finally:
         torch.set_num_threads(threads)
 
@@ -180,8 +179,9 @@ def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchit
             elif kind == "weights":
                 provider.set_learner(message[1])
             elif kind == "task":
-                with gc_paused():
-                    conn.send(("result", runner.play(message[1], provider.policy_of)))
+                result = runner.play(message[1], provider.policy_of)
+                with gc_paused():  # pickling it
+                    conn.send(("result", result))
         except Exception:  # the manager stops the run with the last line; the log keeps the rest
             trace = traceback.format_exc()
             if log_path:

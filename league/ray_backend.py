@@ -52,7 +52,7 @@ from games.core import GameSpec
 from league.backends import LearnerWeights, PolicyProvider, RunnerCrashLoop, make_runner, runner_error
 from league.learners import PolicyArchitecture
 from league.population import Member
-from league.runner import PlayResult, PlayTask, gc_paused
+from league.runner import PlayResult, PlayTask
 from ludus.errors import UserError
 
 RUNNER_CPUS = 0.5
@@ -166,8 +166,7 @@ class RunnerActor:
             held = self.provider.learners.get(player_id)
             if held is None or held[0] != version:
                 self.provider.set_learner(ray.get(ref))
-        with gc_paused():
-            return self.runner.play(task, self.provider.policy_of)
+        return self.runner.play(task, self.provider.policy_of)
 
     def shutdown(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)

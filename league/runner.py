@@ -131,6 +131,7 @@ class Runner:
         self.spec = self.vec.spec
         self.num_envs = num_envs
 
+    @gc_paused()  # a record per match: no full collections over the policies' heap meanwhile
     def play(self, task: PlayTask, policy_of: Callable[[str], Policy]) -> PlayResult:
         """Play every match of `task` to its end. `policy_of(player_id)` gives each seat's policy."""
         start = time.perf_counter()

@@ -353,3 +353,27 @@ def test_gc_paused_pauses_the_collector_and_restores_it():
         with gc_paused():
             raise RuntimeError("boom")
     assert gc.isenabled()  # and an exception inside restores it too
+
+
+def test_runners_play_with_the_collector_paused():
+    import gc
+
+    from agents.bots import make_bot
+    from games import registry
+    from games.registry import make_vector
+    from league.runner import MatchAssignment, PlayTask, Runner
+
+    spec = registry.make("tic_tac_toe").spec
+    seen = []
+
+    class Watcher:
+        needs_history = False
+
+        def act(self, batch, rng, greedy=False):
+            seen.append(gc.isenabled())
+            return make_bot("random", spec).act(batch, rng, greedy)
+
+    assignments = tuple(MatchAssignment(i, i, ("watcher", "watcher")) for i in range(4))
+    Runner(lambda n: make_vector("tic_tac_toe", n, seed=0), 2).play(PlayTask(0, assignments, sample_seed=0),
+                                                                     lambda pid: Watcher())
+    assert seen and not any(seen) and gc.isenabled()
