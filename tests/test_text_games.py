@@ -18,7 +18,7 @@ from agents.policy import ActBatch
 from agents.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, answer_start_tokens,
                                 played_distribution, response_action_probabilities, sampled_action_probabilities)
 from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, all_action_loss, answer_entropies,
-                             answer_values, distinct_turns, prompt_advantages, response_log_probs, role_advantages)
+                             answer_log_probs, answer_values, distinct_turns, prompt_advantages, response_log_probs, role_advantages)
 from games import registry
 from games.core import GameError
 from games.text import TEXT_VIEWS, canonical_answer, check_text_view, parse_response, text_view
@@ -355,8 +355,8 @@ def test_all_actions_moves_a_position_towards_its_better_answer(tiny_bases):
         def better_answer_probability() -> float:
             with torch.no_grad():
                 log_pi = response_log_probs(lm.model, prompts, responses, 1.0).first_log_pi[0]
-            mass = torch.stack([torch.logsumexp(log_pi[torch.from_numpy(g)], 0) for g in groups])
-            return float(torch.softmax(mass, 0)[better])
+            log_q, present = answer_log_probs(log_pi, groups)
+            return float(log_q[present.index(better)].exp())
 
         start = better_answer_probability()
         config = TextPPOConfig(learning_rate=3e-2, kl_coef=0.0, all_actions=True, minibatch_size=12,
