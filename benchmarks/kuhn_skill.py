@@ -1,6 +1,6 @@
 """Skill on Kuhn poker: exploitability of the PSRO league's output policy within 10 minutes.
 
-Trains the `kuhn_poker` preset for each seed (benchmarks/psro_skill.py: each seed in its own
+Trains the `kuhn_poker` preset for each seed (benchmarks/poker_skill.py: each seed in its own
 process, measuring exactly with OpenSpiel's best responses, the clock paused while measuring).
 References on this kind of machine (docs/reference.md §2): uniform random 0.4583; PSRO with exact
 best responses 0.0118 at 29 s; OpenSpiel NFSP 0.15 at 300 s.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.psro_skill import add_arguments, report, train_seeds  # noqa: E402
+from benchmarks.poker_skill import add_arguments, report, train_seeds  # noqa: E402
 
 TARGET = 0.05
 

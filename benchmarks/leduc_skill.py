@@ -1,7 +1,7 @@
-"""Skill on Leduc poker: exploitability of the PSRO league's output policy after 10 minutes, with
+"""Skill on Leduc poker: exploitability of the league's output policy after 10 minutes, with
 OpenSpiel's NFSP trained for the same wall time beside it.
 
-Trains the `leduc_poker` preset for each seed (benchmarks/psro_skill.py: each seed in its own
+Trains the `leduc_poker` preset for each seed (benchmarks/poker_skill.py: each seed in its own
 process, measured exactly with OpenSpiel's best responses, the clock paused while measuring), then
 OpenSpiel's PyTorch NFSP with its Leduc example's settings for the same training time
 (benchmarks/nfsp_reference.py), one process at a time so that both get the same core.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.psro_skill import add_arguments, report, train_seeds  # noqa: E402
+from benchmarks.poker_skill import add_arguments, report, train_seeds  # noqa: E402
 
 TARGET = 0.20
 STRETCH = 0.10
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = "  ".join(f"{r['train_seconds']:.0f}s {r['exploitability']:.3f}" for r in ref["trace"])
         print(f"  OpenSpiel NFSP (PyTorch, leduc_nfsp settings) seed {ref['seed']}, {ref['budget']:.0f} s of "
               f"training, {ref['episodes']:,} episodes: final {ref['final']:.4f}  ({trace})")
-    worst = report(results, loads, f"Leduc poker, preset {args.preset} (PSRO over an exact meta-game)", TARGET)
+    worst = report(results, loads, f"Leduc poker, preset {args.preset}", TARGET)
     if references:
         print(f"\nNFSP in the same training time: {max(r['final'] for r in references):.4f} (worst of "
               f"{len(references)} seed(s))")

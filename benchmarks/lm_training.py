@@ -1,6 +1,6 @@
 """What the pretrained-LM benchmarks share: a preset's league for a wall-clock budget, trained one
-line per iteration (llm_kuhn.py, llm_tictactoe.py, llm_negotiation.py); the PSRO skill benchmarks
-(psro_skill.py) build their budget leagues with `budget_league` too."""
+line per iteration (llm_kuhn.py, llm_tictactoe.py, llm_negotiation.py); the poker skill benchmarks
+(poker_skill.py) build their budget leagues with `budget_league` too."""
 
 from __future__ import annotations
 

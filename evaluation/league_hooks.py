@@ -1,10 +1,11 @@
 """Measurements that evaluation attaches to a running league (`League.on_population_change`).
 
 The league does not import evaluation; whoever starts a run (the `ludus` CLI, a benchmark) passes
-`league_hooks(config)` in. Today that is PSRO's exploitability: for a league with a `meta_nash`
-role on a small two-player zero-sum OpenSpiel game, every time snapshots join, the exact
-exploitability of the league's output policy (the meta-Nash mixture, league/psro.py) and of the
-role's newest snapshot (its last best response) is logged with the iteration.
+`league_hooks(config)` in. Today that is exploitability: for a league on a small two-player
+zero-sum OpenSpiel game whose output policy is a mixture (a PSRO role's meta-strategy, or the
+average of the main role's snapshots, `output_policy: average`), every time snapshots join the
+exact exploitability of the league's output policy and of the main role's newest snapshot is
+logged with the iteration.
 """
 
 from __future__ import annotations
@@ -16,32 +17,63 @@ from typing import Callable, Sequence
 from agents.exploitability import exploitability
 from games.core import GameSpec
 from league.config import LeagueConfig
+from league.output import output_support
 from league.population import Member, with_absolute_paths
-from league.psro import MetaSolver, league_output_policy, member_table, payoff_cache
+from league.psro import aggregate_members, member_table, payoff_cache
 
 Hook = Callable[..., dict[str, float]]
 
 
+AVERAGE_EVERY_SNAPSHOTS = 10
+"""An average output policy is measured at every 10th snapshot of the main role: self-play
+snapshots come every few seconds, and a measurement (the new snapshot's table, the aggregate and
+two best responses) takes ~1 s on Leduc poker. PSRO's are measured at every snapshot."""
+
+
 def league_hooks(config: LeagueConfig) -> list[Hook]:
     """The population-change hooks a run of `config` should carry."""
-    psro_role = config.psro_role
-    if psro_role is None:
+    if config.psro_role is not None:
+        every = 1
+    elif config.output_policy == "average" and exactly_measurable(config.game):
+        every = AVERAGE_EVERY_SNAPSHOTS
+    else:
         return []
+    main = next((role for role in config.roles if role.kind == "main"), config.roles[0]).name
 
-    def psro_exploitability(league) -> dict[str, float]:
-        return exploitability_metrics(league.spec, league.population.frozen(), league.run_dir, role=psro_role.name,
-                                      solver=MetaSolver.of(psro_role))
+    def output_exploitability_hook(league) -> dict[str, float]:
+        if len(league.population.snapshots(main)) % every:
+            return {}
+        return exploitability_metrics(league.spec, league.config, league.population.frozen(), league.run_dir)
 
-    return [psro_exploitability]
+    return [output_exploitability_hook]
 
 
-def exploitability_metrics(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathLike,
-                           role: str = "main", solver: MetaSolver = MetaSolver()) -> dict[str, float]:
-    """``eval/exploitability`` of the output policy (the `solver`'s meta-strategy over `members`)
-    and ``eval/main_exploitability`` of `role`'s newest snapshot. They change only when a snapshot joins."""
-    policy = league_output_policy(spec, members, run_dir, solver=solver)
-    metrics = {"eval/exploitability": exploitability(spec.id, policy)}
-    newest = next((m for m in reversed(members) if m.kind == "snapshot" and m.role == role), None)
+def exactly_measurable(game_id: str) -> bool:
+    """Whether `exploitability` can score policies of this game (small, two-player, zero-sum, OpenSpiel)."""
+    from agents.exploitability import ExploitabilityError, is_constant_sum, spiel_game_of
+
+    try:
+        game = spiel_game_of(game_id)
+    except ExploitabilityError:
+        return False
+    return game.num_players() == 2 and is_constant_sum(game)
+
+
+def output_policy_table(spec: GameSpec, config: LeagueConfig, members: Sequence[Member],
+                        run_dir: str | os.PathLike, save_cache: bool = True):
+    """The output policy over `members` (frozen, paths relative to `run_dir`) as one OpenSpiel
+    TabularPolicy: its members aggregated reach-weighted (`agents.exploitability.aggregate_mixture`)."""
+    support, _ = output_support(spec, config, members, run_dir, save_cache)
+    return aggregate_members(spec, support, run_dir)
+
+
+def exploitability_metrics(spec: GameSpec, config: LeagueConfig, members: Sequence[Member],
+                           run_dir: str | os.PathLike) -> dict[str, float]:
+    """``eval/exploitability`` of the output policy over `members` and ``eval/main_exploitability``
+    of the main role's newest snapshot. They change only when a snapshot joins."""
+    metrics = {"eval/exploitability": exploitability(spec.id, output_policy_table(spec, config, members, run_dir))}
+    main = next((role for role in config.roles if role.kind == "main"), config.roles[0])
+    newest = next((m for m in reversed(members) if m.kind == "snapshot" and m.role == main.name), None)
     if newest is not None:
         table = member_table(spec, with_absolute_paths([newest], run_dir)[0], payoff_cache(spec.id, run_dir))
         metrics["eval/main_exploitability"] = exploitability(spec.id, table)
@@ -50,14 +82,12 @@ def exploitability_metrics(spec: GameSpec, members: Sequence[Member], run_dir: s
 
 def output_exploitability(run_dir: str | os.PathLike) -> float:
     """Exploitability (NashConv / 2) of the output policy of a run's population at its latest
-    checkpoint: its PSRO role's meta-strategy over all its frozen members (read-only: safe while it trains)."""
+    checkpoint (read-only: safe while it trains)."""
     from league.config import config_from_dict
     from league.rundata import read_run
     from games.registry import spec as game_spec
 
     run = read_run(Path(run_dir).resolve())  # member paths come back absolute, not cwd-relative
     spec = game_spec(run.game_id)
-    psro_role = config_from_dict(run.config).psro_role
-    solver = MetaSolver.of(psro_role) if psro_role is not None else MetaSolver()
-    return exploitability(spec.id, league_output_policy(spec, run.frozen(), run.run_dir, save_cache=False,
-                                                        solver=solver))
+    config = config_from_dict(run.config)
+    return exploitability(spec.id, output_policy_table(spec, config, run.frozen(), run.run_dir, save_cache=False))

@@ -258,13 +258,18 @@ def meta_strategy(spec: GameSpec, members: list[Member], run_dir: Path, solver: 
 
 def league_output_policy(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathLike | None,
                          save_cache: bool = True, solver: MetaSolver = MetaSolver()):
-    """The league's output policy: the meta-strategy over `members` aggregated reach-weighted into
-    one OpenSpiel TabularPolicy (`agents.exploitability.aggregate_mixture`)."""
+    """PSRO's output policy: the meta-strategy over `members` as one OpenSpiel TabularPolicy."""
+    game = meta_game(spec, members, run_dir, save_cache, solver)
+    return aggregate_members(spec, [(m, float(w)) for m, w in zip(members, game.strategy) if w > 0], run_dir)
+
+
+def aggregate_members(spec: GameSpec, weighted: Sequence[tuple[Member, float]], run_dir: str | os.PathLike | None):
+    """A mixture of frozen members (paths may be relative to `run_dir`) aggregated reach-weighted
+    into one OpenSpiel TabularPolicy (`agents.exploitability.aggregate_mixture`)."""
     from agents.exploitability import aggregate_mixture
 
-    game = meta_game(spec, members, run_dir, save_cache, solver)
     cache = payoff_cache(spec.id, run_dir)
-    support = [i for i, w in enumerate(game.strategy) if w > 0]
-    resolved = with_absolute_paths(members, run_dir) if run_dir is not None else list(members)
-    tables = [member_table(spec, resolved[i], cache) for i in support]
-    return aggregate_mixture(spec.id, tables, [float(game.strategy[i]) for i in support])
+    members = [member for member, _ in weighted]
+    resolved = with_absolute_paths(members, run_dir) if run_dir is not None else members
+    tables = [member_table(spec, member, cache) for member in resolved]
+    return aggregate_mixture(spec.id, tables, [weight for _, weight in weighted])

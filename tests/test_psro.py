@@ -229,14 +229,16 @@ def test_kuhn_poker_preset_league_runs_and_resumes_exactly(tmp_path):
     assert _ledger(tmp_path / "split") == full
 
 
-def test_leduc_poker_preset_scores_its_prd_output_policy(tmp_path):
-    """The Leduc preset (PRD meta-solver): the output checkpoint is the PRD mixture, and
-    `ludus evaluate` scores it exactly as the league's metric."""
+def test_prd_league_writes_and_scores_its_prd_output_policy(tmp_path):
+    """A PSRO role with the PRD meta-solver: the output checkpoint is the PRD mixture, and `ludus
+    evaluate` scores it exactly as the league's metric."""
+    import dataclasses
+
     from evaluation.league_hooks import league_hooks
     from agents.mixture import read_mixture
 
-    config = load_config("leduc_poker", SMALL)
-    assert config.roles[0].meta_solver == "prd"
+    kuhn = load_config("kuhn_poker", SMALL)
+    config = dataclasses.replace(kuhn, roles=(dataclasses.replace(kuhn.roles[0], meta_solver="prd"),))
     league = League.create(config, tmp_path / "run")
     league.on_population_change.extend(league_hooks(config))
     try:
@@ -250,6 +252,71 @@ def test_leduc_poker_preset_scores_its_prd_output_policy(tmp_path):
     logged = [m["eval/exploitability"] for m in metrics if "eval/exploitability" in m][-1]
     clear_payoff_caches()
     assert output_exploitability(tmp_path / "run") == logged
+
+
+def test_leduc_poker_preset_is_self_play_with_an_average_output(tmp_path):
+    """The Leduc preset: no PSRO role; its output checkpoint is the average of all main snapshots."""
+    from agents.mixture import read_mixture
+
+    config = load_config("leduc_poker", SMALL)
+    assert config.psro_role is None and config.output_policy == "average"
+    league = League.create(config, tmp_path / "run")
+    try:
+        league.run()
+        snapshots = league.population.snapshots("main")
+    finally:
+        league.close()
+    mixture = read_mixture(tmp_path / "run" / "output_policy")
+    assert mixture.source.startswith("linear average") and len(mixture.components) == len(snapshots) >= 2
+    assert 0.0 < output_exploitability(tmp_path / "run") < 4.0
+
+
+def test_average_output_policy_is_the_linear_average_of_the_main_snapshots(tmp_path, monkeypatch):
+    """`output_policy: average`: the output checkpoint holds every snapshot of the main role, the
+    k-th weighted k (linear averaging); the league measures it at every
+    AVERAGE_EVERY_SNAPSHOTS-th snapshot, and its metric, `ludus evaluate`'s reading of the run and
+    the mixture aggregated by hand agree exactly."""
+    import dataclasses
+
+    from agents.exploitability import aggregate_mixture
+    from agents.mixture import read_mixture
+    from evaluation import league_hooks as hooks
+    from league.config import ConfigError, RoleConfig
+    from league.population import with_absolute_paths
+    from league.psro import member_table
+
+    psro = load_config("kuhn_poker", SMALL)
+    with pytest.raises(ConfigError, match="output_policy"):
+        dataclasses.replace(psro, output_policy="average")
+    config = dataclasses.replace(psro, output_policy="average", iterations=3,
+                                 roles=(RoleConfig(name="main", self_play=1.0, pfsp=0.0, uniform=0.0),))
+    monkeypatch.setattr(hooks, "AVERAGE_EVERY_SNAPSHOTS", 2)
+    league = League.create(config, tmp_path / "run")
+    league.on_population_change.extend(hooks.league_hooks(config))
+    try:
+        league.run()
+        snapshots = league.population.snapshots("main")
+    finally:
+        league.close()
+    assert len(snapshots) >= 3
+    mixture = read_mixture(tmp_path / "run" / "output_policy")
+    assert "average" in mixture.source
+    assert [c.player_id for c in mixture.components] == [m.player_id for m in snapshots]
+    n = len(snapshots)
+    assert [c.weight for c in mixture.components] == pytest.approx([2 * k / (n * (n + 1)) for k in range(1, n + 1)])
+
+    clear_payoff_caches()
+    tables = [member_table(game_spec(KUHN), m, payoff_cache(KUHN, None))
+              for m in with_absolute_paths(snapshots, tmp_path / "run")]
+
+    def average_of_first(n: int) -> float:
+        return exploitability(KUHN, aggregate_mixture(KUHN, tables[:n], list(range(1, n + 1))))
+
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = [m["eval/exploitability"] for m in metrics if "eval/exploitability" in m]
+    assert len(logged) == len(snapshots) // 2  # at 2, 4, ... snapshots
+    assert logged[-1] == pytest.approx(average_of_first(2 * len(logged)), abs=1e-12)
+    assert output_exploitability(tmp_path / "run") == pytest.approx(average_of_first(len(snapshots)), abs=1e-12)
 
 
 @pytest.mark.slow

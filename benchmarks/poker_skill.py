@@ -1,15 +1,17 @@
-"""Skill of a PSRO league on a poker game: exploitability of its output policy within a time budget.
+"""Skill of a league on a poker game: exploitability of its output policy within a time budget.
 
-The shared machinery of `kuhn_skill.py` and `leduc_skill.py`. For each seed, trains the preset (a
-PSRO league: the main learner trains against opponents drawn from the meta-strategy of the
-population's exact meta-game, league/psro.py) for a wall-clock budget of training time, in its own
-process, and measures exactly, with OpenSpiel's best responses:
+The shared machinery of `kuhn_skill.py` and `leduc_skill.py`. For each seed, trains the preset (on
+Kuhn a PSRO league, whose output is the meta-strategy of the population's exact meta-game,
+league/psro.py; on Leduc self-play whose output is the average of its snapshots) for a wall-clock
+budget of training time, in its own process, and measures exactly, with OpenSpiel's best responses
+(`evaluation.league_hooks.exploitability_metrics`, what `ludus train` logs):
 
-* the league's output policy: the meta-strategy over the population aggregated reach-weighted
-  into one behaviour policy (`league.psro.league_output_policy`);
-* the main agent's last iterate: its newest snapshot, the last completed PSRO best response.
+* the league's output policy (league/output.py), its members aggregated reach-weighted into one
+  behaviour policy;
+* the main agent's last iterate: its newest snapshot.
 
-Measuring pauses the training clock. The machine is shared: the load average is printed.
+Measuring pauses the training clock, after a snapshot joins, at most once per `--eval-every`
+seconds of training, and at the end. The machine is shared: the load average is printed.
 """
 
 from __future__ import annotations
@@ -31,22 +33,21 @@ def run_seed(preset: str, seed: int, budget: float, run_dir: Path, overrides: li
     import torch
 
     from benchmarks.lm_training import budget_league
-    from evaluation.league_hooks import league_hooks
+    from evaluation.league_hooks import exploitability_metrics
 
     torch.set_num_threads(1)
     league = budget_league(preset, seed, run_dir, overrides)
-    (exploitability_hook,) = league_hooks(league.config)  # what `ludus train` logs: output and newest snapshot
-    role = league.config.psro_role.name
+    role = next(r for r in league.config.roles if r.kind == "main").name
     trace = []
     train_seconds = eval_seconds = 0.0
     last_eval = -eval_every
 
     def measure() -> dict:
         frozen = league.population.frozen()
-        metrics = exploitability_hook(league)
+        metrics = exploitability_metrics(league.spec, league.config, frozen, league.run_dir)  # what `ludus train` logs
         league.metrics.log(league.total_env_steps, metrics)
         return {"train_seconds": round(train_seconds, 2), "env_steps": league.total_env_steps,
-                "iteration": league.iteration, "psro_iterations": sum(m.role == role for m in frozen) - 1,
+                "iteration": league.iteration, "snapshots": sum(m.role == role for m in frozen),
                 "output": metrics["eval/exploitability"], "main": metrics["eval/main_exploitability"],
                 "main_snapshot": next(m.player_id for m in reversed(frozen) if m.role == role)}
 
@@ -55,7 +56,8 @@ def run_seed(preset: str, seed: int, budget: float, run_dir: Path, overrides: li
             start = time.perf_counter()
             summary = league.run(until_iteration=league.iteration + 1)[-1]
             train_seconds += time.perf_counter() - start
-            if summary.snapshots or train_seconds - last_eval >= eval_every or train_seconds >= budget:
+            # the output changes only when snapshots join; at most one measurement per `eval_every`
+            if (summary.snapshots and train_seconds - last_eval >= eval_every) or train_seconds >= budget:
                 start = time.perf_counter()
                 trace.append(measure())
                 eval_seconds += time.perf_counter() - start
@@ -108,7 +110,7 @@ def _time_to(trace: list[dict], threshold: float) -> float | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser, preset: str) -> None:
-    """The command line every PSRO skill benchmark shares."""
+    """The command line every poker skill benchmark shares."""
     parser.add_argument("--preset", default=preset, help="the league preset trained")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budget", type=float, default=600.0, help="training seconds per seed")
@@ -122,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser, preset: str) -> None:
 def train_seeds(args: argparse.Namespace) -> tuple[list[dict], list[tuple[float, float, float]]]:
     """Every seed's result (each in its own process) and the load average before and after."""
     loads = [os.getloadavg()]
-    with tempfile.TemporaryDirectory(prefix="psro-skill-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="poker-skill-") as tmp:
         root = args.run_root or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         results = _run_all(args, root)
@@ -137,9 +139,9 @@ def report(results: list[dict], loads: list[tuple[float, float, float]], title: 
                                                                     for load in loads) + "  on "
           f"{os.cpu_count()} cores")
     marks = [t for t in (30, 60, 120, 180, 240, 300, 420, 600) if t <= results[0]["budget"]]
-    print("\nexploitability of the league's output policy (its meta-strategy) by training time:")
+    print("\nexploitability of the league's output policy by training time:")
     print(f"{'seed':>4} " + " ".join(f"{f'{t}s':>7}" for t in marks) + f" {'final':>7} {f'to {target}':>8}"
-          f" {'PSRO its':>8} {'env steps':>10}")
+          f" {'snapshots':>9} {'env steps':>10}")
     for r in results:
         cells = []
         for t in marks:
@@ -148,9 +150,9 @@ def report(results: list[dict], loads: list[tuple[float, float, float]], title: 
         reach = _time_to(r["trace"], target)
         final = r["final"]
         print(f"{r['seed']:>4} " + " ".join(cells) + f" {final['output']:7.4f} "
-              f"{(f'{reach:.0f}s' if reach is not None else 'never'):>8} {final['psro_iterations']:>8} "
+              f"{(f'{reach:.0f}s' if reach is not None else 'never'):>8} {final['snapshots']:>9} "
               f"{final['env_steps']:>10,}")
-    print("\nmain agent's last iterate (its newest snapshot, the last PSRO best response):")
+    print("\nmain agent's last iterate (its newest snapshot):")
     for r in results:
         final = r["final"]
         best = min(x["main"] for x in r["trace"])
