@@ -37,7 +37,7 @@ def run_seed(preset: str, seed: int, budget: float, run_dir: Path, overrides: li
 
     torch.set_num_threads(1)
     league = budget_league(preset, seed, run_dir, overrides)
-    role = next(r for r in league.config.roles if r.kind == "main").name
+    role = league.config.main_role.name
     trace = []
     train_seconds = eval_seconds = 0.0
     last_eval = -eval_every

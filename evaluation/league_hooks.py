@@ -38,7 +38,7 @@ def league_hooks(config: LeagueConfig) -> list[Hook]:
         every = AVERAGE_EVERY_SNAPSHOTS
     else:
         return []
-    main = next((role for role in config.roles if role.kind == "main"), config.roles[0]).name
+    main = config.main_role.name
 
     def output_exploitability_hook(league) -> dict[str, float]:
         if len(league.population.snapshots(main)) % every:
@@ -50,13 +50,13 @@ def league_hooks(config: LeagueConfig) -> list[Hook]:
 
 def exactly_measurable(game_id: str) -> bool:
     """Whether `exploitability` can score policies of this game (small, two-player, zero-sum, OpenSpiel)."""
-    from agents.exploitability import ExploitabilityError, is_constant_sum, spiel_game_of
+    from agents.exploitability import ExploitabilityError, two_player_zero_sum_game
 
     try:
-        game = spiel_game_of(game_id)
+        two_player_zero_sum_game(game_id)
     except ExploitabilityError:
         return False
-    return game.num_players() == 2 and is_constant_sum(game)
+    return True
 
 
 def output_policy_table(spec: GameSpec, config: LeagueConfig, members: Sequence[Member],
@@ -72,8 +72,8 @@ def exploitability_metrics(spec: GameSpec, config: LeagueConfig, members: Sequen
     """``eval/exploitability`` of the output policy over `members` and ``eval/main_exploitability``
     of the main role's newest snapshot. They change only when a snapshot joins."""
     metrics = {"eval/exploitability": exploitability(spec.id, output_policy_table(spec, config, members, run_dir))}
-    main = next((role for role in config.roles if role.kind == "main"), config.roles[0])
-    newest = next((m for m in reversed(members) if m.kind == "snapshot" and m.role == main.name), None)
+    main = config.main_role.name
+    newest = next((m for m in reversed(members) if m.kind == "snapshot" and m.role == main), None)
     if newest is not None:
         table = member_table(spec, with_absolute_paths([newest], run_dir)[0], payoff_cache(spec.id, run_dir))
         metrics["eval/main_exploitability"] = exploitability(spec.id, table)

@@ -248,6 +248,12 @@ class LeagueConfig:
     """Logging."""
 
     @property
+    def main_role(self) -> RoleConfig:
+        """The first role of kind 'main' (the first role if none is): the one the output policy
+        and the league's headline figures follow."""
+        return next((role for role in self.roles if role.kind == "main"), self.roles[0])
+
+    @property
     def psro_role(self) -> RoleConfig | None:
         """The first role with `meta_nash` weight (PSRO: its meta-solver makes the output policy), or None."""
         return next((role for role in self.roles if role.meta_nash > 0), None)

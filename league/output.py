@@ -37,7 +37,7 @@ def output_support(spec: GameSpec, config: LeagueConfig, members: Sequence[Membe
         support = [(member, float(weight)) for member, weight in zip(members, strategy) if weight > 0]
         return support, (f"{'meta-Nash' if solver.kind == 'nash' else 'PRD meta-strategy'} of the exact PSRO "
                          f"meta-game over the frozen population")
-    main = next((role for role in config.roles if role.kind == "main"), config.roles[0])
+    main = config.main_role
     snapshots = [m for m in members if m.kind == "snapshot" and m.role == main.name]
     if config.output_policy == "average":
         # Linear averaging: the k-th snapshot weighs k (CFR+'s average of its iterates, Tammelin

@@ -18,7 +18,8 @@ from agents.policy import ActBatch
 from agents.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, answer_start_tokens,
                                 played_distribution, response_action_probabilities, sampled_action_probabilities)
 from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, all_action_loss, answer_entropies,
-                             answer_log_probs, answer_values, distinct_turns, prompt_advantages, response_log_probs, role_advantages)
+                             answer_log_probs, answer_values, distinct_turns, prompt_advantages, response_log_probs,
+                             role_advantages)
 from games import registry
 from games.core import GameError
 from games.text import TEXT_VIEWS, canonical_answer, check_text_view, parse_response, text_view
