@@ -390,6 +390,7 @@ class Store:
         self.mode = mode
         self._conn: sqlite3.Connection | None = connection
         self._lock_fd = lock_fd
+        self._counted = (0, 0)  # (seq, matches with seq <= it) as last counted: see count_matches_up_to
 
     # -- opening and closing -------------------------------------------------------------------
 
@@ -589,8 +590,22 @@ class Store:
         return rows + [(r.seq, r.player_id, r.mu, r.sigma) for r in self.ratings_history()]
 
     def count_matches_up_to(self, seq: int) -> int:
-        """Rows with seq <= `seq`."""
-        return self._connection().execute("SELECT COUNT(*) FROM matches WHERE seq <= ?", (int(seq),)).fetchone()[0]
+        """Rows with seq <= `seq`.
+
+        The league checkpoints after every iteration, and a range COUNT reads every row: on a
+        million-match ledger (Leduc poker, 10 minutes) that was 7% of the run. The ledger only
+        appends (above its newest seq), so this store counts on from the last seq it counted; a
+        fresh store (resume's `check_ledger`) counts every row, and so sees any row removed."""
+        seq = int(seq)
+        counted_seq, counted = self._counted
+        if seq < counted_seq:
+            return self._connection().execute("SELECT COUNT(*) FROM matches WHERE seq <= ?", (seq,)).fetchone()[0]
+        # rows are appended only above the newest seq: what is counted up to it can never change
+        seq_now = min(seq, self.last_seq())
+        counted += self._connection().execute("SELECT COUNT(*) FROM matches WHERE seq > ? AND seq <= ?",
+                                              (counted_seq, seq_now)).fetchone()[0]
+        self._counted = (seq_now, counted)
+        return counted
 
     def match_at_seq(self, seq: int) -> tuple[int, int] | None:
         """(match_id, seed) of the row at `seq`, or None."""

@@ -84,6 +84,18 @@ def test_round_trip_filters_and_counts(tmp_path):
         assert rows == 2 + 2 + 3 + 2
 
 
+def test_counts_up_to_a_seq_stay_exact_as_the_ledger_grows(tmp_path):
+    # the store counts incrementally from the last seq it counted; a lower seq is counted afresh
+    with Store.open(tmp_path) as store:
+        assert store.count_matches_up_to(5) == 0
+        store.record_matches([make_match(i) for i in range(3)])
+        assert [store.count_matches_up_to(s) for s in (3, 1, 2, 3, 9)] == [3, 1, 2, 3, 3]
+        store.record_matches([make_match(i) for i in range(3, 7)])
+        assert [store.count_matches_up_to(s) for s in (5, 7, 4, 7)] == [5, 7, 4, 7]
+    with Store.open(tmp_path, mode="read") as reader:  # a fresh store counts every row
+        assert reader.count_matches_up_to(7) == 7 and reader.count_matches_up_to(6) == 6
+
+
 def test_duplicate_match_id_rolls_back_whole_batch(tmp_path):
     with Store.open(tmp_path) as store:
         store.record_matches([make_match(1), make_match(2)])
