@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -42,6 +43,11 @@ class PPOConfig:
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over the run; the training loop applies it through
     `PPOLearner.set_learning_rate` (the learner does not know the run's length)."""
+    lr_decay_updates: float | None = None
+    """Instead of `anneal_lr`, for runs whose length is a time budget: learning rate
+    lr / sqrt(1 + updates / lr_decay_updates), the step size under which online gradient descent's
+    average regret vanishes (Zinkevich 2003) — what makes the average of self-play's iterates
+    approach an equilibrium (league `output_policy: average`). None: no such decay."""
     adam_eps: float = 1e-5
     """Adam epsilon (CleanRL uses 1e-5, not torch's 1e-8)."""
     gamma: float = 0.99
@@ -63,7 +69,11 @@ class PPOConfig:
     """Clip the value prediction to within clip_coef of the behaviour value, as in the
     reference implementation (baselines' ppo2)."""
     ent_coef: float = 0.01
-    """c2 of eq. 9: weight of the entropy bonus."""
+    """c2 of eq. 9: weight of the entropy bonus (the starting value when `ent_decay_updates`)."""
+    ent_decay_updates: float | None = None
+    """Decay the entropy bonus as ent_coef / sqrt(1 + updates / ent_decay_updates): the
+    regularised game's equilibrium that self-play's average approaches moves towards the real
+    one as the bonus fades (measured on Leduc poker, docs/league.md). None: a constant bonus."""
     vf_coef: float = 0.5
     """c1 of eq. 9: weight of the value loss."""
     max_grad_norm: float = 0.5
@@ -87,6 +97,26 @@ class PPOConfig:
             raise ValueError(f"update_epochs must be >= 1, got {self.update_epochs}")
         if self.matmul_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"matmul_dtype must be 'float32' or 'bfloat16', got {self.matmul_dtype!r}")
+        for name in ("lr_decay_updates", "ent_decay_updates"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 or None, got {getattr(self, name)}")
+        if self.anneal_lr and self.lr_decay_updates is not None:
+            raise ValueError("anneal_lr and lr_decay_updates are two learning-rate schedules; set anneal_lr "
+                             "false to decay by updates")
+
+    def learning_rate_at(self, progress: float, updates: int) -> float:
+        """The learning rate of the update after `updates` updates, `progress` (0 to 1) into the run."""
+        if self.anneal_lr:
+            return (1.0 - progress) * self.learning_rate  # CleanRL: linearly to 0 over the run
+        if self.lr_decay_updates is not None:
+            return self.learning_rate / math.sqrt(1.0 + updates / self.lr_decay_updates)
+        return self.learning_rate
+
+    def ent_coef_at(self, updates: int) -> float:
+        """The entropy bonus of the update after `updates` updates."""
+        if self.ent_decay_updates is None:
+            return self.ent_coef
+        return self.ent_coef / math.sqrt(1.0 + updates / self.ent_decay_updates)
 
 
 @dataclass(frozen=True)
@@ -213,6 +243,7 @@ class PPOLearner:
         minibatch_steps, epochs = 0, 0
         value_clip = config.clip_coef if config.clip_vloss else None
         kl, kl_rows = torch.tensor(0.0), 0
+        ent_coef = config.ent_coef_at(self.updates)
         for _ in range(config.update_epochs):
             epochs += 1
             b_inds = torch.randperm(total, generator=self.generator)
@@ -242,7 +273,7 @@ class PPOLearner:
                 # many versions ago; the value loss is clipped around the behaviour value (ppo2).
                 terms = ppo_terms(newlogprob, b_logprobs[mb_inds], mb_advantages, categorical_entropy(log_pi),
                                   newvalue, b_values[mb_inds], b_returns[mb_inds], config.clip_coef, value_clip)
-                grad_norm = self.backend.step(scale * terms.total(config.vf_coef, config.ent_coef))
+                grad_norm = self.backend.step(scale * terms.total(config.vf_coef, ent_coef))
                 minibatch_steps += 1
                 means.add({**terms.stats(), "grad_norm": grad_norm})
                 kl, kl_rows = terms.approx_kl, len(mb_inds)
@@ -349,8 +380,7 @@ def train_single_player(game_id: str, config: PPOConfig = PPOConfig(), total_ste
     global_step, stats, reached = 0, None, False
     ts = games.reset(games.seed_source(num_envs))
     for update in range(1, num_updates + 1):
-        if config.anneal_lr:
-            learner.set_learning_rate((1.0 - (update - 1.0) / num_updates) * config.learning_rate)
+        learner.set_learning_rate(config.learning_rate_at((update - 1.0) / num_updates, learner.updates))
         for _ in range(num_steps):
             out = policy.act(ActBatch(ts.obs[:, 0], ts.mask[:, 0], seats), rng)
             actions = out.actions[:, None]

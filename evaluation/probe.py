@@ -141,10 +141,9 @@ def _train(runner: Runner, learner: PPOLearner, policies: dict[str, Policy], num
         if planned_updates is None:
             # Game lengths vary, so the number of updates is estimated from the first batch.
             planned_updates = max(1, -(-total_steps // max(batch_steps, 1)))
-        if config.ppo.anneal_lr:
-            # CleanRL's linear decay: update u (from 0) uses lr * (1 - u / planned), never below lr / planned.
-            frac = max(1.0 - learner.updates / planned_updates, 1.0 / planned_updates)
-            learner.set_learning_rate(frac * config.ppo.learning_rate)
+        # CleanRL's linear decay when annealed: update u (from 0) uses lr * (1 - u / planned), never below lr / planned.
+        progress = min(learner.updates / planned_updates, 1.0 - 1.0 / planned_updates)
+        learner.set_learning_rate(config.ppo.learning_rate_at(progress, learner.updates))
         learner.update(result.rollouts[PROBE])
         trained += batch_steps
         games += len(result.matches)

@@ -113,9 +113,7 @@ class PPOLeagueLearner:
 
     def update(self, batch: RolloutBatch, progress: float, shard=None) -> dict[str, float]:
         """One PPO update; `shard` (agents.ppo.DataShard): this rank's rows of a data-parallel batch."""
-        if self.ppo_config.anneal_lr:
-            # CleanRL anneals the learning rate linearly to 0 over the run.
-            self.ppo.set_learning_rate((1.0 - progress) * self.ppo_config.learning_rate)
+        self.ppo.set_learning_rate(self.ppo_config.learning_rate_at(progress, self.ppo.updates))
         stats = self.ppo.update(batch, shard)
         return {k: float(v) for k, v in stats.__dict__.items() if isinstance(v, (int, float))}
 

@@ -163,6 +163,48 @@ def test_seeded_update_is_deterministic_and_the_seed_matters():
     assert not all(torch.equal(a, b) for a, b in zip(first, other))
 
 
+def test_decayed_entropy_bonus_is_the_constant_bonus_of_that_update():
+    # after 3 updates, ent_coef 0.5 decaying with h = 1 weighs 0.5 / sqrt(1 + 3) = 0.25: the same
+    # update as a learner with a constant 0.25, and not the one with the undecayed 0.5
+    config = PPOConfig(learning_rate=1e-2, anneal_lr=False, ent_coef=0.5, ent_decay_updates=1.0)
+    assert config.ent_coef_at(3) == 0.25 and config.ent_coef_at(0) == 0.5
+
+    def after_update(config: PPOConfig) -> list[torch.Tensor]:
+        net = make_net()
+        learner = PPOLearner(net, config, seed=0)
+        learner.updates = 3
+        learner.update(make_batch(make_net(), ADVANTAGES, ACTIONS))
+        return [p.detach().clone() for p in net.parameters()]
+
+    decayed = after_update(config)
+    constant = after_update(dataclasses.replace(config, ent_coef=0.25, ent_decay_updates=None))
+    undecayed = after_update(dataclasses.replace(config, ent_decay_updates=None))
+    assert all(torch.equal(a, b) for a, b in zip(decayed, constant))
+    assert not all(torch.equal(a, b) for a, b in zip(decayed, undecayed))
+
+
+def test_learning_rate_schedules():
+    assert PPOConfig(learning_rate=1.0).learning_rate_at(0.25, 7) == 0.75  # anneal_lr: linear in progress
+    by_updates = PPOConfig(learning_rate=1.0, anneal_lr=False, lr_decay_updates=2.0)
+    assert [by_updates.learning_rate_at(0.9, u) for u in (0, 6)] == [1.0, 0.5]  # 1 / sqrt(1 + 6 / 2)
+    assert PPOConfig(learning_rate=1.0, anneal_lr=False).learning_rate_at(0.9, 6) == 1.0
+    with pytest.raises(ValueError, match="two learning-rate schedules"):
+        PPOConfig(lr_decay_updates=2.0)
+    with pytest.raises(ValueError, match="ent_decay_updates must be > 0"):
+        PPOConfig(ent_decay_updates=0.0)
+
+
+def test_league_learner_steps_with_the_scheduled_learning_rate():
+    from league.learners import PPOLeagueLearner
+
+    config = PPOConfig(learning_rate=1e-2, anneal_lr=False, lr_decay_updates=2.0)
+    learner = PPOLeagueLearner(SPEC, NetConfig(hidden=(16,)), config, seed=0, init_seed=0)
+    batch = make_batch(make_net(), ADVANTAGES, ACTIONS)
+    for updates in range(3):  # each update's rate is the schedule's after the updates before it
+        learner.update(batch, progress=0.5)
+        assert learner.ppo.backend.learning_rate() == 1e-2 / math.sqrt(1.0 + updates / 2.0)
+
+
 def test_state_dict_resumes_exactly_through_safetensors():
     from safetensors.torch import load, save
 
