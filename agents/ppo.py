@@ -46,8 +46,9 @@ class PPOConfig:
     lr_decay_updates: float | None = None
     """Instead of `anneal_lr`, for runs whose length is a time budget: learning rate
     lr / sqrt(1 + updates / lr_decay_updates), the step size under which online gradient descent's
-    average regret vanishes (Zinkevich 2003) — what makes the average of self-play's iterates
-    approach an equilibrium (league `output_policy: average`). None: no such decay."""
+    average regret vanishes (Zinkevich 2003), as the averaged self-play of league
+    `output_policy: average` assumes in theory (on Leduc poker it changed the output's
+    exploitability by less than the spread between seeds: docs/league.md). None: no such decay."""
     adam_eps: float = 1e-5
     """Adam epsilon (CleanRL uses 1e-5, not torch's 1e-8)."""
     gamma: float = 0.99
@@ -72,8 +73,8 @@ class PPOConfig:
     """c2 of eq. 9: weight of the entropy bonus (the starting value when `ent_decay_updates`)."""
     ent_decay_updates: float | None = None
     """Decay the entropy bonus as ent_coef / sqrt(1 + updates / ent_decay_updates): the
-    regularised game's equilibrium that self-play's average approaches moves towards the real
-    one as the bonus fades (measured on Leduc poker, docs/league.md). None: a constant bonus."""
+    regularised game's equilibrium, which self-play's average approaches, moves towards the real
+    one as the bonus fades (tried on Leduc poker: docs/league.md). None: a constant bonus."""
     vf_coef: float = 0.5
     """c1 of eq. 9: weight of the value loss."""
     max_grad_norm: float = 0.5
