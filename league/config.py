@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -307,6 +307,13 @@ class LeagueConfig:
             if self.ppo.minibatch_size is not None:
                 raise ConfigError(f"learner {self.learner!r} splits each update into ppo.num_minibatches; "
                                   f"drop ppo.minibatch_size")
+            from league.mappo import PPO_KEYS_MAPPO_READS
+
+            unread = [f.name for f in fields(PPOConfig) if f.name not in PPO_KEYS_MAPPO_READS
+                      and getattr(self.ppo, f.name) != getattr(PPOConfig(), f.name)]
+            if unread:
+                raise ConfigError(f"learner {self.learner!r} does not use ppo.{unread[0]} (it reads ppo."
+                                  f"{', ppo.'.join(sorted(PPO_KEYS_MAPPO_READS))}); drop it or use learner 'ppo'")
         # One spelling of bots everywhere: `bot:random` is the anchor `random` (member anchor:random).
         from agents.bots import BOT_PREFIX
 

@@ -36,6 +36,11 @@ from agents.snapshot import Lineage, SnapshotRef
 from games.core import GameSpec
 
 
+PPO_KEYS_MAPPO_READS = frozenset({"learning_rate", "anneal_lr", "adam_eps", "gamma", "gae_lambda", "clip_coef",
+                                  "update_epochs", "num_minibatches", "ent_coef", "clip_vloss", "max_grad_norm"})
+"""The `ppo.*` keys that `mappo_config` passes on; the league config refuses the others when set."""
+
+
 def mappo_config(config: Any) -> MAPPOConfig:
     """The `MAPPOConfig` of a league config's learner 'mappo' / 'ippo': PPO's shared settings from
     `config.ppo`, the critic's from `config.critic`."""
