@@ -304,13 +304,12 @@ class LeagueConfig:
                 raise ConfigError(f"learner 'text_ppo' plays games with a text view; {self.game!r} has none "
                                   f"(games with one: {', '.join(sorted(TEXT_VIEWS))} and TextArena's, ta:ID)")
         if self.learner in ("mappo", "ippo"):
-            if self.ppo.minibatch_size is not None:
-                raise ConfigError(f"learner {self.learner!r} splits each update into ppo.num_minibatches; "
-                                  f"drop ppo.minibatch_size")
             from league.mappo import PPO_KEYS_MAPPO_READS
 
+            # e.g. ppo.minibatch_size: MAPPO splits each update into ppo.num_minibatches
+            default = PPOConfig()
             unread = [f.name for f in fields(PPOConfig) if f.name not in PPO_KEYS_MAPPO_READS
-                      and getattr(self.ppo, f.name) != getattr(PPOConfig(), f.name)]
+                      and getattr(self.ppo, f.name) != getattr(default, f.name)]
             if unread:
                 raise ConfigError(f"learner {self.learner!r} does not use ppo.{unread[0]} (it reads ppo."
                                   f"{', ppo.'.join(sorted(PPO_KEYS_MAPPO_READS))}); drop it or use learner 'ppo'")

@@ -36,24 +36,28 @@ from agents.snapshot import Lineage, SnapshotRef
 from games.core import GameSpec
 
 
-PPO_KEYS_MAPPO_READS = frozenset({"learning_rate", "anneal_lr", "adam_eps", "gamma", "gae_lambda", "clip_coef",
-                                  "update_epochs", "num_minibatches", "ent_coef", "clip_vloss", "max_grad_norm"})
+MAPPO_FROM_PPO = {"actor_learning_rate": "learning_rate", "anneal_lr": "anneal_lr", "adam_eps": "adam_eps",
+                  "gamma": "gamma", "gae_lambda": "gae_lambda", "clip_coef": "clip_coef",
+                  "update_epochs": "update_epochs", "num_minibatches": "num_minibatches", "ent_coef": "ent_coef",
+                  "clip_value_loss": "clip_vloss", "max_grad_norm": "max_grad_norm"}
+"""`MAPPOConfig` fields taken from the league's `ppo.*` keys (MAPPO field -> PPO key)."""
+
+PPO_KEYS_MAPPO_READS = frozenset(MAPPO_FROM_PPO.values())
 """The `ppo.*` keys that `mappo_config` passes on; the league config refuses the others when set."""
 
 
 def mappo_config(config: Any) -> MAPPOConfig:
     """The `MAPPOConfig` of a league config's learner 'mappo' / 'ippo': PPO's shared settings from
-    `config.ppo`, the critic's from `config.critic`."""
+    `config.ppo` (`MAPPO_FROM_PPO`), the critic's from `config.critic`."""
     ppo, critic = config.ppo, config.critic
     return MAPPOConfig(
         critic_input="global" if config.learner == "mappo" else "local",
-        actor_learning_rate=ppo.learning_rate, critic_learning_rate=critic.learning_rate,
-        anneal_lr=ppo.anneal_lr, adam_eps=ppo.adam_eps, gamma=ppo.gamma, gae_lambda=ppo.gae_lambda,
-        clip_coef=ppo.clip_coef, update_epochs=ppo.update_epochs, num_minibatches=ppo.num_minibatches,
-        ent_coef=ppo.ent_coef, value_loss_coef=1.0, use_huber_loss=critic.huber_delta is not None,
+        **{field: getattr(ppo, key) for field, key in MAPPO_FROM_PPO.items()},
+        critic_learning_rate=critic.learning_rate, value_loss_coef=1.0,
+        use_huber_loss=critic.huber_delta is not None,
         huber_delta=critic.huber_delta if critic.huber_delta is not None else 10.0,
-        clip_value_loss=ppo.clip_vloss, use_value_norm=critic.value_norm, max_grad_norm=ppo.max_grad_norm,
-        hidden=critic.hidden, critic_agent_id=critic.agent_id, actor_agent_id=False)
+        use_value_norm=critic.value_norm, hidden=critic.hidden, critic_agent_id=critic.agent_id,
+        actor_agent_id=False)
 
 
 def critic_input_size(spec: GameSpec, config: MAPPOConfig) -> int:

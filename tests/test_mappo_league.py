@@ -222,7 +222,8 @@ def test_evaluation_seats_a_checkpoint_on_a_whole_side_and_reports_each_side(tmp
 def test_ppo_keys_that_mappo_does_not_read_are_refused():
     from league.config import ConfigError
 
-    for key in ("ent_decay_updates=100", "lr_decay_updates=100", "target_kl=0.02", "norm_adv=false"):
+    for key in ("ent_decay_updates=100", "lr_decay_updates=100", "target_kl=0.02", "norm_adv=false",
+                "minibatch_size=64"):
         with pytest.raises(ConfigError, match=f"does not use ppo.{key.split('=')[0]}"):
             load_config("simple_tag", [f"ppo.{key}"])
     assert load_config("simple_tag", ["ppo.ent_coef=0.02"]).ppo.ent_coef == 0.02  # a key it reads
