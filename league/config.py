@@ -456,10 +456,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # meta-game step (with exact best responses still 0.32 after 45 of them). Measured on Leduc
     # (docs/league.md; seed 0, 300 s, linear average where measured): PSRO with PRD 0.52; pure
     # self-play 0.28 (entropy 0.05: 0.39, 0.2: 0.36; lr 3e-4: 0.67; 2048 matches per update:
-    # 0.41); this mix 0.24; only against the snapshots (fictitious play) 0.63. Every snapshot
-    # stays loaded: uniform draws over all of them would otherwise reload nets every iteration.
+    # 0.41); this mix 0.24; only against the snapshots (fictitious play) 0.63. 1024 matches per
+    # update, twice Kuhn's (600 s, seeds 0-4): 0.186 / 0.208 / 0.198 / 0.224 / 0.181, mean 0.199,
+    # against 0.214 over seeds 0-3 with 512; 2048 was worse again (0.234 / 0.242 on seeds 2, 3).
+    # Every snapshot stays loaded: uniform draws over all of them would otherwise reload nets
+    # every iteration. ~1500 iterations are ~10 minutes here.
     "leduc_poker": {
-        **_POKER_PSRO, "game": "spiel:leduc_poker", "iterations": 3000, "snapshot_every_steps": 20_000,
+        **_POKER_PSRO, "game": "spiel:leduc_poker", "iterations": 1500, "matches_per_iteration": 1024,
+        "num_envs": 1024, "snapshot_every_steps": 20_000,
         "policy_cache_size": 1024, "output_policy": "average",
         "ppo": {**_POKER_PSRO["ppo"], "learning_rate": 1e-3, "ent_coef": 0.1},
         "roles": [{"name": "main", "kind": "main", "self_play": 0.5, "pfsp": 0.0, "uniform": 0.5}],
