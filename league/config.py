@@ -457,10 +457,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # (docs/league.md; seed 0, 300 s, linear average where measured): PSRO with PRD 0.52; pure
     # self-play 0.28 (entropy 0.05: 0.39, 0.2: 0.36; lr 3e-4: 0.67; 2048 matches per update:
     # 0.41); this mix 0.24; only against the snapshots (fictitious play) 0.63. 1024 matches per
-    # update, twice Kuhn's (600 s, seeds 0-4): 0.186 / 0.208 / 0.198 / 0.224 / 0.181, mean 0.199,
-    # against 0.214 over seeds 0-3 with 512; 2048 was worse again (0.235 / 0.242 on seeds 2, 3).
-    # Every snapshot stays loaded: uniform draws over all of them would otherwise reload nets
-    # every iteration. ~1500 iterations are ~10 minutes here. New seeds 5, 6: 0.208 / 0.191.
+    # update, twice Kuhn's (600 s, seeds 0-6): 0.186 / 0.208 / 0.198 / 0.224 / 0.181 / 0.208 /
+    # 0.191, mean 0.199, against 0.214 over seeds 0-3 with 512; 2048 was worse again (0.235 /
+    # 0.242 on seeds 2, 3). Every snapshot stays loaded: uniform draws over all of them would
+    # otherwise reload nets every iteration. ~1500 iterations are ~10 minutes here.
     "leduc_poker": {
         **_POKER_PSRO, "game": "spiel:leduc_poker", "iterations": 1500, "matches_per_iteration": 1024,
         "num_envs": 1024, "snapshot_every_steps": 20_000,
