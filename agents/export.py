@@ -2,8 +2,8 @@
 checkpoint (a league's output policy, agents/mixture.py) as its members plus their weights.
 
 The exported model has inputs ``obs`` [N, *observation_shape] (the game's observation dtype) and
-``mask`` [N, A] bool, outputs ``logits`` [N, A] (illegal actions at -1e9) and ``value`` [N], with a
-dynamic batch dimension. Every export is checked by running the exported file on random
+``mask`` [N, A] bool, outputs ``logits`` [N, A] (illegal actions at -1e9; with a 'regret_matching'
+head also legal actions without positive regret) and ``value`` [N], with a dynamic batch dimension. Every export is checked by running the exported file on random
 observations and masks and comparing with the torch net (ONNX: `onnx.checker` plus the pure-Python
 `onnx.reference.ReferenceEvaluator`, so onnxruntime is not needed).
 """
@@ -141,7 +141,8 @@ def export_net(net: ActorCritic, fmt: str, out: str | os.PathLike, seed: int = 0
                           f"the net gives {want_logits.shape}, {want_value.shape}")
     report = ExportReport(out, fmt, float(np.abs(got_logits - want_logits)[mask].max()),
                           float(np.abs(got_value - want_value).max()))
-    if not np.array_equal(got_logits <= -1e8, ~mask):
+    # the net's own zeros: illegal actions, and for a regret-matching head legal ones without positive regret
+    if not np.array_equal(got_logits <= -1e8, want_logits <= -1e8):
         raise ExportError(f"exported {fmt} model does not mask the same actions as the net")
     if max(report.max_abs_diff_logits, report.max_abs_diff_value) > TOLERANCE:
         raise ExportError(f"exported {fmt} model differs from the net by up to "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Mapping
+from typing import Literal, Mapping
 
 import numpy as np
 import torch
@@ -57,6 +57,10 @@ class NetConfig:
     (Yu et al. 2022, "The Surprising Effectiveness of PPO in Cooperative Multi-Agent Games",
     `use_feature_normalization`): observations of unequal scales (MPE positions and velocities)
     need no hand scaling. 'mlp' only."""
+    head: Literal["softmax", "regret_matching"] = "softmax"
+    """How the policy head's outputs become the policy: 'softmax' (they are logits) or
+    'regret_matching' (they are estimated advantages, regrets, and the policy is proportional to
+    their positive part: Deep CFR's policy, Brown et al. 2019; learner 'sdcfr', agents/deep_cfr.py)."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -71,6 +75,24 @@ class NetConfig:
 
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def regret_matching_logits(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities (masked: -1e9) of regret matching on estimated advantages (Hart and
+    Mas-Colell 2000; Deep CFR, Brown et al. 2019, eq. 2): each legal action in proportion to its
+    positive advantage; when no legal action has one, the best ones (Deep CFR picks the argmax;
+    ties share it). A softmax over these logits is that policy exactly."""
+    advantages = advantages.float()
+    positive = torch.where(mask, advantages.clamp(min=0.0), torch.zeros_like(advantages))
+    any_positive = (positive > 0).any(-1, keepdim=True)
+    legal = torch.where(mask, advantages, torch.full_like(advantages, -math.inf))
+    best = mask & (legal == legal.max(-1, keepdim=True).values)
+    masked = torch.full_like(advantages, MASKED_LOGIT)
+    proportional = torch.where(positive > 0, torch.log(positive.clamp(min=1e-30)), masked)
+    return torch.where(any_positive, proportional, torch.where(best, torch.zeros_like(advantages), masked))
+
+
+_HEADS = {"softmax": masked_logits, "regret_matching": regret_matching_logits}
 
 
 def run_sequential(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
@@ -119,6 +141,9 @@ class ActorCritic(nn.Module):
         self.obs_dim = int(np.prod(spec.observation_shape))
         if config.layer_norm and config.kind != "mlp":
             raise ValueError(f"layer_norm is for kind 'mlp' nets, not {config.kind!r}")
+        if config.head not in _HEADS:
+            raise ValueError(f"unknown policy head {config.head!r}: use one of {sorted(_HEADS)}")
+        self._policy_from_head = _HEADS[config.head]
         if config.kind == "mlp":
             norms = dict(input_norm=config.layer_norm, hidden_norm=config.layer_norm)
             self.actor_trunk, dim = mlp_trunk(self.obs_dim, config.hidden, config.activation, **norms)
@@ -157,7 +182,7 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self._trunk_input(obs)
         hidden = run_sequential(self.actor_trunk, x)
-        logits = masked_logits(F.linear(hidden, self.policy_head.weight, self.policy_head.bias), mask)
+        logits = self._policy_from_head(F.linear(hidden, self.policy_head.weight, self.policy_head.bias), mask)
         if self.config.shared_trunk:
             value_hidden = hidden
         else:
@@ -167,8 +192,12 @@ class ActorCritic(nn.Module):
 
     def policy_logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Masked logits only: frozen opponents need no critic (half the work with separate trunks)."""
+        return self._policy_from_head(self.head_outputs(obs), mask)
+
+    def head_outputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head's raw outputs [N, A]: logits, or advantages for a 'regret_matching' head."""
         hidden = run_sequential(self.actor_trunk, self._trunk_input(obs))
-        return masked_logits(F.linear(hidden, self.policy_head.weight, self.policy_head.bias), mask)
+        return F.linear(hidden, self.policy_head.weight, self.policy_head.bias)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         hidden = run_sequential(self.critic_trunk, self._trunk_input(obs))

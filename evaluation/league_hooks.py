@@ -34,7 +34,7 @@ def league_hooks(config: LeagueConfig) -> list[Hook]:
     """The population-change hooks a run of `config` should carry."""
     if config.psro_role is not None:
         every = 1
-    elif config.output_policy == "average" and exactly_measurable(config.game):
+    elif config.output_policy in ("average", "uniform_average") and exactly_measurable(config.game):
         every = AVERAGE_EVERY_SNAPSHOTS
     else:
         return []

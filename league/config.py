@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from agents.deep_cfr import DeepCFRConfig
 from agents.lm import TinyLMConfig
 from agents.deepspeed_backend import LearnerBackendConfig, micro_batch_size, text_micro_batch_size
 from agents.nets import NetConfig
@@ -219,10 +220,11 @@ class LeagueConfig:
     """Frozen snapshots kept loaded (LRU); the rest stay on disk."""
     max_opponents_per_iteration: int = 32
     """Distinct opponents a learner may face per iteration (bounds inference batches)."""
-    learner: Literal["ppo", "mappo", "ippo", "token_ppo", "text_ppo"] = "ppo"
+    learner: Literal["ppo", "mappo", "ippo", "token_ppo", "text_ppo", "sdcfr"] = "ppo"
     """Learning algorithm: 'ppo' (actor-critic nets), 'mappo' (a side's shared actor with a centralised
     critic: team and cooperative games), 'ippo' (the same with a local critic), 'token_ppo' (tiny LMs on
-    token games) or 'text_ppo' (pretrained LMs through a game's text view)."""
+    token games), 'text_ppo' (pretrained LMs through a game's text view) or 'sdcfr' (Single Deep CFR on
+    two-player OpenSpiel games: a regret-matching net trained on the game tree's sampled regrets)."""
     learner_backend: LearnerBackendConfig = field(default_factory=LearnerBackendConfig)
     """Optimizer backend of the learners."""
     net: NetConfig = field(default_factory=NetConfig)
@@ -231,19 +233,22 @@ class LeagueConfig:
     """PPO hyperparameters of the learners."""
     critic: CriticConfig = field(default_factory=CriticConfig)
     """The separate critic of learners 'mappo' and 'ippo'."""
+    cfr: DeepCFRConfig = field(default_factory=DeepCFRConfig)
+    """Single Deep CFR's traversals, memory and training (learner 'sdcfr')."""
     dialogue: DialogueConfig = field(default_factory=DialogueConfig)
     """Language-model learners for token games (learner 'token_ppo'): model, token PPO, imitation warm start."""
     text_lm: TextLMConfig = field(default_factory=TextLMConfig)
     """Pretrained LM learners (learner 'text_ppo'): base model, adapters, prompts, turn-level PPO."""
     roles: tuple[RoleConfig, ...] = (RoleConfig(),)
     """Learning roles; each is one learner."""
-    output_policy: Literal["newest", "average"] = "newest"
+    output_policy: Literal["newest", "average", "uniform_average"] = "newest"
     """What the league outputs when no role is PSRO (a PSRO role's meta-strategy always is):
     'newest', the main role's newest snapshot (AlphaStar ships its main agents); 'average', the
     mixture of all the main role's snapshots, the k-th weighted k (linear averaging, as CFR+
     averages its iterates), played as one behaviour policy: in two-player zero-sum games where
     the self-play iterates keep cycling around an equilibrium, their average approaches it (the
-    average strategy of fictitious self-play, Heinrich et al. 2015)."""
+    average strategy of fictitious self-play, Heinrich et al. 2015); 'uniform_average', the same
+    mixture with equal weights (Single Deep CFR's average strategy, learner 'sdcfr')."""
     log: LogConfig = field(default_factory=LogConfig)
     """Logging."""
 
@@ -313,6 +318,18 @@ class LeagueConfig:
             if unread:
                 raise ConfigError(f"learner {self.learner!r} does not use ppo.{unread[0]} (it reads ppo."
                                   f"{', ppo.'.join(sorted(PPO_KEYS_MAPPO_READS))}); drop it or use learner 'ppo'")
+        if (self.learner == "sdcfr") != (self.net.head == "regret_matching"):
+            raise ConfigError("learner 'sdcfr' and net.head 'regret_matching' go together (the net's outputs are "
+                              "CFR's regrets); set both or neither")
+        if self.learner == "sdcfr":
+            if not self.game.startswith("spiel:"):
+                raise ConfigError(f"learner 'sdcfr' traverses OpenSpiel game trees; {self.game!r} is not a spiel: game")
+            if any(role.reset_every_snapshots for role in self.roles):
+                raise ConfigError("learner 'sdcfr' does not reset to a snapshot (CFR's iterates build on all earlier "
+                                  "ones); set reset_every_snapshots 0")
+            changed = [f.name for f in fields(PPOConfig) if getattr(self.ppo, f.name) != getattr(PPOConfig(), f.name)]
+            if changed:
+                raise ConfigError(f"learner 'sdcfr' does not use ppo.{changed[0]} (its settings are cfr.*); drop it")
         # One spelling of bots everywhere: `bot:random` is the anchor `random` (member anchor:random).
         from agents.bots import BOT_PREFIX
 
@@ -462,11 +479,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 0.242 on seeds 2, 3). Every snapshot stays loaded: uniform draws over all of them would
     # otherwise reload nets every iteration. ~1500 iterations are ~10 minutes here.
     "leduc_poker": {
-        **_POKER_PSRO, "game": "spiel:leduc_poker", "iterations": 1500, "matches_per_iteration": 1024,
-        "num_envs": 1024, "snapshot_every_steps": 20_000,
-        "policy_cache_size": 1024, "output_policy": "average",
-        "ppo": {**_POKER_PSRO["ppo"], "learning_rate": 1e-3, "ent_coef": 0.1},
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.5, "pfsp": 0.0, "uniform": 0.5}],
+        "game": "spiel:leduc_poker", "learner": "sdcfr", "iterations": 300, "matches_per_iteration": 64,
+        "num_envs": 64, "snapshot_every_steps": 1, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.25,
+        "anchors": ["random"], "draw_probability": 0.0, "policy_cache_size": 1024,
+        "output_policy": "uniform_average",
+        "net": {"kind": "mlp", "hidden": [128, 128], "activation": "relu", "head": "regret_matching"},
+        "cfr": {"iterations_per_update": 5, "traversals": 300, "train_steps": 200, "memory_size": 400_000,
+                "linear_weighting": False},
+        "roles": [{"name": "main", "kind": "main", "self_play": 1.0, "pfsp": 0.0, "uniform": 0.0}],
     },
     # Pretrained LMs (docs/llm.md): SmolLM2-135M-Instruct with rank-8 LoRA adapters plays through
     # the game's text view; turn-level PPO with role baselines (RAE) and KL to the base. A turn is

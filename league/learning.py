@@ -89,6 +89,10 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
         from league.mappo import MAPPOLeagueLearner
 
         return MAPPOLeagueLearner(spec, config, seed, init_seed)
+    if config.learner == "sdcfr":
+        from league.cfr import SDCFRLeagueLearner
+
+        return SDCFRLeagueLearner(spec, config, seed, init_seed)
     backend_factory = None
     if config.learner_backend.backend == "deepspeed":
         from agents.deepspeed_backend import make_update_backend

@@ -5,7 +5,8 @@ meta-strategy (the role's meta-solver's mixture: meta-Nash or PRD) over the whol
 the last best response, is the approximate equilibrium); for every other recipe it is the main
 agent, the newest snapshot of the first `main` role (AlphaStar's main agents are what it ships),
 or with `output_policy: average` the linear average of all its snapshots (for games where
-self-play cycles around an equilibrium that the average approaches).
+self-play cycles around an equilibrium that the average approaches), with `uniform_average` their
+plain average (Single Deep CFR's iterates, league/cfr.py).
 Either way ``<run>/output_policy/mixture.json`` (agents/mixture.py) names it, with paths into the
 run's snapshots, so ``ludus evaluate``, ``ludus play``, ``ludus export`` and the arena take it
 like any checkpoint.
@@ -42,10 +43,15 @@ def output_support(spec: GameSpec, config: LeagueConfig, members: Sequence[Membe
     if config.output_policy == "average":
         # Linear averaging: the k-th snapshot weighs k (CFR+'s average of its iterates, Tammelin
         # 2014): early snapshots are far from the equilibrium. On Leduc poker it beat the uniform
-        # average in every run measured (docs/league.md).
+        # average of PPO self-play's snapshots in every run measured (docs/league.md).
         total = len(snapshots) * (len(snapshots) + 1) / 2
         return ([(member, (k + 1) / total) for k, member in enumerate(snapshots)],
                 f"linear average of role {main.name!r}'s {len(snapshots)} snapshots (the k-th weighs k)")
+    if config.output_policy == "uniform_average":
+        # Single Deep CFR's iterates on Leduc poker: their plain average was 0.13-0.16
+        # exploitable where the linear one was 0.17-0.23 (docs/league.md)
+        return ([(member, 1.0 / len(snapshots)) for member in snapshots],
+                f"uniform average of role {main.name!r}'s {len(snapshots)} snapshots")
     return [(member, 1.0) for member in snapshots[-1:]], f"newest snapshot of role {main.name!r} (the main agent)"
 
 

@@ -25,6 +25,8 @@ QUIET = ["log.progress=false", "log.wandb=disabled", "log.tensorboard=false"]
 TINY_PPO = ["game=tic_tac_toe", "num_envs=8", "net.hidden=[16]", "ppo.num_minibatches=2", "ppo.update_epochs=2", *QUIET]
 TINY_NEGOTIATION = ["num_envs=8", "dialogue.imitation_steps=10", "dialogue.lm.n_layer=1", "dialogue.lm.n_embd=16",
                     "dialogue.lm.n_head=2", "dialogue.token_ppo.minibatch_size=8", *QUIET]
+TINY_SDCFR = ["game=spiel:kuhn_poker", "num_envs=8", "net.hidden=[16]", "cfr.traversals=20", "cfr.train_steps=5",
+              "cfr.iterations_per_update=2", "cfr.batch_size=32", *QUIET]
 
 BOTS = [("random", "tic_tac_toe"), ("random", "connect_four"), ("random", "spiel:kuhn_poker"),
         ("mcts-10", "tic_tac_toe"), ("perfect", "tic_tac_toe"), ("random", "negotiation"),
@@ -114,7 +116,8 @@ def test_check_policy_catches_an_illegal_move_and_a_policy_that_ignores_its_seed
     ("quickstart", TINY_PPO),
     ("negotiation", TINY_NEGOTIATION),
     ("quickstart", [*TINY_PPO, "learner_backend.backend=deepspeed", "ppo.minibatch_size=16"]),
-], ids=["ppo", "token_ppo", "ppo-deepspeed"])
+    ("leduc_poker", TINY_SDCFR),
+], ids=["ppo", "token_ppo", "ppo-deepspeed", "sdcfr"])
 def test_every_learner_resumes_exactly_from_its_state_dict(preset, overrides):
     report = check_learner(load_config(preset, overrides))
     assert report.tensors > 0 and report.rows > 0

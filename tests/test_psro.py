@@ -254,12 +254,14 @@ def test_prd_league_writes_and_scores_its_prd_output_policy(tmp_path):
     assert output_exploitability(tmp_path / "run") == logged
 
 
-def test_leduc_poker_preset_is_self_play_with_an_average_output(tmp_path):
-    """The Leduc preset: no PSRO role; its output checkpoint is the average of all main snapshots."""
+def test_leduc_poker_preset_is_single_deep_cfr_with_an_average_output(tmp_path):
+    """The Leduc preset: Single Deep CFR, no PSRO role; its output checkpoint is the average of all
+    main snapshots (the CFR iterates)."""
     from agents.mixture import read_mixture
 
-    config = load_config("leduc_poker", SMALL)
-    assert config.psro_role is None and config.output_policy == "average"
+    config = load_config("leduc_poker", ["iterations=2", "matches_per_iteration=16", "num_envs=16", "cfr.traversals=20",
+                                         "cfr.train_steps=5", "cfr.iterations_per_update=2", *SMALL[4:7]])
+    assert config.learner == "sdcfr" and config.psro_role is None and config.output_policy == "uniform_average"
     league = League.create(config, tmp_path / "run")
     try:
         league.run()
@@ -267,7 +269,8 @@ def test_leduc_poker_preset_is_self_play_with_an_average_output(tmp_path):
     finally:
         league.close()
     mixture = read_mixture(tmp_path / "run" / "output_policy")
-    assert mixture.source.startswith("linear average") and len(mixture.components) == len(snapshots) >= 2
+    assert mixture.source.startswith("uniform average") and len(mixture.components) == len(snapshots) >= 2
+    assert {c.weight for c in mixture.components} == {1.0 / len(snapshots)}
     assert 0.0 < output_exploitability(tmp_path / "run") < 4.0
 
 
