@@ -62,7 +62,7 @@ class DeepCFRConfig:
     """Adam step size of the advantage net."""
     memory_size: int = 400_000
     """Capacity of the reservoir memory of regret samples (all seats together); the league
-    checkpoints it with the learner every update (~15 MB per 100k samples of Leduc poker)."""
+    checkpoints it with the learner every update (~14 MB per 100k samples of Leduc poker)."""
     linear_weighting: bool = False
     """Weigh each regret sample by its iteration t in the loss (linear CFR, Brown and Sandholm
     2019; pair it with `output_policy: average`); False: every sample alike, vanilla CFR's regrets

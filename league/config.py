@@ -465,19 +465,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # opponent pool (the Nash mixture is over the whole population).
     "kuhn_poker": {**_POKER_PSRO, "game": "spiel:kuhn_poker", "iterations": 750},
     # Leduc poker (6 cards, two betting rounds, 936 information states; the OpenSpiel adapter's
-    # default information-state tensor gives perfect recall): averaged self-play, not PSRO. Half
-    # the games against the current self, half uniformly against all its snapshots; the output is
-    # the linear average of the snapshots (`output_policy: average`). The iterates cycle (each
-    # snapshot alone 0.3-1.5 exploitable after the first minute) and their average approaches the
-    # equilibrium faster than PSRO's meta-strategy, which needs one whole best response per
-    # meta-game step (with exact best responses still 0.32 after 45 of them). Measured on Leduc
-    # (docs/league.md; seed 0, 300 s, linear average where measured): PSRO with PRD 0.52; pure
-    # self-play 0.28 (entropy 0.05: 0.39, 0.2: 0.36; lr 3e-4: 0.67; 2048 matches per update:
-    # 0.41); this mix 0.24; only against the snapshots (fictitious play) 0.63. 1024 matches per
-    # update, twice Kuhn's (600 s, seeds 0-6): 0.186 / 0.208 / 0.198 / 0.224 / 0.181 / 0.208 /
-    # 0.191, mean 0.199, against 0.214 over seeds 0-3 with 512; 2048 was worse again (0.235 /
-    # 0.242 on seeds 2, 3). Every snapshot stays loaded: uniform draws over all of them would
-    # otherwise reload nets every iteration. ~1500 iterations are ~10 minutes here.
+    # default information-state tensor gives perfect recall): Single Deep CFR (league/cfr.py,
+    # agents/deep_cfr.py), not a policy gradient. One update is 5 CFR iterations, each 300
+    # external-sampling traversals per seat and 200 minibatch steps of the regret net on a 400k
+    # reservoir; a snapshot after every update is one iterate, and the output is their uniform
+    # average. The few matches per iteration only rate the snapshots. Averaged PPO self-play, the
+    # preset before, stalled at ~0.20 after 10 minutes (seeds 0-6: 0.181-0.224); this recipe,
+    # 0.139-0.155 on seeds 0-5 in the same budget (docs/league.md). Every snapshot stays loaded
+    # (rating matches draw from all of them). ~300 iterations are ~10 minutes here.
     "leduc_poker": {
         "game": "spiel:leduc_poker", "learner": "sdcfr", "iterations": 300, "matches_per_iteration": 64,
         "num_envs": 64, "snapshot_every_steps": 1, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.25,

@@ -205,6 +205,10 @@ def _unknown_architecture_kind(d: Path) -> None:
     _rewrite_manifest(d, lambda m: m["architecture"].update(kind="transformer"))
 
 
+def _unknown_policy_head(d: Path) -> None:
+    _rewrite_manifest(d, lambda m: m["architecture"].update(head=["regret_matching"]))
+
+
 def _path_escape(d: Path) -> None:
     _rewrite_manifest(d, lambda m: None)
     manifest = json.loads((d / MANIFEST_NAME).read_bytes())
@@ -230,6 +234,7 @@ def _symlinked_weights(d: Path) -> None:
     (_missing_weights, "is missing the file weights.safetensors"),
     (_other_architecture, "do not match the architecture"),
     (_unknown_architecture_kind, "bad architecture"),
+    (_unknown_policy_head, "bad architecture"),
     (_path_escape, "files must map plain file names"),
     (_symlinked_weights, "symlinks are not allowed"),
 ])
