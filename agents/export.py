@@ -3,8 +3,9 @@ checkpoint (a league's output policy, agents/mixture.py) as its members plus the
 
 The exported model has inputs ``obs`` [N, *observation_shape] (the game's observation dtype) and
 ``mask`` [N, A] bool, outputs ``logits`` [N, A] (illegal actions at -1e9; with a 'regret_matching'
-head also legal actions without positive regret) and ``value`` [N], with a dynamic batch dimension. Every export is checked by running the exported file on random
-observations and masks and comparing with the torch net (ONNX: `onnx.checker` plus the pure-Python
+head also legal actions without positive regret) and ``value`` [N], with a dynamic batch
+dimension. Every export is checked by running the exported file on random observations and masks
+and comparing with the torch net (ONNX: `onnx.checker` plus the pure-Python
 `onnx.reference.ReferenceEvaluator`, so onnxruntime is not needed).
 """
 

@@ -6,8 +6,9 @@ come from: CFR's traversals branch at the traverser's every decision, which need
 so the learner walks pyspiel states itself (OpenSpiel games only) and ignores the rows of the
 iteration's matches; those matches (keep them few) rate its snapshots and fill the ledger. One
 update is `cfr.iterations_per_update` CFR iterations; a snapshot after every update
-(`snapshot_every_steps: 1`) makes the snapshots the iterates that `output_policy: average`
-mixes, as Single Deep CFR's average strategy (Steinberger 2019).
+(`snapshot_every_steps: 1`) makes the snapshots the iterates that `output_policy:
+uniform_average` mixes (`average` with `cfr.linear_weighting`), as Single Deep CFR's average
+strategy (Steinberger 2019).
 """
 
 from __future__ import annotations

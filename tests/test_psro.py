@@ -260,7 +260,8 @@ def test_leduc_poker_preset_is_single_deep_cfr_with_an_average_output(tmp_path):
     from agents.mixture import read_mixture
 
     config = load_config("leduc_poker", ["iterations=2", "matches_per_iteration=16", "num_envs=16", "cfr.traversals=20",
-                                         "cfr.train_steps=5", "cfr.iterations_per_update=2", *SMALL[4:7]])
+                                         "cfr.train_steps=5", "cfr.iterations_per_update=2", "log.progress=false",
+                                         "log.wandb=disabled", "log.tensorboard=false"])
     assert config.learner == "sdcfr" and config.psro_role is None and config.output_policy == "uniform_average"
     league = League.create(config, tmp_path / "run")
     try:
