@@ -276,7 +276,7 @@ class SDCFRLearner:
         return CFRStats(self.iteration, float(np.mean(losses)), samples, len(self.memory), nodes)
 
     def _train(self) -> float:
-        """Fit the advantage net to the memory: min sum t * (A(I) - r)^2 over legal actions."""
+        """Fit the advantage net to the memory: min sum w_t (A(I) - r)^2 over legal actions."""
         memory, total = self.memory, 0.0
         for _ in range(self.config.train_steps):
             rows = self.rng.integers(0, len(memory), self.config.batch_size)

@@ -3,8 +3,9 @@
 The league does not import evaluation; whoever starts a run (the `ludus` CLI, a benchmark) passes
 `league_hooks(config)` in. Today that is exploitability: for a league on a small two-player
 zero-sum OpenSpiel game whose output policy is a mixture (a PSRO role's meta-strategy, or the
-average of the main role's snapshots, `output_policy: average`), when snapshots join (each PSRO
-snapshot; every `AVERAGE_EVERY_SNAPSHOTS`-th snapshot of an average) the exact exploitability of
+average of the main role's snapshots, `output_policy: average` or `uniform_average`), when
+snapshots join (each PSRO snapshot; every `AVERAGE_EVERY_SNAPSHOTS`-th snapshot of an average)
+the exact exploitability of
 the league's output policy and of the main role's newest snapshot is logged with the iteration.
 """
 

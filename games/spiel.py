@@ -148,6 +148,11 @@ def spiel_observation(state: pyspiel.State, seat: int, kind: ObservationKind) ->
     return _tensor(state, seat, kind, observation_shape(state.get_game(), kind))
 
 
+def spiel_game_for(game_id: str) -> pyspiel.Game:
+    """The pyspiel game behind a Ludus ``spiel:`` id (the tensor suffix does not change the game)."""
+    return load_spiel_game(parse_spiel_id(game_id.removeprefix("spiel:")).game_string)
+
+
 def spiel_observation_kind(game_id: str) -> ObservationKind:
     """The tensor a ``spiel:`` game id is read through (suffix or default)."""
     parsed = parse_spiel_id(game_id.removeprefix("spiel:"))

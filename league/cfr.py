@@ -30,9 +30,9 @@ from league.seeds import rng_from_tensor, rng_to_tensor
 
 class SDCFRLeagueLearner:
     def __init__(self, spec: GameSpec, config: LeagueConfig, seed: int, init_seed: int):
-        from games.spiel import load_spiel_game, parse_spiel_id, spiel_observation, spiel_observation_kind
+        from games.spiel import spiel_game_for, spiel_observation, spiel_observation_kind
 
-        game = load_spiel_game(parse_spiel_id(config.game.removeprefix("spiel:")).game_string)
+        game = spiel_game_for(config.game)
         kind = spiel_observation_kind(config.game)
 
         def observe(state, seat):

@@ -312,9 +312,7 @@ class LeagueConfig:
             from league.mappo import PPO_KEYS_MAPPO_READS
 
             # e.g. ppo.minibatch_size: MAPPO splits each update into ppo.num_minibatches
-            default = PPOConfig()
-            unread = [f.name for f in fields(PPOConfig) if f.name not in PPO_KEYS_MAPPO_READS
-                      and getattr(self.ppo, f.name) != getattr(default, f.name)]
+            unread = _changed_ppo_keys(self.ppo, read=PPO_KEYS_MAPPO_READS)
             if unread:
                 raise ConfigError(f"learner {self.learner!r} does not use ppo.{unread[0]} (it reads ppo."
                                   f"{', ppo.'.join(sorted(PPO_KEYS_MAPPO_READS))}); drop it or use learner 'ppo'")
@@ -327,7 +325,7 @@ class LeagueConfig:
             if any(role.reset_every_snapshots for role in self.roles):
                 raise ConfigError("learner 'sdcfr' does not reset to a snapshot (CFR's iterates build on all earlier "
                                   "ones); set reset_every_snapshots 0")
-            changed = [f.name for f in fields(PPOConfig) if getattr(self.ppo, f.name) != getattr(PPOConfig(), f.name)]
+            changed = _changed_ppo_keys(self.ppo)
             if changed:
                 raise ConfigError(f"learner 'sdcfr' does not use ppo.{changed[0]} (its settings are cfr.*); drop it")
         # One spelling of bots everywhere: `bot:random` is the anchor `random` (member anchor:random).
@@ -341,6 +339,12 @@ class LeagueConfig:
         if self.output_policy != "newest" and self.psro_role is not None:
             raise ConfigError(f"config key 'output_policy' {self.output_policy!r}: a PSRO role's meta-strategy is the "
                               f"output of this league; drop output_policy or the role's meta_nash")
+
+
+def _changed_ppo_keys(ppo: PPOConfig, read: frozenset[str] = frozenset()) -> list[str]:
+    """The `ppo.*` keys set away from their defaults that a learner reading only `read` ignores."""
+    default = PPOConfig()
+    return [f.name for f in fields(PPOConfig) if f.name not in read and getattr(ppo, f.name) != getattr(default, f.name)]
 
 
 # Presets: overrides of the defaults, validated like any YAML file.
