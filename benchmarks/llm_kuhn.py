@@ -2,9 +2,10 @@
 
 For each seed, trains the `llm_kuhn_poker` preset (SmolLM2-135M-Instruct with LoRA adapters,
 playing through the text view: "Your card: King. So far: Player 0 bets. Your legal actions:
-[fold] [call]"; turn-level PPO with role baselines and KL to the base; self-play, PFSP, the
-random mover and the untrained base as anchors) for a wall-clock budget of training time, then
-measures with OpenSpiel's exact best responses the exploitability of
+[fold] [call]"; learner `text_mmd`, magnetic mirror descent of the LM's answers on the game tree
+towards the base model's answers as magnet; its matches against itself, its snapshots, the random
+mover and the untrained base rate it) for a wall-clock budget of training time (matches
+included), then measures with OpenSpiel's exact best responses the exploitability of
 
 * the trained LM: the learner's adapters at the end of the budget;
 * the base model (adapters off), printed beside it.
@@ -17,6 +18,9 @@ tabular features 0.151 at 300 s; uniform random 0.458.
 
     python benchmarks/llm_kuhn.py                     # seeds 0 and 1, 1800 s each, one after another
     python benchmarks/llm_kuhn.py --seeds 2 --budget 600
+    # the turn-level PPO runs of docs/llm.md
+    python benchmarks/llm_kuhn.py --set learner=text_ppo --set matches_per_iteration=128 \
+        --set text_lm.ppo.minibatch_size=512 --set text_lm.ppo.micro_batch_size=256
 
 Ends with ``goal llm_kuhn_exploitability: <worst over seeds> (target 0.15) PASS|FAIL``.
 """

@@ -19,6 +19,11 @@ def budget_league(preset: str, seed: int, run_dir: Path, overrides: list[str]):
     return League.create(config, run_dir)
 
 
+PROGRESS_KEYS = ("valid_response_rate", "mean_return", "kl_to_base", "table_exploitability", "target_gap",
+                 "valid_first_token_mass")
+"""Learner statistics printed after each iteration, where the learner reports them."""
+
+
 def train_within(league, budget: float, label: str = "",
                  before_step: Callable[[float], None] | None = None) -> tuple[float, int]:
     """Run `league.step()` while the next iteration fits `budget` seconds (judged by the last
@@ -36,8 +41,8 @@ def train_within(league, budget: float, label: str = "",
         iterations += 1
         losses = summary.losses.get("main", {})
         phases = " ".join(f"{k} {v:.1f}" for k, v in summary.phase_seconds.items() if v >= 0.1)
-        print(f"{label}it {iterations} {trained_seconds:6.0f}s ({phases}) valid "
-              f"{losses.get('valid_response_rate', float('nan')):.2f} "
-              f"return {losses.get('mean_return', float('nan')):+.3f} kl {losses.get('kl_to_base', float('nan')):.3f}",
-              flush=True)
+        # text_ppo reports its turns; text_mmd its answer table (agents/text_mmd.py)
+        shown = [(k, losses[k]) for k in PROGRESS_KEYS if k in losses]
+        print(f"{label}it {iterations} {trained_seconds:6.0f}s ({phases}) "
+              + " ".join(f"{k} {v:.3f}" for k, v in shown), flush=True)
     return trained_seconds, iterations

@@ -126,6 +126,25 @@ def run_fingerprint(run_dir: Path) -> tuple[list[tuple], dict[str, str]]:
     return rows, snapshots
 
 
+def resumed_fingerprint(config: LeagueConfig, run_dir: Path, stop_after: int = 1) -> tuple[list[tuple], dict[str, str]]:
+    """The `run_fingerprint` of a run of `config` stopped at iteration `stop_after` (closed at the
+    boundary, as a kill would leave it) and resumed to the end: equal to the fingerprint of the
+    run trained through when resume is exact."""
+    from league.api import League
+
+    half = League.create(config, run_dir)
+    try:
+        half.run(until_iteration=stop_after)
+    finally:
+        half.close()
+    resumed = League.resume(run_dir)
+    try:
+        resumed.run()
+    finally:
+        resumed.close()
+    return run_fingerprint(run_dir)
+
+
 def check_backend(config: LeagueConfig, backend: str, workdir: str | None = None) -> BackendCheckReport:
     """Run `config` on the serial backend and on `backend`; the ledgers and snapshots must match."""
     from league.manager import League

@@ -13,6 +13,7 @@ from agents.nets import NetConfig
 from agents.ppo import PPOConfig
 from agents.pretrained import PretrainedLMConfig
 from agents.text_policy import TextPlayConfig
+from agents.text_mmd import TextMMDConfig
 from agents.text_ppo import TextPPOConfig
 from agents.token_ppo import TokenPPOConfig
 from league.configio import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
@@ -129,7 +130,8 @@ class DialogueConfig:
 
 @dataclass(frozen=True)
 class TextLMConfig:
-    """Pretrained language models that play through a game's text view (learner 'text_ppo'; docs/llm.md)."""
+    """Pretrained language models that play through a game's text view (learners 'text_ppo' and
+    'text_mmd'; docs/llm.md)."""
 
     model: PretrainedLMConfig = field(default_factory=PretrainedLMConfig)
     """The base model (an id the host ships, or a local directory), dtype, device and LoRA adapters."""
@@ -137,6 +139,8 @@ class TextLMConfig:
     """Prompt format, response budget, temperature and what an invalid response costs."""
     ppo: TextPPOConfig = field(default_factory=TextPPOConfig)
     """Turn-level PPO: the baseline (value head or per-seat running means), KL to the base, micro-batches."""
+    mmd: TextMMDConfig = field(default_factory=TextMMDConfig)
+    """Magnetic mirror descent on the game tree (learner 'text_mmd'): magnet, step size, distillation steps."""
 
 
 @dataclass(frozen=True)
@@ -220,10 +224,11 @@ class LeagueConfig:
     """Frozen snapshots kept loaded (LRU); the rest stay on disk."""
     max_opponents_per_iteration: int = 32
     """Distinct opponents a learner may face per iteration (bounds inference batches)."""
-    learner: Literal["ppo", "mappo", "ippo", "token_ppo", "text_ppo", "sdcfr"] = "ppo"
+    learner: Literal["ppo", "mappo", "ippo", "token_ppo", "text_ppo", "text_mmd", "sdcfr"] = "ppo"
     """Learning algorithm: 'ppo' (actor-critic nets), 'mappo' (a side's shared actor with a centralised
     critic: team and cooperative games), 'ippo' (the same with a local critic), 'token_ppo' (tiny LMs on
-    token games), 'text_ppo' (pretrained LMs through a game's text view) or 'sdcfr' (Single Deep CFR on
+    token games), 'text_ppo' (pretrained LMs through a game's text view), 'text_mmd' (the same LMs trained
+    by magnetic mirror descent on a small OpenSpiel game's exact tree) or 'sdcfr' (Single Deep CFR on
     two-player OpenSpiel games: a regret-matching net trained on the game tree's sampled regrets)."""
     learner_backend: LearnerBackendConfig = field(default_factory=LearnerBackendConfig)
     """Optimizer backend of the learners."""
@@ -238,7 +243,7 @@ class LeagueConfig:
     dialogue: DialogueConfig = field(default_factory=DialogueConfig)
     """Language-model learners for token games (learner 'token_ppo'): model, token PPO, imitation warm start."""
     text_lm: TextLMConfig = field(default_factory=TextLMConfig)
-    """Pretrained LM learners (learner 'text_ppo'): base model, adapters, prompts, turn-level PPO."""
+    """Pretrained LM learners ('text_ppo', 'text_mmd'): base model, adapters, prompts, PPO or MMD."""
     roles: tuple[RoleConfig, ...] = (RoleConfig(),)
     """Learning roles; each is one learner."""
     output_policy: Literal["newest", "average", "uniform_average"] = "newest"
@@ -302,12 +307,23 @@ class LeagueConfig:
             if self.learner_backend.ranks > 1 and self.learner != "ppo":
                 raise ConfigError(f"learner_backend.ranks > 1 trains learner 'ppo' on data-parallel ranks, not "
                                   f"{self.learner!r}; set learner_backend.ranks=1")
-        if self.learner == "text_ppo":
+        if self.learner in ("text_ppo", "text_mmd"):
             from games.text import TEXT_VIEWS, has_text_view
 
             if not has_text_view(self.game):
-                raise ConfigError(f"learner 'text_ppo' plays games with a text view; {self.game!r} has none "
+                raise ConfigError(f"learner {self.learner!r} plays games with a text view; {self.game!r} has none "
                                   f"(games with one: {', '.join(sorted(TEXT_VIEWS))} and TextArena's, ta:ID)")
+        if self.learner == "text_mmd":
+            if not self.game.startswith("spiel:"):
+                raise ConfigError(f"learner 'text_mmd' reads OpenSpiel game trees; {self.game!r} is not a spiel: game "
+                                  f"(use learner 'text_ppo')")
+            if not self.text_lm.play.prompt.response_prefix:
+                raise ConfigError("learner 'text_mmd' reads the answer at the response's first token: it needs "
+                                  "text_lm.play.prompt.response_prefix (e.g. '[')")
+            if self.text_lm.ppo != TextPPOConfig():
+                raise ConfigError("learner 'text_mmd' does not use text_lm.ppo.* (its settings are text_lm.mmd.*); drop them")
+        if self.learner == "text_ppo" and self.text_lm.mmd != TextMMDConfig():
+            raise ConfigError("learner 'text_ppo' does not use text_lm.mmd.* (its settings are text_lm.ppo.*); drop them")
         if self.learner in ("mappo", "ippo"):
             from league.mappo import PPO_KEYS_MAPPO_READS
 
@@ -332,8 +348,8 @@ class LeagueConfig:
         from agents.bots import BOT_PREFIX
 
         object.__setattr__(self, "anchors", tuple(a.removeprefix(BOT_PREFIX) for a in self.anchors))
-        if "base" in self.anchors and self.learner != "text_ppo":
-            raise ConfigError("anchor 'base' (the untrained base LM) needs learner 'text_ppo'")
+        if "base" in self.anchors and self.learner not in ("text_ppo", "text_mmd"):
+            raise ConfigError("anchor 'base' (the untrained base LM) needs learner 'text_ppo' or 'text_mmd'")
         if self.backend != "ray" and self.ray_address is not None:
             raise ConfigError("config key 'ray_address' needs backend 'ray'")
         if self.output_policy != "newest" and self.psro_role is not None:
@@ -488,19 +504,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         "roles": [{"name": "main", "kind": "main", "self_play": 1.0, "pfsp": 0.0, "uniform": 0.0}],
     },
     # Pretrained LMs (docs/llm.md): SmolLM2-135M-Instruct with rank-8 LoRA adapters plays through
-    # the game's text view; turn-level PPO with role baselines (RAE) and KL to the base. A turn is
-    # a short answer opened with "[" (a 135M model rarely finds the bracket format on its own) and
-    # closed at "]". Self-play and PFSP over its snapshots, the random mover and the untrained base
-    # (anchor 'base') pin the rating scale. One runner in the manager's process: generation is
-    # the cost, and it is batched over every seat the LM plays in the iteration's matches.
+    # the game's text view. A turn is a short answer opened with "[" (a 135M model rarely finds the
+    # bracket format on its own) and closed at "]". The untrained base (anchor 'base') and the
+    # random mover pin the rating scale. One runner in the manager's process: generation is the
+    # cost, and it is batched over every seat the LM plays in the iteration's matches.
+    # Kuhn poker has 12 information states, so the LM learns by magnetic mirror descent on the
+    # exact tree (learner 'text_mmd', agents/text_mmd.py): turn-level PPO on the sampled turns
+    # settled on "bet and call with every card" (0.33 exploitable) in every variant tried
+    # (docs/llm.md). One MMD iteration (eight distillation steps) per update, its 32 matches only
+    # rate the snapshots: ~42 s per iteration (learn ~36, play ~5) with one thread each for two runs
+    # side by side, 0.05-0.06 exploitable after 42 iterations (30 min).
     "llm_kuhn_poker": {
-        "game": "spiel:kuhn_poker", "learner": "text_ppo", "iterations": 60, "matches_per_iteration": 128,
+        "game": "spiel:kuhn_poker", "learner": "text_mmd", "iterations": 60, "matches_per_iteration": 32,
         "torch_threads": 2, "runner_threads": 2,
-        "num_envs": 128, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
+        "num_envs": 32, "snapshot_every_steps": 250, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
         "anchors": ["random", "base"], "draw_probability": 0.0,
         "roles": [{"name": "main", "kind": "main", "self_play": 0.5, "pfsp": 0.3, "uniform": 0.2}],
-        "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7},
-                    "ppo": {"learning_rate": 2e-4, "kl_coef": 0.02, "minibatch_size": 512, "micro_batch_size": 256}},
+        "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7}},  # text_lm.mmd: its defaults
     },
     "llm_tic_tac_toe": {
         "game": "tic_tac_toe", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 64,

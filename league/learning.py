@@ -81,6 +81,10 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
         from league.text_lm import TextLMLeagueLearner
 
         return TextLMLeagueLearner(spec, config, role_index, seed, init_seed)
+    if config.learner == "text_mmd":
+        from league.text_lm import TextMMDLeagueLearner
+
+        return TextMMDLeagueLearner(spec, config, role_index, seed, init_seed)
     if config.learner == "token_ppo":
         from league.dialogue import TokenPPOLeagueLearner
 
@@ -112,7 +116,7 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
 def make_learner_architecture(config: LeagueConfig):
     """The `PolicyArchitecture` of `config.learner`'s policies, without building a learner (an
     evaluation plays a run's members with it)."""
-    if config.learner == "text_ppo":
+    if config.learner in ("text_ppo", "text_mmd"):
         from league.text_lm import TextLMArchitecture
 
         return TextLMArchitecture(config.text_lm.model, config.text_lm.play)

@@ -1,4 +1,4 @@
-"""Pretrained language models in the league (learner 'text_ppo').
+"""Pretrained language models in the league (learners 'text_ppo' and 'text_mmd').
 
 A member is a base model (agents/pretrained.py) plus LoRA adapters and a value head; it plays any
 game with a text view (games/text.py) through `TextLMPolicy`, so it meets nets, bots and other LMs
@@ -11,6 +11,10 @@ in the same league. This module connects the pieces to the league's seams:
   `responses`) into turns, scores each turn with the seat's final result (or the invalid-response
   penalty), and runs turn-level PPO (agents/text_ppo.py). Its first snapshot is the untrained base
   (adapters start at zero), which the `base` anchor also plays.
+* `TextMMDLeagueLearner` (learner 'text_mmd', OpenSpiel games with a text view) trains the same
+  members by magnetic mirror descent on the game's exact tree (agents/text_mmd.py): it reads the
+  LM's answer at every information state itself, so the iteration's matches only rate its
+  snapshots (as learner 'sdcfr' does).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from agents.pretrained import PretrainedLMConfig, load_pretrained_lm, shared_bas
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
 from agents.text_policy import TextLMPolicy, TextPlayConfig, answer_start_tokens
+from agents.text_mmd import TextMMDLearner
 from agents.text_ppo import TextPPOLearner, TurnBatch
 from games.core import GameSpec
 from games.text import text_view
@@ -186,10 +191,78 @@ class TextLMLeagueLearner:
 
     def reset_to(self, snapshot: Path, seed: int) -> None:
         """Restart from a snapshot's adapters with a fresh optimizer and baselines."""
-        from agents.snapshot import read_adapter_snapshot
-
-        record = read_adapter_snapshot(snapshot, self.text.model, self.spec.id)
-        self.lm.model.load_state_dict(record.tensors, strict=False)
+        load_adapters(self.lm, snapshot, self.text.model, self.spec.id)
         updates = self.ppo.updates
         self.ppo = self._new_ppo(seed)
         self.ppo.updates = updates  # versions keep increasing: runners key weights by version
+
+
+def load_adapters(lm: Any, snapshot: Path, base: PretrainedLMConfig, game_id: str) -> None:
+    """Put an 'lm_adapter' snapshot's adapters and value head into `lm`'s model."""
+    from agents.snapshot import read_adapter_snapshot
+
+    lm.model.load_state_dict(read_adapter_snapshot(snapshot, base, game_id).tensors, strict=False)
+
+
+class TextMMDLeagueLearner:
+    """Magnetic mirror descent of a pretrained LM's answer table on an OpenSpiel game's tree
+    (agents/text_mmd.py), as a `league.learners.LeagueLearner`. Its members are the same LM
+    members as `text_ppo`'s: same snapshots, same play."""
+
+    def __init__(self, spec: GameSpec, config: Any, role_index: int, seed: int, init_seed: int):
+        from agents.mmd import information_states
+        from games.spiel import spiel_game_for, spiel_observation, spiel_observation_kind
+
+        self.spec, self.text = spec, config.text_lm
+        self.view = text_view(spec.id)
+        self.lm = load_pretrained_lm(self.text.model, seed=init_seed)
+        self.architecture = TextLMArchitecture(self.text.model, self.text.play)
+        self.module = LiveAdapterWeights(self.lm.model)
+        self.policy = TextLMPolicy(self.lm.model, self.lm.tokenizer, self.view, self.text.play)
+        self.game = spiel_game_for(spec.id)
+        kind = spiel_observation_kind(spec.id)
+        self.states = information_states(self.game, lambda state, seat: spiel_observation(state, seat, kind))
+        self.prompts = [self.policy.encode(obs, int(seat), mask) for obs, seat, mask
+                        in zip(self.states.observations, self.states.players, self.states.masks)]
+        self.answer_tokens = [answer_start_tokens(self.lm.tokenizer, self.view.answers(obs, int(seat), mask))
+                              for obs, seat, mask in zip(self.states.observations, self.states.players, self.states.masks)]
+        self.mmd = self._new_mmd()
+
+    def _new_mmd(self) -> TextMMDLearner:
+        return TextMMDLearner(self.lm.model, self.game, self.states, self.prompts, self.answer_tokens, self.text.mmd,
+                              self.text.play.temperature)
+
+    @property
+    def updates(self) -> int:
+        return self.mmd.updates
+
+    def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
+        """MMD iterations on the game tree; `batch` (the matches' rows) is not trained on."""
+        return self.mmd.update()
+
+    def freeze(self, directory: Path, lineage: Lineage) -> SnapshotRef:
+        from agents.snapshot import save_adapter_snapshot
+
+        return save_adapter_snapshot(self.lm, self.spec, directory, lineage, play=self.text.play.to_json())
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Adapters, value head (untrained, carried by every snapshot), Adam state and the update count."""
+        state = {f"model.{k}": v for k, v in trained_state(self.lm.model).items()}
+        state.update({f"optimizer.{k}": v for k, v in self.mmd.optimizer.state_dict().items()})
+        state["updates"] = torch.tensor(self.mmd.updates, dtype=torch.int64)
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        from agents.ppo_core import prefixed
+
+        self.lm.model.load_state_dict(prefixed(state, "model."), strict=False)
+        self.mmd = self._new_mmd()
+        self.mmd.optimizer.load_state_dict(prefixed(state, "optimizer."))
+        self.mmd.updates = int(state["updates"])
+
+    def reset_to(self, snapshot: Path, seed: int) -> None:
+        """Restart from a snapshot's adapters with a fresh optimizer."""
+        load_adapters(self.lm, snapshot, self.text.model, self.spec.id)
+        updates = self.mmd.updates
+        self.mmd = self._new_mmd()
+        self.mmd.updates = updates  # versions keep increasing: runners key weights by version

@@ -375,7 +375,9 @@ def test_all_actions_moves_a_position_towards_its_better_answer(tiny_bases):
 def _league_config(base: Path, *extra: str):
     from league.api import load_config
 
-    return load_config("llm_kuhn_poker", [f"text_lm.model.base={base}", "iterations=2", "matches_per_iteration=24",
+    # turn-level PPO on Kuhn poker's text (the preset itself trains by MMD: tests/test_text_mmd.py)
+    return load_config("llm_kuhn_poker", ["learner=text_ppo", f"text_lm.model.base={base}", "iterations=2",
+                                          "matches_per_iteration=24",
                                           "num_envs=24", "log.wandb=disabled", "log.tensorboard=false",
                                           "log.progress=false", "text_lm.ppo.minibatch_size=64",
                                           "text_lm.ppo.micro_batch_size=32", *extra])
@@ -383,7 +385,7 @@ def _league_config(base: Path, *extra: str):
 
 def test_llm_league_trains_rates_and_resumes_exactly(tiny_bases, tmp_path):
     from league.api import League
-    from league.check import run_fingerprint
+    from league.check import resumed_fingerprint, run_fingerprint
 
     config = _league_config(tiny_bases[0], "snapshot_every_steps=20")
     whole = League.create(config, tmp_path / "whole")
@@ -396,14 +398,8 @@ def test_llm_league_trains_rates_and_resumes_exactly(tiny_bases, tmp_path):
     learned = [m for m in metrics if "losses/main/valid_response_rate" in m]
     assert len(learned) == 2 and all(0 <= m["losses/main/valid_response_rate"] <= 1 for m in learned)
     whole.close()
-
-    half = League.create(config, tmp_path / "half")
-    half.run(until_iteration=1)  # stopped at the first iteration boundary, as a kill would leave it
-    half.close()
-    resumed = League.resume(tmp_path / "half")
-    resumed.run()
-    resumed.close()
-    assert run_fingerprint(tmp_path / "whole") == run_fingerprint(tmp_path / "half")
+    # stopped at the first iteration boundary, as a kill would leave it, and resumed
+    assert run_fingerprint(tmp_path / "whole") == resumed_fingerprint(config, tmp_path / "half")
 
 
 def test_llm_turns_that_never_answer_forfeit_when_configured(tiny_bases, tmp_path):
@@ -495,7 +491,7 @@ def test_text_learner_config_errors_are_one_line(tiny_bases):
 
     with pytest.raises(ConfigError, match="text view"):
         load_config("llm_kuhn_poker", ["game=connect_three"])
-    with pytest.raises(ConfigError, match="needs learner 'text_ppo'"):
+    with pytest.raises(ConfigError, match="needs learner 'text_ppo' or 'text_mmd'"):
         load_config("tic_tac_toe", ["anchors=[base]"])
     with pytest.raises(ConfigError, match="temperature"):
         load_config("llm_kuhn_poker", ["text_lm.play.temperature=0"])
@@ -503,12 +499,16 @@ def test_text_learner_config_errors_are_one_line(tiny_bases):
         load_config("llm_kuhn_poker", ["text_lm.play.prompt.think=true"])
 
 
-def test_smollm2_league_two_updates(smollm2_dir, tmp_path):
-    """The real SmolLM2-135M-Instruct: a league with two learner updates, rated."""
+@pytest.mark.parametrize("learner", ["text_mmd", "text_ppo"])
+def test_smollm2_league_two_updates(smollm2_dir, tmp_path, learner):
+    """The real SmolLM2-135M-Instruct: a league with two learner updates, rated (the preset's MMD
+    learner and turn-level PPO)."""
     from league.api import League, load_config
 
-    config = load_config("llm_kuhn_poker", ["iterations=2", "matches_per_iteration=16", "num_envs=16",
-                                            "log.wandb=disabled", "log.tensorboard=false", "log.progress=false"])
+    steps = ["text_lm.mmd.distill_steps=2"] if learner == "text_mmd" else []  # the preset's 8: ~35 s per update
+    config = load_config("llm_kuhn_poker", [f"learner={learner}", "iterations=2", "matches_per_iteration=16",
+                                            "num_envs=16", "log.wandb=disabled", "log.tensorboard=false",
+                                            "log.progress=false", *steps])
     league = League.create(config, tmp_path / "run")
     league.run()
     assert league.learners["main"].version == 2
@@ -530,7 +530,8 @@ def test_text_learner_passes_the_learner_checker(tiny_bases, baseline, all_actio
 def test_exponent_numbers_on_the_command_line_are_numbers():
     from league.api import load_config
 
-    assert load_config("llm_kuhn_poker", ["text_lm.ppo.learning_rate=2e-4"]).text_lm.ppo.learning_rate == 2e-4
+    assert load_config("llm_kuhn_poker", ["learner=text_ppo", "text_lm.ppo.learning_rate=2e-4"]
+                       ).text_lm.ppo.learning_rate == 2e-4
 
 
 @pytest.mark.parametrize("game_id", [KUHN, "tic_tac_toe"])
