@@ -20,7 +20,7 @@ tabular features 0.151 at 300 s; uniform random 0.458.
     python benchmarks/llm_kuhn.py --seeds 2 --budget 600
     # the turn-level PPO runs of docs/llm.md
     python benchmarks/llm_kuhn.py --set learner=text_ppo --set matches_per_iteration=128 \
-        --set text_lm.ppo.minibatch_size=512 --set text_lm.ppo.micro_batch_size=256
+        --set num_envs=128 --set text_lm.ppo.minibatch_size=512 --set text_lm.ppo.micro_batch_size=256
 
 Ends with ``goal llm_kuhn_exploitability: <worst over seeds> (target 0.15) PASS|FAIL``.
 """
