@@ -225,6 +225,12 @@ def _is_trained(name: str) -> bool:
     return "lora_" in name or name.startswith("value_head.")
 
 
+def adapter_parameters(model: LMWithValueHead) -> list[torch.nn.Parameter]:
+    """The trainable parameters outside the value head: the LoRA adapters an LM learner's optimizer steps."""
+    value_head = {id(p) for p in model.value_head.parameters()}
+    return [p for p in model.parameters() if id(p) not in value_head and p.requires_grad]
+
+
 def trained_state(model: LMWithValueHead) -> dict[str, torch.Tensor]:
     """The adapters' and the value head's tensors (CPU copies): all that training changes."""
     return {name: t.detach().to("cpu", copy=True).contiguous()

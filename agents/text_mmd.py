@@ -40,7 +40,7 @@ import torch
 from agents.lm import LMWithValueHead, SharedPromptCache
 from agents.mmd import InformationStates, action_values, mmd_target, table_exploitability
 from agents.ppo_core import TorchAdam
-from agents.pretrained import adapter_disabled
+from agents.pretrained import adapter_disabled, adapter_parameters
 from agents.text_ppo import answer_log_probs
 
 
@@ -118,8 +118,7 @@ class TextMMDLearner:
                  temperature: float):
         self.model, self.game, self.states, self.config, self.temperature = model, game, states, config, temperature
         self.prompts, self.answer_tokens = [list(p) for p in prompts], list(answer_tokens)
-        value_head = {id(p) for p in model.value_head.parameters()}
-        adapters = [p for p in model.parameters() if id(p) not in value_head and p.requires_grad]
+        adapters = adapter_parameters(model)
         clip = float("inf") if config.max_grad_norm is None else config.max_grad_norm
         self.optimizer = TorchAdam(adapters, config.learning_rate, 1e-8, clip, fused=False)
         if config.magnet == "base":

@@ -38,7 +38,7 @@ import torch
 
 from agents.lm import LMWithValueHead, PromptStore, SharedPromptCache
 from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms
-from agents.pretrained import adapter_disabled
+from agents.pretrained import adapter_disabled, adapter_parameters
 
 
 @dataclass(frozen=True)
@@ -305,8 +305,7 @@ class TextPPOLearner:
         from agents.deepspeed_backend import LearnerBackendConfig, make_text_update_backend
 
         self.model, self.config, self.temperature = model, config, temperature
-        value_head = {id(p) for p in model.value_head.parameters()}
-        adapters = [p for p in model.parameters() if id(p) not in value_head and p.requires_grad]
+        adapters = adapter_parameters(model)
         self.backend = make_text_update_backend(model, adapters, config, backend_config or LearnerBackendConfig())
         self.value_backend = TorchAdam(model.value_head.parameters(), config.value_learning_rate, config.adam_eps,
                                        max_grad_norm=float("inf"), fused=False)

@@ -320,15 +320,20 @@ class LeagueConfig:
             if not self.text_lm.play.prompt.response_prefix:
                 raise ConfigError("learner 'text_mmd' reads the answer at the response's first token: it needs "
                                   "text_lm.play.prompt.response_prefix (e.g. '[')")
-            if self.text_lm.ppo != TextPPOConfig():
-                raise ConfigError("learner 'text_mmd' does not use text_lm.ppo.* (its settings are text_lm.mmd.*); drop them")
-        if self.learner == "text_ppo" and self.text_lm.mmd != TextMMDConfig():
-            raise ConfigError("learner 'text_ppo' does not use text_lm.mmd.* (its settings are text_lm.ppo.*); drop them")
+            changed = _changed_keys(self.text_lm.ppo)
+            if changed:
+                raise ConfigError(f"learner 'text_mmd' does not use text_lm.ppo.{changed[0]} (its settings are "
+                                  f"text_lm.mmd.*); drop it")
+        if self.learner == "text_ppo":
+            changed = _changed_keys(self.text_lm.mmd)
+            if changed:
+                raise ConfigError(f"learner 'text_ppo' does not use text_lm.mmd.{changed[0]} (its settings are "
+                                  f"text_lm.ppo.*); drop it")
         if self.learner in ("mappo", "ippo"):
             from league.mappo import PPO_KEYS_MAPPO_READS
 
             # e.g. ppo.minibatch_size: MAPPO splits each update into ppo.num_minibatches
-            unread = _changed_ppo_keys(self.ppo, read=PPO_KEYS_MAPPO_READS)
+            unread = _changed_keys(self.ppo, read=PPO_KEYS_MAPPO_READS)
             if unread:
                 raise ConfigError(f"learner {self.learner!r} does not use ppo.{unread[0]} (it reads ppo."
                                   f"{', ppo.'.join(sorted(PPO_KEYS_MAPPO_READS))}); drop it or use learner 'ppo'")
@@ -341,7 +346,7 @@ class LeagueConfig:
             if any(role.reset_every_snapshots for role in self.roles):
                 raise ConfigError("learner 'sdcfr' does not reset to a snapshot (CFR's iterates build on all earlier "
                                   "ones); set reset_every_snapshots 0")
-            changed = _changed_ppo_keys(self.ppo)
+            changed = _changed_keys(self.ppo)
             if changed:
                 raise ConfigError(f"learner 'sdcfr' does not use ppo.{changed[0]} (its settings are cfr.*); drop it")
         # One spelling of bots everywhere: `bot:random` is the anchor `random` (member anchor:random).
@@ -357,10 +362,11 @@ class LeagueConfig:
                               f"output of this league; drop output_policy or the role's meta_nash")
 
 
-def _changed_ppo_keys(ppo: PPOConfig, read: frozenset[str] = frozenset()) -> list[str]:
-    """The `ppo.*` keys set away from their defaults that a learner reading only `read` ignores."""
-    default = PPOConfig()
-    return [f.name for f in fields(PPOConfig) if f.name not in read and getattr(ppo, f.name) != getattr(default, f.name)]
+def _changed_keys(settings: Any, read: frozenset[str] = frozenset()) -> list[str]:
+    """The keys of a settings dataclass (e.g. `ppo`) set away from their defaults that a learner
+    reading only `read` ignores."""
+    default = type(settings)()
+    return [f.name for f in fields(settings) if f.name not in read and getattr(settings, f.name) != getattr(default, f.name)]
 
 
 # Presets: overrides of the defaults, validated like any YAML file.

@@ -103,20 +103,49 @@ def turn_returns(batch: RolloutBatch) -> np.ndarray:
     return returns
 
 
-class TextLMLeagueLearner:
-    """Turn-level PPO on a pretrained LM's adapters, as a `league.learners.LeagueLearner`."""
+class TextLMMember:
+    """What every LM learner is: its own copy of the base with adapters (`lm`), the module runners
+    receive, a policy that renders prompts and reads responses exactly as its runners' copies do,
+    and snapshots of the adapters and value head."""
 
-    def __init__(self, spec: GameSpec, config: Any, role_index: int, seed: int, init_seed: int):
+    def __init__(self, spec: GameSpec, config: Any, init_seed: int):
         self.spec = spec
         self.text = config.text_lm
-        self.backend_config = config.learner_backend
-        self.seed = seed
         self.view = text_view(spec.id)
         self.lm = load_pretrained_lm(self.text.model, seed=init_seed)
         self.architecture = TextLMArchitecture(self.text.model, self.text.play)
         self.module = LiveAdapterWeights(self.lm.model)
-        # the learner's own policy renders prompts and reads responses exactly as its runners' copies do
         self.policy = TextLMPolicy(self.lm.model, self.lm.tokenizer, self.view, self.text.play)
+
+    def freeze(self, directory: Path, lineage: Lineage) -> SnapshotRef:
+        from agents.snapshot import save_adapter_snapshot
+
+        return save_adapter_snapshot(self.lm, self.spec, directory, lineage, play=self.text.play.to_json())
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        """The adapters and the value head, keyed for a learner's state dict ("model.")."""
+        return {f"model.{k}": v for k, v in trained_state(self.lm.model).items()}
+
+    def load_model_state(self, state: dict[str, torch.Tensor]) -> None:
+        from agents.ppo_core import prefixed
+
+        self.lm.model.load_state_dict(prefixed(state, "model."), strict=False)
+
+    def load_snapshot(self, snapshot: Path) -> None:
+        """Put an 'lm_adapter' snapshot's adapters and value head into the model."""
+        from agents.snapshot import read_adapter_snapshot
+
+        self.lm.model.load_state_dict(read_adapter_snapshot(snapshot, self.text.model, self.spec.id).tensors,
+                                      strict=False)
+
+
+class TextLMLeagueLearner(TextLMMember):
+    """Turn-level PPO on a pretrained LM's adapters, as a `league.learners.LeagueLearner`."""
+
+    def __init__(self, spec: GameSpec, config: Any, role_index: int, seed: int, init_seed: int):
+        super().__init__(spec, config, init_seed)
+        self.backend_config = config.learner_backend
+        self.seed = seed
         self.ppo = self._new_ppo(seed)
 
     def _new_ppo(self, seed: int) -> TextPPOLearner:
@@ -163,14 +192,9 @@ class TextLMLeagueLearner:
         stats["valid_response_rate"] = float(1.0 - invalid.mean())
         return stats
 
-    def freeze(self, directory: Path, lineage: Lineage) -> SnapshotRef:
-        from agents.snapshot import save_adapter_snapshot
-
-        return save_adapter_snapshot(self.lm, self.spec, directory, lineage, play=self.text.play.to_json())
-
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Adapters, value head, both Adam states, role baselines, the shuffling RNG and the update count."""
-        state = {f"model.{k}": v for k, v in trained_state(self.lm.model).items()}
+        state = self.model_state()
         state.update({f"optimizer.{k}": v for k, v in self.ppo.backend.state_dict().items()})
         state.update({f"value_optimizer.{k}": v for k, v in self.ppo.value_backend.state_dict().items()})
         state["baselines"] = torch.from_numpy(self.ppo.baselines.copy())
@@ -181,7 +205,7 @@ class TextLMLeagueLearner:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         from agents.ppo_core import prefixed
 
-        self.lm.model.load_state_dict(prefixed(state, "model."), strict=False)
+        self.load_model_state(state)
         self.ppo = self._new_ppo(self.seed)
         self.ppo.backend.load_state_dict(prefixed(state, "optimizer."))
         self.ppo.value_backend.load_state_dict(prefixed(state, "value_optimizer."))
@@ -191,20 +215,13 @@ class TextLMLeagueLearner:
 
     def reset_to(self, snapshot: Path, seed: int) -> None:
         """Restart from a snapshot's adapters with a fresh optimizer and baselines."""
-        load_adapters(self.lm, snapshot, self.text.model, self.spec.id)
+        self.load_snapshot(snapshot)
         updates = self.ppo.updates
         self.ppo = self._new_ppo(seed)
         self.ppo.updates = updates  # versions keep increasing: runners key weights by version
 
 
-def load_adapters(lm: Any, snapshot: Path, base: PretrainedLMConfig, game_id: str) -> None:
-    """Put an 'lm_adapter' snapshot's adapters and value head into `lm`'s model."""
-    from agents.snapshot import read_adapter_snapshot
-
-    lm.model.load_state_dict(read_adapter_snapshot(snapshot, base, game_id).tensors, strict=False)
-
-
-class TextMMDLeagueLearner:
+class TextMMDLeagueLearner(TextLMMember):
     """Magnetic mirror descent of a pretrained LM's answer table on an OpenSpiel game's tree
     (agents/text_mmd.py), as a `league.learners.LeagueLearner`. Its members are the same LM
     members as `text_ppo`'s: same snapshots, same play."""
@@ -213,12 +230,7 @@ class TextMMDLeagueLearner:
         from agents.mmd import information_states
         from games.spiel import spiel_game_for, spiel_observation, spiel_observation_kind
 
-        self.spec, self.text = spec, config.text_lm
-        self.view = text_view(spec.id)
-        self.lm = load_pretrained_lm(self.text.model, seed=init_seed)
-        self.architecture = TextLMArchitecture(self.text.model, self.text.play)
-        self.module = LiveAdapterWeights(self.lm.model)
-        self.policy = TextLMPolicy(self.lm.model, self.lm.tokenizer, self.view, self.text.play)
+        super().__init__(spec, config, init_seed)
         self.game = spiel_game_for(spec.id)
         kind = spiel_observation_kind(spec.id)
         self.states = information_states(self.game, lambda state, seat: spiel_observation(state, seat, kind))
@@ -240,14 +252,9 @@ class TextMMDLeagueLearner:
         """MMD iterations on the game tree; `batch` (the matches' rows) is not trained on."""
         return self.mmd.update()
 
-    def freeze(self, directory: Path, lineage: Lineage) -> SnapshotRef:
-        from agents.snapshot import save_adapter_snapshot
-
-        return save_adapter_snapshot(self.lm, self.spec, directory, lineage, play=self.text.play.to_json())
-
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Adapters, value head (untrained, carried by every snapshot), Adam state and the update count."""
-        state = {f"model.{k}": v for k, v in trained_state(self.lm.model).items()}
+        state = self.model_state()
         state.update({f"optimizer.{k}": v for k, v in self.mmd.optimizer.state_dict().items()})
         state["updates"] = torch.tensor(self.mmd.updates, dtype=torch.int64)
         return state
@@ -255,14 +262,14 @@ class TextMMDLeagueLearner:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         from agents.ppo_core import prefixed
 
-        self.lm.model.load_state_dict(prefixed(state, "model."), strict=False)
+        self.load_model_state(state)
         self.mmd = self._new_mmd()
         self.mmd.optimizer.load_state_dict(prefixed(state, "optimizer."))
         self.mmd.updates = int(state["updates"])
 
     def reset_to(self, snapshot: Path, seed: int) -> None:
         """Restart from a snapshot's adapters with a fresh optimizer."""
-        load_adapters(self.lm, snapshot, self.text.model, self.spec.id)
+        self.load_snapshot(snapshot)
         updates = self.mmd.updates
         self.mmd = self._new_mmd()
         self.mmd.updates = updates  # versions keep increasing: runners key weights by version
