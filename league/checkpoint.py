@@ -219,13 +219,20 @@ class PendingPlay:
 def write_checkpoint(run_dir: Path, state: CheckpointState, learner_tensors: dict[str, dict[str, Any]],
                      pending: PendingPlay | None) -> None:
     """Write ``checkpoints/iter-N`` completely under a temporary name, rename it, then flip the
-    pointer to it: a kill at any moment leaves the previous checkpoint in force."""
+    pointer to it: a kill at any moment leaves the previous checkpoint in force.
+
+    A second checkpoint of the same iteration (the closing round's, or a rewrite after a kill that
+    renamed a directory but did not flip the pointer) goes to a fresh ``iter-N-K``: the directory
+    the pointer names is never deleted or overwritten before the pointer has moved on. Names sort
+    in writing order, so pruning keeps the newest."""
     from safetensors.torch import save as safetensors_bytes
 
     name = f"checkpoints/iter-{state.iteration:06d}"
+    rewrite = 0
+    while (run_dir / name).exists():
+        rewrite += 1
+        name = f"checkpoints/iter-{state.iteration:06d}-{rewrite:03d}"
     directory = run_dir / name
-    if directory.exists():
-        shutil.rmtree(directory)
     tmp = run_dir / f"checkpoints/.tmp-{state.iteration:06d}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)

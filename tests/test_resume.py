@@ -182,6 +182,37 @@ def test_stale_temporaries_are_removed_on_resume(finished, tmp_path):
     assert not list(run.glob("checkpoints/.tmp-*")) and not list(run.glob("snapshots/.*"))
 
 
+def test_a_killed_rewrite_of_the_same_iteration_leaves_the_checkpoint_in_force(finished, tmp_path, monkeypatch):
+    """The closing round checkpoints the last iteration a second time; a kill while it writes
+    (here: an interrupt when its state.json is due) must leave the pointer's checkpoint whole —
+    it once deleted that directory first (CI caught a kill -9 landing there)."""
+    from league import checkpoint
+    from league.rundata import read_run
+
+    run = copy_run(finished, tmp_path)
+    pointer = json.loads((run / "checkpoint.json").read_text())
+    assert pointer["path"] == "checkpoints/iter-000003-001"  # iteration 3, then the closing round's rewrite
+    state = checkpoint.read_checkpoint(run / pointer["path"])
+    tensors = {"main": checkpoint.read_learner_tensors(run / pointer["path"], "main")}
+    real = checkpoint.atomic_write_json
+
+    def killed_at_state(path, data):
+        if Path(path).name == checkpoint.STATE_FILE:
+            raise KeyboardInterrupt
+        real(path, data)
+
+    monkeypatch.setattr(checkpoint, "atomic_write_json", killed_at_state)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.write_checkpoint(run, state, tensors, None)
+    assert json.loads((run / "checkpoint.json").read_text()) == pointer
+    assert read_run(run).iteration == 3
+    monkeypatch.setattr(checkpoint, "atomic_write_json", real)
+    checkpoint.write_checkpoint(run, state, tensors, None)  # the retry goes to a new name, the old one pruned
+    assert json.loads((run / "checkpoint.json").read_text())["path"] == "checkpoints/iter-000003-002"
+    assert sorted(p.name for p in (run / "checkpoints").glob("iter-*")) == ["iter-000003-001", "iter-000003-002"]
+    assert ludus("resume", str(run), "--iterations", "4").returncode == 0
+
+
 # --------------------------------------------------------------------- what train refuses
 
 
