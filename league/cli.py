@@ -77,14 +77,13 @@ def next_commands(run_dir: str, game: str) -> str:
     """What a user does with a finished run, ready to paste."""
     import shlex
 
-    from agents.mixture import OUTPUT_POLICY_DIR
-
     run = shlex.quote(str(run_dir))
-    output = shlex.quote(str(Path(run_dir) / OUTPUT_POLICY_DIR))
+    # a run directory stands for its output policy, or its newest main snapshot before a learner's
+    # second snapshot writes one (agents.mixture.run_checkpoint)
     return "\n".join([
         "next:",
         f"  ludus report {run} --html {shlex.quote(str(Path(run_dir) / 'report.html'))}   # the run's page",
-        f"  ludus evaluate {output} --against {run}   # the output policy against the population",
+        f"  ludus evaluate {run} --against {run}   # its output policy against the population",
         f"  ludus play {shlex.quote(game)} --against {run}   # play it yourself",
         f"  ludus resume {run} --iterations N   # train on"])
 
