@@ -90,6 +90,35 @@ def test_adapter_snapshot_round_trip_and_refusals(tiny_bases, tmp_path):
         load_adapter_snapshot(tmp_path / "snap", base=config)
 
 
+def test_adapters_on_the_top_layers_only(tiny_bases, tmp_path):
+    """`lora.layers`: adapters in the top layers only; the backward pass stops there (no lower
+    activation needs a gradient) and snapshots name the adapters, so they load only alike."""
+    config = PretrainedLMConfig(base=str(tiny_bases[0]), lora=LoRAConfig(rank=4, alpha=8.0, layers=1))
+    lm = load_pretrained_lm(config, seed=3)
+    trained = [name for name, p in lm.model.named_parameters() if p.requires_grad and "lora_" in name]
+    assert trained and all(".layers.1." in name for name in trained)  # the tiny base has layers 0 and 1
+    lower = []
+    lm.model.lm.model.layers[0].register_forward_hook(lambda module, args, out: lower.append(out))
+    ids = torch.tensor([lm.tokenizer("I propose: 2 books for me.")["input_ids"]])
+    logits, _, _ = lm.model(ids)
+    hidden = lower[0][0] if isinstance(lower[0], tuple) else lower[0]
+    assert not hidden.requires_grad and logits.requires_grad
+    logits.sum().backward()
+    assert all(p.grad is not None for name, p in lm.model.named_parameters() if name in trained)
+
+    spec = registry.spec("tic_tac_toe")
+    save_adapter_snapshot(lm, spec, tmp_path / "top")
+    assert read_manifest(tmp_path / "top")[0].architecture["lora"]["layers"] == 1
+    assert load_adapter_snapshot(tmp_path / "top", base=config).lm.config.lora.layers == 1
+    every = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LORA), seed=3)
+    save_adapter_snapshot(every, spec, tmp_path / "every")
+    assert "layers" not in read_manifest(tmp_path / "every")[0].architecture["lora"]  # as before the key existed
+    with pytest.raises(LMError, match="decoder layers"):
+        load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LoRAConfig(layers=3)))
+    with pytest.raises(LMError, match="lora.layers"):
+        LoRAConfig(layers=0)
+
+
 def test_bad_base_and_lora_configs_are_one_line_errors(tiny_bases, tmp_path):
     for config, expected in [
         (PretrainedLMConfig(base=str(tmp_path / "nowhere")), "neither a known id"),
