@@ -536,9 +536,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "roles": [{"name": "main", "kind": "main", "self_play": 0.3, "pfsp": 0.3, "uniform": 0.4}],
         # every position is a distinct prompt (nothing shared between turns, unlike Kuhn's twelve),
         # and a prompt read with gradients holds its activations: a micro-batch of 256 turns grew
-        # the process past 24 GB (killed); with 32 it peaked at ~10 GB
-        "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7},
-                    "ppo": {"learning_rate": 2e-4, "kl_coef": 0.02, "minibatch_size": 512, "micro_batch_size": 32}},
+        # the process past 24 GB (killed); with 32 it peaked at ~10 GB. Learning is most of an
+        # iteration, so the adapters sit in the top 8 layers only (the backward pass stops there:
+        # 92 -> 50-70 s of learning per iteration) and an iteration's ~530 turns make ~8 Adam steps
+        # of 64 turns, not one of 512 (docs/llm.md has the three runs); temperature 0.5 plays the
+        # learnt preferences more sharply than 0.7.
+        "text_lm": {"model": {"lora": {"layers": 8}},
+                    "play": {"max_new_tokens": 4, "temperature": 0.5},
+                    "ppo": {"learning_rate": 2e-4, "kl_coef": 0.02, "minibatch_size": 64, "micro_batch_size": 32}},
     },
     # The negotiation in plain English, one utterance per turn (games/negotiation_turns.py, the
     # English view in games/text.py): "[propose: 2 books, 1 hat, 0 balls]" or "[accept]". A
