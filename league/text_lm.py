@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.pretrained import PretrainedLMConfig, load_pretrained_lm, shared_base, trained_state
+from agents.pretrained import PretrainedLMConfig, load_pretrained_lm, restore_adapters, shared_base, trained_state
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
 from agents.text_policy import TextLMPolicy, TextPlayConfig, answer_start_tokens
@@ -132,11 +132,12 @@ class TextLMMember:
         self.lm.model.load_state_dict(prefixed(state, "model."), strict=False)
 
     def load_snapshot(self, snapshot: Path) -> None:
-        """Put an 'lm_adapter' snapshot's adapters and value head into the model."""
+        """Put an 'lm_adapter' snapshot's adapters and value head into the model; one line refuses a
+        snapshot whose adapters are not this model's (another `lora` config would load only in part)."""
         from agents.snapshot import read_adapter_snapshot
 
-        self.lm.model.load_state_dict(read_adapter_snapshot(snapshot, self.text.model, self.spec.id).tensors,
-                                      strict=False)
+        record = read_adapter_snapshot(snapshot, self.text.model, self.spec.id)
+        restore_adapters(self.lm, record.manifest.architecture, record.tensors, f"snapshot {record.ref.path}")
 
 
 class TextLMLeagueLearner(TextLMMember):

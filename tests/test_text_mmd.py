@@ -143,3 +143,31 @@ def test_mmd_config_errors_are_one_line(tiny_bases):
         load_config("llm_kuhn_poker", ["learner_backend.backend=deepspeed"])
     with pytest.raises(ConfigError, match="distill_steps"):
         load_config("llm_kuhn_poker", ["text_lm.mmd.distill_steps=0"])
+
+
+def test_an_lm_learner_resets_to_its_snapshot_and_refuses_other_adapters(tiny_bases, tmp_path):
+    """`reset_to` (a role's periodic reset) puts a snapshot's adapters back exactly; a snapshot of
+    other adapters (here `lora.layers`) is refused in one line, not loaded in part."""
+    import torch
+
+    from agents.lm import LMError
+    from agents.pretrained import trained_state
+    from agents.snapshot import Lineage
+    from games.registry import spec as game_spec
+    from league.text_lm import TextMMDLeagueLearner
+
+    learner = TextMMDLeagueLearner(game_spec(KUHN), _mmd_config(tiny_bases[0]), 0, seed=0, init_seed=1)
+    saved = learner.freeze(tmp_path / "main@0", Lineage(role="main", created_by="test"))
+    frozen = trained_state(learner.lm.model)
+    learner.update(None, progress=0.0)
+    assert any(not torch.equal(frozen[k], v) for k, v in trained_state(learner.lm.model).items())
+    learner.reset_to(Path(saved.path), seed=5)
+    assert all(torch.equal(frozen[k], v) for k, v in trained_state(learner.lm.model).items())
+    assert learner.updates == 1  # versions keep counting
+
+    top = TextMMDLeagueLearner(game_spec(KUHN), _mmd_config(tiny_bases[0], "text_lm.model.lora.layers=1"), 0,
+                               seed=0, init_seed=1)
+    other = top.freeze(tmp_path / "top@0", Lineage(role="main", created_by="test"))
+    with pytest.raises(LMError, match="has adapters") as info:
+        learner.reset_to(Path(other.path), seed=5)
+    assert "\n" not in str(info.value)
