@@ -539,7 +539,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # the process past 24 GB (killed); with 32 it peaked at ~10 GB. Learning is most of an
         # iteration, so the adapters sit in the top 8 layers only (the backward pass stops there:
         # 92 -> 50-70 s of learning per iteration) and an iteration's ~530 turns make ~8 Adam steps
-        # of 64 turns, not one of 512 (docs/llm.md has the three runs); temperature 0.5 plays the
+        # of 64 turns, not one of 512 (docs/llm.md has the runs, three seeds); temperature 0.5 plays the
         # learnt preferences more sharply than 0.7.
         "text_lm": {"model": {"lora": {"layers": 8}},
                     "play": {"max_new_tokens": 4, "temperature": 0.5},
