@@ -28,6 +28,7 @@ for pretrained models, the tokenizer's JSON/text files: never pickle (`lm_state_
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import tempfile
@@ -421,16 +422,24 @@ class PromptStore:
 
     Valid for one set of weights only: whoever changes the weights clears it. A league asks the
     same positions over and over (every turn of every match, and again when a response is
-    retried), so a policy that keeps its prompts reads each one once per weights version.
+    retried), so a policy that keeps its prompts reads each one once per weights version; and a
+    new prompt that begins like one read before (the next turn of the same game: the same
+    rules, position and history, then the new moves) reads only its new tokens after the keys and
+    values of the tokens they share (`longest_shared`: in a causal model those depend on those
+    tokens only), as the prefix caches of vLLM and SGLang do.
     Bounded in bytes, not entries: a prompt's keys and values grow with its length (SmolLM2-135M
     in fp32: ~46 KB per token, ~9 MB for a 200-token tic-tac-toe prompt), and a game whose
     positions are all distinct would otherwise fill memory with them."""
+
+    SEARCHED = 256
+    """Stored prompts `longest_shared` compares a new one with, most recently used first."""
 
     def __init__(self, capacity_mb: float = 512.0):
         self.capacity_bytes = int(capacity_mb * 2**20)
         self.bytes = 0
         self.entries: "OrderedDict[tuple[int, ...], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]]" = \
             OrderedDict()
+        self.tokens: dict[tuple[int, ...], np.ndarray] = {}
 
     @staticmethod
     def _size(layers: list[tuple[torch.Tensor, torch.Tensor]], hidden: torch.Tensor) -> int:
@@ -442,18 +451,41 @@ class PromptStore:
             self.entries.move_to_end(prompt)
         return entry
 
+    def longest_shared(self, prompt: Sequence[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None:
+        """(n, layers) of the stored prompt that shares the most leading tokens with `prompt`,
+        n of them (at most len(prompt) - 1: the last token is always read, for its hidden state);
+        the first n columns of its `layers` are `prompt`'s. None if no stored prompt shares one."""
+        tokens = np.asarray(prompt, dtype=np.int64)
+        best, best_key = 0, None
+        # the most recently used prompts only: an earlier turn of the same game is among them, and
+        # a store of many short prompts (a tiny model's) would make the search cost more than a read
+        for key in itertools.islice(reversed(self.entries), self.SEARCHED):
+            stored = self.tokens[key]
+            n = min(len(stored), len(tokens) - 1)
+            differ = np.flatnonzero(stored[:n] != tokens[:n])
+            shared = int(differ[0]) if len(differ) else n
+            if shared > best:
+                best, best_key = shared, key
+        if best_key is None:
+            return None
+        self.entries.move_to_end(best_key)
+        return best, self.entries[best_key][0]
+
     def put(self, prompt: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]], hidden: torch.Tensor) -> None:
         if prompt in self.entries:
             self.bytes -= self._size(*self.entries[prompt])
         self.entries[prompt] = (layers, hidden)
+        self.tokens[prompt] = np.asarray(prompt, dtype=np.int64)
         self.entries.move_to_end(prompt)
         self.bytes += self._size(layers, hidden)
         while self.bytes > self.capacity_bytes and len(self.entries) > 1:  # the newest stays
-            _, evicted = self.entries.popitem(last=False)
+            key, evicted = self.entries.popitem(last=False)
+            del self.tokens[key]
             self.bytes -= self._size(*evicted)
 
     def clear(self) -> None:
         self.entries.clear()
+        self.tokens.clear()
         self.bytes = 0
 
 
@@ -549,36 +581,79 @@ class SharedPromptCache:
     def _read_with_store(cls, model: "LMWithValueHead", distinct: list[list[int]], store: PromptStore
                          ) -> tuple[Any, torch.Tensor, np.ndarray]:
         """`_read` for the prompts the store lacks (added to it); the others come from the store.
-        The cache is assembled LEFT-padded from each prompt's own columns."""
-        from transformers import DynamicCache
-
+        A missing prompt that shares leading tokens with a stored one reads only the rest
+        (`_read_after`). The cache is assembled LEFT-padded from each prompt's own columns."""
         keys = [tuple(r) for r in distinct]
         # this call's entries are held here: the store may evict some of them while others are added
         entries = [store.get(key) for key in keys]
         missing = [i for i, entry in enumerate(entries) if entry is None]
-        if missing:
-            past, hidden, real = cls._read(model, [distinct[i] for i in missing], share=True)
-            for j, i in enumerate(missing):
+        stems = {i: store.longest_shared(distinct[i]) for i in missing}
+        fresh = [i for i in missing if stems[i] is None]
+        if fresh:
+            past, hidden, real = cls._read(model, [distinct[i] for i in fresh], share=True)
+            for j, i in enumerate(fresh):
                 columns = torch.from_numpy(np.flatnonzero(real[j]))
-                layers = [(layer.keys[j:j + 1, :, columns].clone(), layer.values[j:j + 1, :, columns].clone())
-                          for layer in past.layers]
-                entries[i] = (layers, hidden[j].clone())
-                store.put(keys[i], *entries[i])
-        longest = max(len(r) for r in distinct)
-        real = np.zeros((len(distinct), longest), dtype=bool)
-        for i, r in enumerate(distinct):
-            real[i, longest - len(r):] = True
+                entries[i] = ([(layer.keys[j:j + 1, :, columns].clone(), layer.values[j:j + 1, :, columns].clone())
+                               for layer in past.layers], hidden[j].clone())
+        extended = [i for i in missing if stems[i] is not None]
+        if extended:
+            read = cls._read_after(model, [stems[i] for i in extended], [distinct[i] for i in extended])
+            for i, entry in zip(extended, read):
+                entries[i] = entry
+        for i in missing:
+            store.put(keys[i], *entries[i])
+        cache, real = cls._assemble([layers for layers, _ in entries])
+        return cache, torch.stack([hidden for _, hidden in entries]), real
+
+    @staticmethod
+    def _assemble(prompts: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> tuple[Any, np.ndarray]:
+        """A cache of the prompts' per-layer keys and values ([1, heads, n, d] each), LEFT-padded
+        to the longest, and which of its columns are real."""
+        from transformers import DynamicCache
+
+        lengths = [layers[0][0].shape[2] for layers in prompts]
+        longest = max(lengths)
+        real = np.zeros((len(prompts), longest), dtype=bool)
+        for i, n in enumerate(lengths):
+            real[i, longest - n:] = True
         cache = DynamicCache()
-        for layer in range(len(entries[0][0])):
-            k0, v0 = entries[0][0][layer]
-            k = k0.new_zeros((len(distinct), k0.shape[1], longest, k0.shape[3]))
-            v = v0.new_zeros((len(distinct), v0.shape[1], longest, v0.shape[3]))
-            for i, (layers, _) in enumerate(entries):
-                n = layers[layer][0].shape[2]
+        for layer in range(len(prompts[0])):
+            k0, v0 = prompts[0][layer]
+            k = k0.new_zeros((len(prompts), k0.shape[1], longest, k0.shape[3]))
+            v = v0.new_zeros((len(prompts), v0.shape[1], longest, v0.shape[3]))
+            for i, layers in enumerate(prompts):
+                n = lengths[i]
                 k[i, :, longest - n:] = layers[layer][0][0]
                 v[i, :, longest - n:] = layers[layer][1][0]
             cache.update(k, v, layer)
-        return cache, torch.stack([hidden for _, hidden in entries]), real
+        return cache, real
+
+    @classmethod
+    def _read_after(cls, model: "LMWithValueHead", stems: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]],
+                    prompts: list[list[int]]) -> list[tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]]:
+        """Each prompt's (keys and values per layer, last hidden state), reading only the tokens
+        after its stem (n shared leading tokens and a stored prompt's layers, whose first n
+        columns are this prompt's), the rest LEFT-padded after the stems."""
+        shared = [n for n, _ in stems]
+        cache, real_old = cls._assemble([[(k[:, :, :n], v[:, :, :n]) for k, v in layers] for n, layers in stems])
+        suffixes = [row[n:] for row, n in zip(prompts, shared)]
+        longest = max(len(r) for r in suffixes)
+        ids = np.zeros((len(prompts), longest), dtype=np.int64)
+        positions = np.zeros((len(prompts), longest), dtype=np.int64)
+        real_new = np.zeros((len(prompts), longest), dtype=bool)
+        for i, row in enumerate(suffixes):
+            ids[i, longest - len(row):] = row
+            positions[i, longest - len(row):] = shared[i] + np.arange(len(row))
+            real_new[i, longest - len(row):] = True
+        mask = cls._mask(np.where(real_old, -1, -2), np.where(real_new, -1, -2))
+        hidden, past = model.trunk(torch.from_numpy(ids), mask, cache, torch.from_numpy(positions), use_cache=True)
+        real = np.concatenate([real_old, real_new], axis=1)
+        out = []
+        for j in range(len(prompts)):
+            columns = torch.from_numpy(np.flatnonzero(real[j]))
+            out.append(([(layer.keys[j:j + 1, :, columns].clone(), layer.values[j:j + 1, :, columns].clone())
+                         for layer in past.layers], hidden[j, -1].clone()))
+        return out
 
     @staticmethod
     def _mask(old_owner: np.ndarray, new_owner: np.ndarray) -> torch.Tensor:
@@ -628,6 +703,114 @@ def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
         if any(r[i] != first[i] for r in rows):
             return i
     return n
+
+
+# ------------------------------------------------------------------ a trunk cut at a frozen layer
+
+
+def frozen_lower_layers(model: LMWithValueHead) -> int:
+    """How many decoder layers at the bottom of `model`'s trunk hold nothing that trains (LoRA
+    adapters in the top layers only: `LoRAConfig.layers`), for trunks built as Llama's (token
+    embedding, `layers`, final `norm`, rotary position embedding: Llama, SmolLM2, Qwen2, Mistral);
+    0 for any other trunk, or when the embedding trains. Those layers compute the same function
+    whatever the adapters hold, switched on or off."""
+    base = model.lm.base_model
+    if not all(hasattr(base, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        return 0
+    if any(p.requires_grad for p in base.embed_tokens.parameters()):
+        return 0
+    for index, layer in enumerate(base.layers):
+        if any(p.requires_grad for p in layer.parameters()):
+            return index
+    return len(base.layers)
+
+
+class SplitTrunk:
+    """`model`'s trunk cut below decoder layer `split`, to read the same inputs through several
+    versions of the layers above it while the frozen layers below are read once.
+
+    The learner reads each micro-batch twice, the KL reference with the adapters off and the
+    policy with them on; with adapters in the top layers only, the two differ above `split` and
+    nowhere else. `below()` is a model whose `trunk` runs the bottom layers and records what
+    they hand up (the input of layer `split`); `above()` is a model whose `trunk` replays those
+    records, in order, through the top layers and the final norm. Whoever drives them
+    (`SharedPromptCache`) must make the same trunk calls, with the same masks and positions, on
+    each: it does, since it is deterministic in its prompts. Each replay reads the records from
+    the start; gradients reach the adapters above the split only (the records carry none).
+
+    Every layer runs exactly as `LlamaModel.forward` runs it (rotary embedding of the positions,
+    the 4-D masks passed through), so the readings equal the uncut model's: see
+    tests/test_pretrained.py."""
+
+    def __init__(self, model: LMWithValueHead, split: int):
+        depth = len(model.lm.base_model.layers)
+        if not 0 < split < depth:
+            raise LMError(f"a trunk of {depth} layers is cut between layers 1 and {depth - 1}, not at {split}")
+        self.model, self.split, self.depth = model, split, depth
+        self.records: list[torch.Tensor] = []
+
+    def _layers(self, hidden: torch.Tensor, start: int, stop: int, attention_mask: torch.Tensor | None,
+                past_key_values: Any, position_ids: torch.Tensor | None, use_cache: bool) -> tuple[torch.Tensor, Any]:
+        from transformers import DynamicCache
+        from transformers.masking_utils import create_causal_mask
+
+        base = self.model.lm.base_model
+        if position_ids is None:
+            raise LMError("a cut trunk needs explicit position ids")
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache()
+        if attention_mask is None:
+            # a plain causal read of a fresh sequence (SharedPromptCache's common prefix); the
+            # layers above the split keep their keys in their own slots of the cache, so the
+            # mask's size comes from the input, not from the cache's first layer
+            if past_key_values is not None and past_key_values.get_seq_length(start) > 0:
+                raise LMError("a cut trunk reads a cached sequence with an explicit mask only")
+            attention_mask = create_causal_mask(config=base.config, inputs_embeds=hidden, attention_mask=None,
+                                                past_key_values=None, position_ids=position_ids)
+        position_embeddings = base.rotary_emb(hidden, position_ids=position_ids)
+        for layer in base.layers[start:stop]:
+            hidden = layer(hidden, attention_mask=attention_mask, position_embeddings=position_embeddings,
+                           position_ids=position_ids, past_key_values=past_key_values, use_cache=use_cache)
+        if stop == self.depth:
+            hidden = base.norm(hidden)
+        return hidden, (past_key_values if use_cache else None)
+
+    def below(self) -> "_TrunkPart":
+        """A model whose trunk reads token ids through the layers below the split (no gradients)
+        and records their output; the records of an earlier reading are dropped."""
+        self.records = []
+
+        def trunk(input_ids, attention_mask=None, past_key_values=None, position_ids=None, use_cache=False):
+            with torch.no_grad():
+                hidden = self.model.lm.base_model.embed_tokens(input_ids)
+                hidden, past = self._layers(hidden, 0, self.split, attention_mask, past_key_values, position_ids,
+                                            use_cache)
+            self.records.append(hidden)
+            return hidden, past
+
+        return _TrunkPart(trunk, self.model.heads)
+
+    def above(self) -> "_TrunkPart":
+        """A model whose trunk takes the next record (its token ids only name the call) through the
+        layers above the split and the final norm."""
+        records = iter(self.records)
+
+        def trunk(input_ids, attention_mask=None, past_key_values=None, position_ids=None, use_cache=False):
+            hidden = next(records, None)
+            if hidden is None or tuple(hidden.shape[:2]) != tuple(input_ids.shape):
+                raise LMError("the cut trunk is read above the split with other calls than below it")
+            return self._layers(hidden, self.split, self.depth, attention_mask, past_key_values, position_ids,
+                                use_cache)
+
+        return _TrunkPart(trunk, self.model.heads)
+
+
+@dataclass(frozen=True)
+class _TrunkPart:
+    """What `SharedPromptCache` and the learner's readings use of a model: its trunk and heads."""
+
+    trunk: Callable[..., tuple[torch.Tensor, Any]]
+    heads: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass

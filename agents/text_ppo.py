@@ -25,7 +25,9 @@ shared prompt exactly as if each row had its own copy. Turns that wrote the same
 same prompt (in Kuhn poker most of a batch: 12 positions, a few answers each) are read once
 (`distinct_turns`) and their readings handed to every such row, so a step costs the distinct
 turns, not all of them. Micro-batches accumulate gradients into one optimizer step per minibatch
-(`TorchAdam.apply`), so memory is bounded by `micro_batch_size`.
+(`TorchAdam.apply`), so memory is bounded by `micro_batch_size`. With adapters in the top layers
+only (`LoRAConfig.layers`), the reference and the policy are the same function below them: those
+layers are read once per micro-batch for both (`SplitTrunk`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Literal, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from agents.lm import LMWithValueHead, PromptStore, SharedPromptCache
+from agents.lm import LMWithValueHead, PromptStore, SharedPromptCache, SplitTrunk, frozen_lower_layers
 from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms
 from agents.pretrained import adapter_disabled, adapter_parameters
 
@@ -178,15 +180,35 @@ class ResponseReading(NamedTuple):
     """[B, V] the distribution of the response's first token."""
 
 
-def response_log_probs(model: LMWithValueHead, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                       temperature: float, store: PromptStore | None = None) -> ResponseReading:
+def response_log_probs(model: LMWithValueHead | Any, prompts: Sequence[Sequence[int]],
+                       responses: Sequence[Sequence[int]], temperature: float, store: PromptStore | None = None
+                       ) -> ResponseReading:
     """Log-probs of each response token given its prompt, and the entropy of each of those
     distributions, under softmax(logits / temperature), and each prompt's last hidden state (what
     the value head reads, detached); gradients flow when enabled.
 
     Read as generation reads them (`SharedPromptCache`): the common prefix and each distinct
     prompt once, each row's response packed after its prompt, attending to it and to itself.
-    `store` (no gradients): prompts read before with the same weights."""
+    `store` (no gradients): prompts read before with the same weights. `model` may be a part of
+    a cut trunk (agents/lm.py `SplitTrunk.above`)."""
+    hidden, tokens, lengths = read_responses(model, prompts, responses, store)
+    width = tokens.shape[1]
+    first = hidden[:, :1]
+    logits, _ = model.heads(hidden)
+    log_pi = torch.log_softmax(logits.float() / temperature, dim=-1)
+    chosen = log_pi.gather(-1, torch.from_numpy(tokens)[..., None]).squeeze(-1)
+    mask_np = np.arange(width)[None, :] < lengths[:, None]
+    # the value head reads the prompt's last hidden state without moving the trunk: a linear probe,
+    # so that fitting the baseline never pulls on the adapters that write the text
+    return ResponseReading(chosen, categorical_entropy(log_pi), torch.from_numpy(mask_np), first[:, 0].detach(),
+                           log_pi[:, 0])
+
+
+def read_responses(model: LMWithValueHead | Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                   store: PromptStore | None = None) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    """The trunk's hidden state [B, W, H] from which each response token is predicted (the
+    prompt's last one for the first token), the responses right-padded [B, W] and their lengths
+    [B]: the trunk calls of `response_log_probs`, without the heads."""
     batch = len(prompts)
     cache = SharedPromptCache(model, [list(p) for p in prompts], store=store)
     lengths = np.array([len(r) for r in responses])
@@ -220,14 +242,7 @@ def response_log_probs(model: LMWithValueHead, prompts: Sequence[Sequence[int]],
         hidden = torch.cat([first, rest], dim=1)
     else:
         hidden = first
-    logits, _ = model.heads(hidden)
-    log_pi = torch.log_softmax(logits.float() / temperature, dim=-1)
-    chosen = log_pi.gather(-1, torch.from_numpy(tokens)[..., None]).squeeze(-1)
-    mask_np = np.arange(width)[None, :] < lengths[:, None]
-    # the value head reads the prompt's last hidden state without moving the trunk: a linear probe,
-    # so that fitting the baseline never pulls on the adapters that write the text
-    return ResponseReading(chosen, categorical_entropy(log_pi), torch.from_numpy(mask_np), first[:, 0].detach(),
-                           log_pi[:, 0])
+    return hidden, tokens, lengths
 
 
 def distinct_turns(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
@@ -312,6 +327,9 @@ class TextPPOLearner:
         self.baselines = np.zeros(num_roles, dtype=np.float64)
         # the base never changes: the prompts it has read stay valid for the whole run
         self.reference_prompts = PromptStore(capacity_mb=512)
+        # below the lowest adapted layer, the reference and the policy are the same function
+        frozen = frozen_lower_layers(model)
+        self.frozen_layers = frozen if 0 < frozen < len(model.lm.base_model.layers) else 0
         self.rng = np.random.default_rng(seed)
         self.updates = 0
 
@@ -385,10 +403,17 @@ class TextPPOLearner:
                     ) -> tuple[dict[str, float], torch.Tensor]:
         prompts, responses, pair_of_row = distinct_turns([batch.prompts[i] for i in rows],
                                                          [batch.responses[i] for i in rows])
+        if self.frozen_layers:
+            # adapters in the top layers only: the layers below are read once for both readings
+            trunk = SplitTrunk(self.model, self.frozen_layers)
+            read_responses(trunk.below(), prompts, responses)
+            policy_model, reference_model, store = trunk.above(), trunk.above(), None
+        else:
+            policy_model, reference_model, store = self.model, self.model, self.reference_prompts
         with torch.no_grad(), adapter_disabled(self.model):
-            reference = response_log_probs(self.model, prompts, responses, self.temperature,
-                                           store=self.reference_prompts).log_probs[pair_of_row]
-        reading = response_log_probs(self.model, prompts, responses, self.temperature)
+            reference = response_log_probs(reference_model, prompts, responses, self.temperature,
+                                           store=store).log_probs[pair_of_row]
+        reading = response_log_probs(policy_model, prompts, responses, self.temperature)
         log_probs, entropy, mask, features, first_log_pi = (part[pair_of_row] for part in reading)
         width = log_probs.shape[1]
         behaviour = torch.zeros((len(rows), width))

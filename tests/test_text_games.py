@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from agents.pretrained import PretrainedLMConfig, adapter_disabled, load_pretrained_lm, trained_state
+from agents.lm import LMError, SplitTrunk, frozen_lower_layers
+from agents.pretrained import LoRAConfig, PretrainedLMConfig, adapter_disabled, load_pretrained_lm, trained_state
 from agents.policy import ActBatch
 from agents.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, answer_start_tokens,
                                 played_distribution, response_action_probabilities, sampled_action_probabilities)
 from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, all_action_loss, answer_entropies,
-                             answer_log_probs, answer_values, distinct_turns, prompt_advantages, response_log_probs,
-                             role_advantages)
+                             answer_log_probs, answer_values, distinct_turns, prompt_advantages, read_responses,
+                             response_log_probs, role_advantages)
 from games import registry
 from games.core import GameError
 from games.text import TEXT_VIEWS, canonical_answer, check_text_view, parse_response, text_view
@@ -171,6 +172,52 @@ def test_distinct_prompts_are_read_once_with_the_same_tokens(tiny_lm):
         assert len(small.entries) < len(store.entries) and small.bytes <= small.capacity_bytes
 
 
+def test_a_later_turn_reads_only_what_it_adds_to_a_stored_prompt(tiny_lm):
+    """The next turn of a negotiation repeats the rules, the items and what was said, then adds
+    the new moves: with a store, only its tokens after the longest stored shared prefix are read
+    (`PromptStore.longest_shared`), and it gives the tokens of reading it alone."""
+    from agents.lm import LMPolicy, PromptStore
+
+    policy = _policy(tiny_lm, "negotiation_turns")
+    first, later = [], []
+    for seed in range(6):
+        game = registry.make("negotiation_turns")
+        game.reset(seed)
+        rng = np.random.default_rng(seed)
+        prompts = []
+        for _ in range(3):  # seat 0 speaks at turns 1 and 3
+            seat = game.to_move()[0]
+            mask = game.legal_mask(seat)
+            prompts.append(policy.encode(game.observation(seat), seat, mask))
+            game.step({seat: int(rng.choice(np.flatnonzero(mask)[1:]))})  # proposals: the game goes on
+        first.append(prompts[0])
+        later.append(prompts[2])
+    generator = LMPolicy(tiny_lm.model, pad_id=0)
+    read = []
+    trunk = tiny_lm.model.trunk
+
+    def counting_trunk(input_ids, *args, **kwargs):
+        read.append(int(input_ids.numel()))
+        return trunk(input_ids, *args, **kwargs)
+
+    store = PromptStore()
+    generator.generate(first, 1, np.random.default_rng(0), stop_token=policy.stop_tokens, store=store)
+    stem = store.longest_shared(later[0])
+    assert stem is not None and stem[0] > len(first[0]) // 2
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tiny_lm.model, "trunk", counting_trunk)
+        kept = generator.generate(later, 6, np.random.default_rng(1), stop_token=policy.stop_tokens, store=store)
+        with_store = read[0]  # the prompts' read (the calls after it add the new tokens)
+        read.clear()
+        generator.generate(later, 6, np.random.default_rng(1), stop_token=policy.stop_tokens, store=PromptStore())
+        without = sum(read[:2])  # the common prefix, then each prompt's rest
+    assert with_store < 0.7 * without
+    alone = generator.generate(later, 6, np.random.default_rng(1), stop_token=policy.stop_tokens, reuse_prefix=False)
+    np.testing.assert_array_equal(kept.tokens, alone.tokens)
+    np.testing.assert_allclose(kept.log_probs, alone.log_probs, atol=1e-4)
+    np.testing.assert_allclose(kept.values, alone.values, atol=1e-4)
+
+
 def test_exact_action_probabilities_match_sampling(tiny_lm):
     """The enumerated response distribution agrees with 1200 samples of the policy as it plays
     (a probability's standard error is at most 0.015: 0.05 is over three of them)."""
@@ -269,6 +316,58 @@ def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases):
     with adapter_disabled(lm.model):  # the base itself never moved
         assert all(torch.equal(before[k], lm.model.state_dict()[k]) for k in before
                    if "lora_" not in k and not k.startswith("value_head."))
+
+
+def test_with_adapters_in_the_top_layers_the_lower_layers_are_read_once_for_the_same_update(tiny_bases):
+    """`lora.layers`: below the adapters the KL reference and the policy are the same function, so
+    the learner reads those layers once per micro-batch (agents/lm.py `SplitTrunk`); the readings
+    and the update equal the uncut model's."""
+    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LoRAConfig(rank=4, alpha=8.0, layers=1)),
+                            seed=0)
+    with torch.no_grad():  # adapters away from B = 0: the policy differs from the reference
+        for name, p in lm.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(1))
+    start = {k: v.clone() for k, v in trained_state(lm.model).items()}
+    batch, out, prompts, responses = _played_turns(_policy(lm, max_new_tokens=2), 24)
+    assert frozen_lower_layers(lm.model) == 1  # the tiny base: layers 0 and 1
+    trunk = SplitTrunk(lm.model, 1)
+    with torch.no_grad():
+        read_responses(trunk.below(), prompts, responses)
+        policy = response_log_probs(lm.model, prompts, responses, 1.0).log_probs
+        torch.testing.assert_close(response_log_probs(trunk.above(), prompts, responses, 1.0).log_probs, policy)
+        with adapter_disabled(lm.model):
+            reference = response_log_probs(lm.model, prompts, responses, 1.0).log_probs
+            torch.testing.assert_close(response_log_probs(trunk.above(), prompts, responses, 1.0).log_probs, reference)
+    assert not torch.allclose(policy, reference)
+
+    first = out.responses[:, 0]
+    turns = TurnBatch(prompts, responses, tuple(out.response_log_probs[i, :len(responses[i])] for i in range(24)),
+                      np.where(first == np.bincount(first).argmax(), 1.0, -1.0), batch.seats.astype(np.int64),
+                      out.values.astype(np.float64))
+
+    def update(cut: bool):
+        lm.model.load_state_dict(start, strict=False)
+        learner = TextPPOLearner(lm.model, TextPPOConfig(learning_rate=1e-2, minibatch_size=24, micro_batch_size=8),
+                                 temperature=1.0, num_roles=2, seed=0)
+        assert learner.frozen_layers == 1
+        learner.frozen_layers = learner.frozen_layers if cut else 0
+        stats = learner.update(turns)
+        return stats, {k: v.clone() for k, v in trained_state(lm.model).items()}
+
+    cut_stats, cut_state = update(cut=True)
+    full_stats, full_state = update(cut=False)
+    assert cut_stats["kl_to_base"] > 0
+    assert cut_stats["kl_to_base"] == pytest.approx(full_stats["kl_to_base"], rel=1e-5)
+    assert any(not torch.equal(cut_state[k], start[k]) for k in start if "lora_" in k)
+    for k in start:
+        torch.testing.assert_close(cut_state[k], full_state[k], atol=1e-6, rtol=1e-5)
+    # adapters in every layer: nothing below them to share
+    every = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=0)
+    assert frozen_lower_layers(every.model) == 0
+    assert TextPPOLearner(every.model, TextPPOConfig(), 1.0, 2, 0).frozen_layers == 0
+    with pytest.raises(LMError, match="cut between"):
+        SplitTrunk(lm.model, 2)
 
 
 def test_answer_start_tokens_group_the_vocabulary_by_the_answer_they_begin(tiny_lm):
