@@ -108,6 +108,12 @@ class MAPPOConfig:
     critic_agent_id: bool = True
     """Append the seat's one-hot id to the critic's input: the global state is the same for every
     agent, the id tells the critic whose (individual) reward it predicts."""
+    critic_own_observation: bool = False
+    """Centralised critic ('global') on the agent's own observation followed by the global state:
+    the paper's agent-specific global state ("AS", Yu et al. 2022 §5.1), which beat the
+    environment's global state alone (with or without the id) on most SMAC maps, because the
+    features of the agent whose return is predicted come first instead of in its slot of the
+    state."""
     num_envs: int = 128
     """Games stepped in parallel per rollout by the training loop (the paper's 128 rollout threads)."""
     num_steps: int = 25
@@ -158,6 +164,8 @@ def critic_inputs(obs: np.ndarray, global_state: np.ndarray | None, config: MAPP
     else:
         shared = obs.reshape(obs.shape[0], -1) if global_state is None else np.asarray(global_state, np.float32)
         per_seat = np.broadcast_to(shared[:, None, :], (shared.shape[0], num_players, shared.shape[1]))
+        if config.critic_own_observation:
+            per_seat = np.concatenate([obs, per_seat], axis=-1)
     return _with_ids(per_seat, config.critic_agent_id)
 
 
@@ -181,6 +189,8 @@ def input_sizes(spec: GameSpec, config: MAPPOConfig) -> tuple[int, int]:
         critic = int(np.prod(spec.state_shape))
     else:
         critic = num_players * obs_size
+    if config.critic_input == "global" and config.critic_own_observation:
+        critic += obs_size
     return actor, critic + (num_players if config.critic_agent_id else 0)
 
 
@@ -530,12 +540,15 @@ class MAPPOModule(nn.Module):
 
 def critic_rows(batch_obs: np.ndarray, critic_obs: np.ndarray | None, seats: np.ndarray, config: MAPPOConfig,
                 num_players: int) -> np.ndarray:
-    """[N, D] critic input of N rows: the recorded centralised input ('global') or the row's own
-    observation ('local', IPPO), with the seat's one-hot id when `config.critic_agent_id`."""
+    """[N, D] critic input of N rows: the recorded centralised input ('global'; after the row's own
+    observation when `config.critic_own_observation`) or the row's own observation ('local',
+    IPPO), with the seat's one-hot id when `config.critic_agent_id`."""
     if config.critic_input == "global":
         if critic_obs is None:
             raise ValueError("a centralised critic needs the rows' critic inputs (ActBatch/RolloutBatch.critic_obs)")
         x = np.asarray(critic_obs, dtype=np.float32).reshape(len(seats), -1)
+        if config.critic_own_observation:
+            x = np.concatenate([np.asarray(batch_obs, dtype=np.float32).reshape(len(seats), -1), x], axis=1)
     else:
         x = np.asarray(batch_obs, dtype=np.float32).reshape(len(seats), -1)
     if config.critic_agent_id:

@@ -57,12 +57,14 @@ def mappo_config(config: Any) -> MAPPOConfig:
         use_huber_loss=critic.huber_delta is not None,
         huber_delta=critic.huber_delta if critic.huber_delta is not None else 10.0,
         use_value_norm=critic.value_norm, hidden=critic.hidden, critic_agent_id=critic.agent_id,
-        actor_agent_id=False)
+        critic_own_observation=critic.own_observation, actor_agent_id=False)
 
 
 def critic_input_size(spec: GameSpec, config: MAPPOConfig) -> int:
     """Width of the critic's input rows (`agents.mappo.critic_rows`)."""
-    base = side_critic_size(spec) if config.critic_input == "global" else int(np.prod(spec.observation_shape))
+    own = int(np.prod(spec.observation_shape))
+    base = side_critic_size(spec) + (own if config.critic_own_observation else 0) if config.critic_input == "global" \
+        else own
     return base + (spec.num_players if config.critic_agent_id else 0)
 
 

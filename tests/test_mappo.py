@@ -90,6 +90,31 @@ def test_another_agents_observation_reaches_the_critic_but_not_the_actor():
     assert np.array_equal(critic_before[:, 0, :6], obs.reshape(2, 6))
 
 
+def test_agent_specific_critic_input_puts_the_own_observation_before_the_global_state():
+    """`critic_own_observation` (Yu et al. 2022's agent-specific global state): the same state for
+    every seat, after the seat's own observation, then its id; the league's rows read alike."""
+    from agents.mappo import critic_rows
+
+    config = MAPPOConfig(critic_own_observation=True)
+    obs, state = literal_obs(), np.arange(14, dtype=np.float32).reshape(2, 7)
+    critic = critic_inputs(obs, state, config, 3)
+    assert critic.shape == (2, 3, 2 + 7 + 3)
+    for seat in range(3):
+        assert np.array_equal(critic[:, seat, :2], obs[:, seat])
+        assert np.array_equal(critic[:, seat, 2:9], state)
+        assert np.array_equal(critic[:, seat, 9:], np.repeat(np.eye(3, dtype=np.float32)[seat][None], 2, axis=0))
+    rows = critic_rows(obs.reshape(6, 2), np.repeat(state, 3, axis=0), np.tile(np.arange(3), 2), config, 3)
+    assert np.array_equal(rows, critic.reshape(6, -1))
+    # without a game state the global part is every observation, as without the option
+    assert np.array_equal(critic_inputs(obs, None, config, 3)[:, :, 2:],
+                          critic_inputs(obs, None, MAPPOConfig(), 3))
+    assert input_sizes(TINY_SPEC, config) == (2, 2 + 3 * 2 + 3)
+    # IPPO's critic reads the own observation only, with or without the option
+    local = dataclasses.replace(config, critic_input="local")
+    assert np.array_equal(critic_inputs(obs, state, local, 3),
+                          critic_inputs(obs, state, MAPPOConfig(critic_input="local"), 3))
+
+
 def test_ippo_critic_reads_the_local_observation_only():
     config = MAPPOConfig(critic_input="local")
     obs = literal_obs()

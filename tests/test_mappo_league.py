@@ -130,8 +130,8 @@ def test_a_seat_that_leaves_records_no_rows_after_it_and_its_last_row_keeps_its_
 
 
 def test_mappo_and_ippo_learners_resume_exactly():
-    for learner in ("mappo", "ippo"):
-        report = check_learner(_spread(f"learner={learner}"))
+    for overrides in (["learner=mappo"], ["learner=ippo"], ["learner=mappo", "critic.own_observation=true"]):
+        report = check_learner(_spread(*overrides))
         assert report.rows > 0 and report.tensors > 0
 
 
