@@ -422,7 +422,8 @@ class PromptStore:
 
     Valid for one set of weights only: whoever changes the weights clears it. A league asks the
     same positions over and over (every turn of every match, and again when a response is
-    retried), so a policy that keeps its prompts reads each one once per weights version; and a
+    retried), so a policy that keeps its prompts reads each one once per weights version and play
+    task (runners clear it at each task: `agents.policy.KeepsReadings`); and a
     new prompt that begins like one read before (the next turn of the same game: the same
     rules, position and history, then the new moves) reads only its new tokens after the keys and
     values of the tokens they share (`longest_shared`: in a causal model those depend on those

@@ -65,6 +65,16 @@ class Policy(Protocol):
     def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput: ...
 
 
+@runtime_checkable
+class KeepsReadings(Protocol):
+    """A policy that keeps what it computed to reuse it (an LM's prompt store). The runner makes
+    it forget at the start of every play task, so that a task's results depend on the task alone:
+    a kept reading gives the same floats as a fresh one only up to rounding, and a resumed run
+    starts with nothing kept."""
+
+    def forget_readings(self) -> None: ...
+
+
 def zero_output(actions: np.ndarray) -> ActOutput:
     """ActOutput for deterministic bots: log-prob 0 and value 0."""
     n = len(actions)

@@ -200,6 +200,10 @@ class TextLMPolicy:
         if self.prompts is not None:
             self.prompts.clear()
 
+    def forget_readings(self) -> None:
+        """`agents.policy.KeepsReadings`: the runner starts every task with an empty prompt store."""
+        self.weights_changed()
+
     def action_probabilities(self, batch: ActBatch) -> np.ndarray:
         """The policy's action distribution at each row, as it plays: exact
         (`response_action_probabilities`) when responses are opened with "[", else sampled."""

@@ -325,7 +325,7 @@ class TextPPOLearner:
         self.value_backend = TorchAdam(model.value_head.parameters(), config.value_learning_rate, config.adam_eps,
                                        max_grad_norm=float("inf"), fused=False)
         self.baselines = np.zeros(num_roles, dtype=np.float64)
-        # the base never changes: the prompts it has read stay valid for the whole run
+        # the base's readings of the prompts an update repeats (Kuhn poker's twelve positions)
         self.reference_prompts = PromptStore(capacity_mb=512)
         # below the lowest adapted layer, the reference and the policy are the same function
         frozen = frozen_lower_layers(model)
@@ -335,6 +335,9 @@ class TextPPOLearner:
 
     def update(self, batch: TurnBatch) -> dict[str, float]:
         config = self.config
+        # prompts are kept within an update only: an update's floats then depend on its batch
+        # alone, as after a resume (a kept reading equals a fresh one only up to rounding)
+        self.reference_prompts.clear()
         # Returns are game results (bounded by the game's utilities), so advantages are used as
         # they are: dividing by their spread would blow up a batch whose turns all scored alike.
         if config.baseline == "value":

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from agents.policy import ActBatch, Policy
+from agents.policy import ActBatch, KeepsReadings, Policy
 from agents.rollout import RolloutBatch, SeatTrajectoryBuilder, side_critic_inputs
 from games.core import VectorGame, forfeit_returns
 
@@ -148,6 +148,9 @@ class Runner:
             num_matches, num_players)
         match_seeds = np.array([a.seed for a in queue], dtype=np.uint64)
         policies = [policy_of(pid) for pid in player_ids]
+        for policy in policies:
+            if isinstance(policy, KeepsReadings):
+                policy.forget_readings()
         greedy_codes = {code_of[p] for p in task.greedy if p in code_of}
         learner_codes = {code_of[p]: (p, v) for p, v in zip(task.learners, task.learner_versions) if p in code_of}
         code_version = np.zeros(len(player_ids) + 1, dtype=np.int64)  # last entry: idle seats (code -1)
