@@ -740,8 +740,8 @@ class SplitTrunk:
     the start; gradients reach the adapters above the split only (the records carry none).
 
     Every layer runs exactly as `LlamaModel.forward` runs it (rotary embedding of the positions,
-    the 4-D masks passed through), so the readings equal the uncut model's: see
-    tests/test_pretrained.py."""
+    the 4-D masks passed through), so the readings equal the uncut model's to rounding: see
+    tests/test_text_games.py."""
 
     def __init__(self, model: LMWithValueHead, split: int):
         depth = len(model.lm.base_model.layers)
