@@ -131,7 +131,7 @@ def main() -> int:
     parser.add_argument("--games", type=int, default=40, help="games per (prey snapshot, predators)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tag-iterations", type=int, default=150,
-                        help="iterations of the simple_tag leagues (the preset's 30 are too few for its snapshots to improve)")
+                        help="iterations of the simple_tag leagues (in the preset's 30 its snapshots do not improve)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="preset overrides (key=value)")
     args = parser.parse_args()
     started = time.perf_counter()
