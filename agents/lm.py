@@ -593,9 +593,7 @@ class SharedPromptCache:
         if fresh:
             past, hidden, real = cls._read(model, [distinct[i] for i in fresh], share=True)
             for j, i in enumerate(fresh):
-                columns = torch.from_numpy(np.flatnonzero(real[j]))
-                entries[i] = ([(layer.keys[j:j + 1, :, columns].clone(), layer.values[j:j + 1, :, columns].clone())
-                               for layer in past.layers], hidden[j].clone())
+                entries[i] = (cls._own_columns(past, real, j), hidden[j].clone())
         extended = [i for i in missing if stems[i] is not None]
         if extended:
             read = cls._read_after(model, [stems[i] for i in extended], [distinct[i] for i in extended])
@@ -649,12 +647,14 @@ class SharedPromptCache:
         mask = cls._mask(np.where(real_old, -1, -2), np.where(real_new, -1, -2))
         hidden, past = model.trunk(torch.from_numpy(ids), mask, cache, torch.from_numpy(positions), use_cache=True)
         real = np.concatenate([real_old, real_new], axis=1)
-        out = []
-        for j in range(len(prompts)):
-            columns = torch.from_numpy(np.flatnonzero(real[j]))
-            out.append(([(layer.keys[j:j + 1, :, columns].clone(), layer.values[j:j + 1, :, columns].clone())
-                         for layer in past.layers], hidden[j, -1].clone()))
-        return out
+        return [(cls._own_columns(past, real, j), hidden[j, -1].clone()) for j in range(len(prompts))]
+
+    @staticmethod
+    def _own_columns(past: Any, real: np.ndarray, row: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row `row`'s keys and values per layer ([1, heads, n, d] copies), its real columns only."""
+        columns = torch.from_numpy(np.flatnonzero(real[row]))
+        return [(layer.keys[row:row + 1, :, columns].clone(), layer.values[row:row + 1, :, columns].clone())
+                for layer in past.layers]
 
     @staticmethod
     def _mask(old_owner: np.ndarray, new_owner: np.ndarray) -> torch.Tensor:
