@@ -183,15 +183,20 @@ def input_sizes(spec: GameSpec, config: MAPPOConfig) -> tuple[int, int]:
     num_players = spec.num_players
     obs_size = int(np.prod(spec.observation_shape))
     actor = obs_size + (num_players if config.actor_agent_id else 0)
+    global_width = int(np.prod(spec.state_shape)) if spec.state_shape is not None else num_players * obs_size
+    return actor, critic_width(spec, config, global_width)
+
+
+def critic_width(spec: GameSpec, config: MAPPOConfig, global_width: int) -> int:
+    """Width of the critic's input: the own observation ('local'), or the centralised view of
+    `global_width` (after the own observation with `config.critic_own_observation`), plus the
+    seat's one-hot id with `config.critic_agent_id`."""
+    obs_size = int(np.prod(spec.observation_shape))
     if config.critic_input == "local":
-        critic = obs_size
-    elif spec.state_shape is not None:
-        critic = int(np.prod(spec.state_shape))
+        width = obs_size
     else:
-        critic = num_players * obs_size
-    if config.critic_input == "global" and config.critic_own_observation:
-        critic += obs_size
-    return actor, critic + (num_players if config.critic_agent_id else 0)
+        width = global_width + (obs_size if config.critic_own_observation else 0)
+    return width + (spec.num_players if config.critic_agent_id else 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from agents.mappo import (CentralisedCriticPolicy, MAPPOBatch, MAPPOConfig, MAPPOCritic, MAPPOLearner, MAPPOModule,
-                          ValueNorm, critic_rows)
+                          ValueNorm, critic_rows, critic_width)
 from agents.nets import ActorCritic, NetConfig
 from agents.policy import Policy
 from agents.rollout import RolloutBatch, side_critic_size
@@ -61,11 +61,9 @@ def mappo_config(config: Any) -> MAPPOConfig:
 
 
 def critic_input_size(spec: GameSpec, config: MAPPOConfig) -> int:
-    """Width of the critic's input rows (`agents.mappo.critic_rows`)."""
-    own = int(np.prod(spec.observation_shape))
-    base = side_critic_size(spec) + (own if config.critic_own_observation else 0) if config.critic_input == "global" \
-        else own
-    return base + (spec.num_players if config.critic_agent_id else 0)
+    """Width of the critic's input rows (`agents.mappo.critic_rows`): its centralised view is what
+    the runner records (`side_critic_size`)."""
+    return critic_width(spec, config, side_critic_size(spec) if config.critic_input == "global" else 0)
 
 
 @dataclass(frozen=True)
