@@ -158,9 +158,11 @@ def main() -> int:
             rho = spearman(Path(teams[seed].result()), "main")
             rhos.append(rho)
             print(f"seed {seed}: tic_tac_toe_2v2 (MAPPO) Spearman(index, mu) of main: {rho:.3f}", flush=True)
+    from league.dialogue import mean_interval
+
     d = np.concatenate(diffs)
-    pair_half = 1.96 * float(d.std(ddof=1)) / np.sqrt(len(d))
-    print(f"over all {len(d)} pairs: {d.mean():+.3f} [{d.mean() - pair_half:+.3f}, {d.mean() + pair_half:+.3f}] "
+    pairs = mean_interval(d)
+    print(f"over all {len(d)} pairs: {pairs.mean:+.3f} [{pairs.low:+.3f}, {pairs.high:+.3f}] "
           f"(counts each training run as fixed)")
     mean, low, high = seed_interval([float(x.mean()) for x in diffs])
     print(f"wall {time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f}")
