@@ -14,7 +14,9 @@ The winner, as for every game, is the team with the higher mean return
 * otherwise the prey wins if its boundary penalties stay under 20 in total — it survived
   inside the arena — and loses (or draws at exactly 20) if it fled too far.
 
-The step rewards still sum to the returns, so `check_game` holds.
+The step rewards still sum to the returns, so `check_game` holds. The step limit (`max_cycles`)
+ends the game by these rules, so it is a terminal step, not a truncation: learners do not
+bootstrap past it.
 """
 
 from __future__ import annotations
@@ -75,10 +77,14 @@ class SimpleTag:
         return rewards.astype(np.float32)
 
     def is_terminal(self) -> bool:
-        return self._game.is_terminal()
+        # MPE stops the episode at max_cycles by truncation; here that step ends the game by its
+        # rules (the winner is decided and the survival bonus paid there), so it is terminal. A
+        # learner must not bootstrap past it: with the bonus paid on the last step, a critic that
+        # bootstraps from its own estimate of the state before the end chases V = r + gamma V.
+        return is_over(self._game)
 
     def is_truncated(self) -> bool:
-        return self._game.is_truncated()
+        return False
 
     def returns(self) -> np.ndarray:
         return self._returns.astype(np.float32)

@@ -145,3 +145,24 @@ def _mean_return_against_random(policy, random_policy, games: int) -> float:
             game.step({seat: int(actor.act(batch, rng).actions[0])})
         total += float(game.returns()[seat_of_policy])
     return total / games
+
+
+def test_simple_tag_ends_by_its_rules_at_the_step_limit_and_pays_the_winner_there():
+    # The step limit decides the winner and pays the survival bonus, so the end is terminal: a
+    # learner that bootstrapped past it (a truncation) would chase V = bonus + gamma V.
+    from games.registry import make_vector
+    from games.tag import SURVIVAL_BONUS
+
+    games = make_vector("simple_tag", 32, seed=3)
+    ts = games.reset(games.seed_source(32))
+    rng = np.random.default_rng(0)
+    for _ in range(games.spec.max_length):
+        ts = games.step(rng.integers(0, games.spec.num_actions, size=(32, 4)))
+        if ts.done.any():
+            break
+    assert ts.done.all() and not ts.truncated.any()
+    predators, prey = ts.final_returns[:, 0], ts.final_returns[:, 3]
+    untagged = predators < 0  # a predator's return is +10 per tag, or -10 for an episode without one
+    assert untagged.any() and (~untagged).any()
+    assert np.allclose(predators[untagged], -SURVIVAL_BONUS)
+    assert np.all(prey[~untagged] <= -10.0)
