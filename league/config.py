@@ -393,15 +393,22 @@ PRESETS: dict[str, dict[str, Any]] = {
     # observation, then the game's global state (Yu et al. 2022's agent-specific state): after 150
     # iterations its predators caught more in cross-play than with the global state alone on
     # four of five seeds, though not reliably more than IPPO's (docs/league.md).
+    # The prey's learner plays 3 of every 4 training matches, so that both sides learn from as
+    # many rows (the predators' three seats give three rows a step), and draws its opponents
+    # uniformly from the predators' snapshots (fictitious play, Heinrich et al. 2015): under PFSP
+    # it met only the newest predators and its later snapshots lost more often to the early ones
+    # than the untrained prey did. 40% rating matches: a side's snapshots differ by little, and
+    # at 20% their ratings' sigma (0.6-1.2) was as large as the spread of their mu.
     "simple_tag": {
         "game": "simple_tag", "learner": "mappo", "iterations": 30, "matches_per_iteration": 128, "num_envs": 64,
-        "snapshot_every_steps": 6000, "anchors": ["random"], "rating_share": 0.2, "draw_probability": 0.05,
+        "snapshot_every_steps": 6000, "anchors": ["random"], "rating_share": 0.4, "draw_probability": 0.05,
         "net": {"hidden": [64, 64], "activation": "relu"}, "critic": {"own_observation": True},
         "ppo": {"learning_rate": 7e-4, "anneal_lr": False, "adam_eps": 1e-5, "gamma": 0.99, "num_minibatches": 4,
                 "update_epochs": 4, "max_grad_norm": 10.0},
         "roles": [
             {"name": "predators", "kind": "main", "team": 0, "self_play": 0.0, "pfsp": 0.7, "uniform": 0.3},
-            {"name": "prey", "kind": "main", "team": 1, "self_play": 0.0, "pfsp": 0.7, "uniform": 0.3},
+            {"name": "prey", "kind": "main", "team": 1, "self_play": 0.0, "pfsp": 0.0, "uniform": 1.0,
+             "learner_share": 3.0},
         ],
     },
     # 2v2 tic-tac-toe (games/teams.py): partners alternate at their side's moves without conferring.
