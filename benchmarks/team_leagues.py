@@ -2,8 +2,9 @@
 
 For each seed, two leagues train the `simple_tag` preset (predators and prey, each a rated
 population; the predators draw prey snapshots by PFSP, the prey draws predator snapshots
-uniformly) for 150 iterations (`--tag-iterations`; 2.4M steps, ~7.5 min with two at a time): one with `learner=mappo` (centralised critics on the seat's own observation and the
-game's global state), one with `learner=ippo` (the same learner, each critic on the row's own
+uniformly) for 150 iterations (`--tag-iterations`; 2.4M steps, ~7.5 min with two at a time):
+one with `learner=mappo` (centralised critics on the seat's own observation and the game's
+global state), one with `learner=ippo` (the same learner, each critic on the row's own
 observation). Each run is a process with one torch thread, two at a time.
 
 Cross-play: the final predators of each league (the live learners' actors) play against every

@@ -392,7 +392,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the winner rule). MAPPO (league/mappo.py): each side's critic reads the seat's own
     # observation, then the game's global state (Yu et al. 2022's agent-specific state): after 150
     # iterations its predators caught more in cross-play than with the global state alone on
-    # four of five seeds, though not reliably more than IPPO's (docs/league.md).
+    # four of five seeds (measured before the prey's changes below), though not reliably more
+    # than IPPO's (docs/league.md).
     # The prey's learner plays 3 of every 4 training matches, so that both sides learn from as
     # many rows (the predators' three seats give three rows a step), and draws its opponents
     # uniformly from the predators' snapshots (fictitious play, Heinrich et al. 2015): under PFSP
