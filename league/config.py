@@ -396,10 +396,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     # than IPPO's (docs/league.md).
     # The prey's learner plays 3 of every 4 training matches, so that both sides learn from as
     # many rows (the predators' three seats give three rows a step), and draws its opponents
-    # uniformly from the predators' snapshots (fictitious play, Heinrich et al. 2015): under PFSP
-    # it met only the newest predators and its later snapshots lost more often to the early ones
-    # than the untrained prey did. 40% rating matches: a side's snapshots differ by little, and
-    # at 20% their ratings' sigma (0.6-1.2) was as large as the spread of their mu.
+    # uniformly from the predators' snapshots (fictitious play, Heinrich et al. 2015): under PFSP,
+    # which weights the predators it loses to (mostly the newest), its later snapshots lost more
+    # often to the early predators than the untrained prey did. 40% rating matches: a side's
+    # snapshots differ by little, and at 20% their ratings' sigma (0.6-1.2) was as large as the
+    # spread of their mu.
     "simple_tag": {
         "game": "simple_tag", "learner": "mappo", "iterations": 30, "matches_per_iteration": 128, "num_envs": 64,
         "snapshot_every_steps": 6000, "anchors": ["random"], "rating_share": 0.4, "draw_probability": 0.05,
