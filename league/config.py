@@ -626,7 +626,11 @@ def load_config(source: str, overrides: list[str] | None = None) -> LeagueConfig
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"{source!r} is neither a preset nor a YAML file{hint}; presets: "
                           f"{', '.join(preset_names())}")
-    return config_from_dict(apply_overrides(data, overrides or []))
+    overrides = overrides or []
+    if "roles" not in data and any(item.startswith("roles.") for item in overrides):
+        # `--set roles.main.pfsp=...` on a config that keeps the default role: name it explicitly.
+        data = {**data, "roles": [to_dict(role) for role in LeagueConfig.__dataclass_fields__["roles"].default]}
+    return config_from_dict(apply_overrides(data, overrides))
 
 
 def config_from_dict(data: dict[str, Any]) -> LeagueConfig:

@@ -157,7 +157,11 @@ _EXPONENT_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `a.b.c=value` overrides to a nested dict (copying it)."""
+    """Apply `a.b.c=value` overrides to a nested dict (copying it).
+
+    A list of named sections (the league's `roles`) is entered by name:
+    `roles.prey.learner_share=3` sets the key of the entry whose `name` is 'prey'.
+    """
     import copy
 
     data = copy.deepcopy(data)
@@ -168,14 +172,32 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         parts = key.strip().split(".")
         node = data
         for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise ConfigError(f"bad --set {item!r}: {'.'.join(parts[:i + 1])!r} is not a section")
+            where = ".".join(parts[:i + 1])
+            if isinstance(node, list):
+                child = _named_entry(node, part, item, ".".join(parts[:i]))
+            else:
+                child = node.get(part)
+                if child is None:
+                    child = node[part] = {}
+            if isinstance(child, list):
+                if i == len(parts) - 2:
+                    raise ConfigError(f"bad --set {item!r}: {where!r} is a list; name one of its entries, "
+                                      f"e.g. {where}.<name>.{parts[-1]}=...")
+            elif not isinstance(child, dict):
+                raise ConfigError(f"bad --set {item!r}: {where!r} is not a section")
             node = child
         node[parts[-1]] = parse_scalar(raw)
     return data
+
+
+def _named_entry(entries: list, name: str, item: str, where: str) -> dict:
+    """The entry of a list of named sections whose `name` is `name`, or a one-line error."""
+    names = [e.get("name") for e in entries if isinstance(e, dict)]
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            return entry
+    have = ", ".join(str(n) for n in names) or "none"
+    raise ConfigError(f"bad --set {item!r}: no {where} entry named {name!r} (have: {have})")
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -233,9 +234,11 @@ def test_status_imports_no_torch_and_survives_a_closed_pipe(tmp_path):
     (["game=no_such_game"], "unknown game"),
     (["ppo.learning_rate=fast"], "config key 'ppo.learning_rate'"),
     (["roles=[{name: main, learner_share: -1}]"], "learner_share"),
+    (["roles.hunter.pfsp=1"], "no roles entry named 'hunter' (have: main)"),
+    (["roles.pfsp=1"], "'roles' is a list; name one of its entries"),
 ])
 def test_bad_config_is_one_line_and_writes_nothing(tmp_path, overrides, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config("quickstart", overrides)
     args = [sys.executable, "-m", "ludus", "train", "quickstart", "--run", str(tmp_path / "run")]
     for item in overrides:
@@ -244,6 +247,16 @@ def test_bad_config_is_one_line_and_writes_nothing(tmp_path, overrides, message)
     assert result.returncode == 2
     assert len(result.stderr.decode().strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_set_reaches_a_role_by_its_name():
+    config = load_config("simple_tag", ["roles.prey.learner_share=2", "roles.predators.uniform=0.5"])
+    prey, predators = (next(r for r in config.roles if r.name == name) for name in ("prey", "predators"))
+    preset = {r.name: r for r in load_config("simple_tag").roles}
+    assert prey.learner_share == 2.0 and predators.uniform == 0.5
+    assert prey.uniform == preset["prey"].uniform and predators.learner_share == preset["predators"].learner_share
+    # a config that keeps the default role list reaches it by the default name
+    assert load_config("quickstart", ["roles.main.pfsp=0.25"]).roles[0].pfsp == 0.25
 
 
 def test_missing_run_and_corrupt_database_are_refused(tmp_path):
