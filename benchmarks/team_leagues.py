@@ -20,7 +20,7 @@ side's snapshot index k and its TrueSkill mu from the run's rating matches, for 
 simple_tag ('predators@k', 'prey@k') and for `tic_tac_toe_2v2` (2v2 tic-tac-toe, games/teams.py,
 whose one role 'main' plays both sides).
 
-    python benchmarks/team_leagues.py [--seeds 0 1 2] [--games 40] [--tag-iterations 150]
+    python benchmarks/team_leagues.py [--seeds 0 1 2] [--games 40] [--tag-iterations 150] [--set K=V] [--set-2v2 K=V]
 
 Ends with ``goal mappo_vs_ippo_tag: <diff> [low, high] (target: interval above 0) PASS|FAIL`` and
 ``goal team_rating_progress: <worst side's Spearman> (target 0.8) PASS|FAIL``.
@@ -133,7 +133,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tag-iterations", type=int, default=150,
                         help="iterations of the simple_tag leagues (in the preset's 30 its snapshots do not improve)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], help="preset overrides (key=value)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="simple_tag preset overrides (key=value; roles by name, e.g. roles.prey.uniform=0.5)")
+    parser.add_argument("--set-2v2", dest="overrides_2v2", action="append", default=[],
+                        help="tic_tac_toe_2v2 preset overrides (key=value)")
     args = parser.parse_args()
     started = time.perf_counter()
     print(f"simple_tag preset ({args.tag_iterations} iterations), learners mappo and ippo, seeds {args.seeds}; "
@@ -144,7 +147,7 @@ def main() -> int:
         tag = [f"iterations={args.tag_iterations}", *args.overrides]
         jobs = {(learner, seed): pool.submit(train, GAME, learner, seed, root, tag)
                 for seed in args.seeds for learner in ("mappo", "ippo")}
-        teams = {seed: pool.submit(train, "tic_tac_toe_2v2", "mappo", seed, root, args.overrides) for seed in args.seeds}
+        teams = {seed: pool.submit(train, "tic_tac_toe_2v2", "mappo", seed, root, args.overrides_2v2) for seed in args.seeds}
         for seed in args.seeds:
             runs = {learner: Path(jobs[(learner, seed)].result()) for learner in ("mappo", "ippo")}
             d = cross_play(runs, args.games, seed=1000 + seed)
