@@ -220,6 +220,14 @@ class MixturePolicy:
     def act(self, batch, rng: np.random.Generator, greedy: bool = False):
         return self.current.act(batch, rng, greedy=greedy)
 
+    def forget_readings(self) -> None:
+        """`agents.policy.KeepsReadings`: every component that keeps readings (an LM) forgets them."""
+        from agents.policy import KeepsReadings
+
+        for policy in self.policies:
+            if isinstance(policy, KeepsReadings):
+                policy.forget_readings()
+
 
 def load_mixture_policy(directory: str | os.PathLike, expect_game: str | None = None) -> MixturePolicy:
     """The playable policy of a mixture directory (snapshots verified, bots by trusted id)."""

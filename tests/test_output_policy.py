@@ -97,6 +97,26 @@ def test_play_and_draws(kuhn_run):
     assert result.finished and any(line.startswith("the mixture plays") for line in lines)
 
 
+def test_a_mixture_makes_its_components_forget_their_readings():
+    """Runners clear kept readings (an LM's prompt store) at each task; a mixture passes that on."""
+    from agents.mixture import MixturePolicy
+    from agents.policy import KeepsReadings
+
+    class Keeps:
+        forgotten = 0
+
+        def forget_readings(self):
+            self.forgotten += 1
+
+    keeps, plain = Keeps(), object()
+    mixture = Mixture(KUHN, (MixtureComponent("lm@1", 0.5, snapshot="lm@1"), MixtureComponent("random", 0.5, bot="random")),
+                      source="test", iteration=0)
+    policy = MixturePolicy(mixture, [keeps, plain])
+    assert isinstance(policy, KeepsReadings)
+    policy.forget_readings()
+    assert keeps.forgotten == 1
+
+
 def test_damaged_mixtures_give_one_line_errors(kuhn_run, tmp_path):
     good = _two_member_mixture(kuhn_run, kuhn_run.parent / "half3")
     data = json.loads((good / MIXTURE_FILE).read_text())
