@@ -2,7 +2,7 @@
 
 For each seed, two leagues train the `simple_tag` preset (predators and prey, each a rated
 population; the predators draw prey snapshots by PFSP, the prey draws predator snapshots
-uniformly) for 150 iterations (`--tag-iterations`; 2.4M steps, ~7.5 min with two at a time):
+uniformly) for its 150 iterations of 256 matches (4.8M steps, ~14 min with two at a time):
 one with `learner=mappo` (centralised critics on the seat's own observation and the game's
 global state), one with `learner=ippo` (the same learner, each critic on the row's own
 observation). Each run is a process with one torch thread, two at a time.
@@ -20,7 +20,7 @@ side's snapshot index k and its TrueSkill mu from the run's rating matches, for 
 simple_tag ('predators@k', 'prey@k') and for `tic_tac_toe_2v2` (2v2 tic-tac-toe, games/teams.py,
 whose one role 'main' plays both sides).
 
-    python benchmarks/team_leagues.py [--seeds 0 1 2] [--games 40] [--tag-iterations 150] [--set K=V] [--set-2v2 K=V]
+    python benchmarks/team_leagues.py [--seeds 0 1 2] [--games 40] [--set K=V] [--set-2v2 K=V]
 
 Ends with ``goal mappo_vs_ippo_tag: <diff> [low, high] (target: interval above 0) PASS|FAIL`` and
 ``goal team_rating_progress: <worst side's Spearman> (target 0.8) PASS|FAIL``.
@@ -131,20 +131,18 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--games", type=int, default=40, help="games per (prey snapshot, predators)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--tag-iterations", type=int, default=150,
-                        help="iterations of the simple_tag leagues (in the preset's 30 its snapshots do not improve)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="simple_tag preset overrides (key=value; roles by name, e.g. roles.prey.uniform=0.5)")
     parser.add_argument("--set-2v2", dest="overrides_2v2", action="append", default=[],
                         help="tic_tac_toe_2v2 preset overrides (key=value)")
     args = parser.parse_args()
     started = time.perf_counter()
-    print(f"simple_tag preset ({args.tag_iterations} iterations), learners mappo and ippo, seeds {args.seeds}; "
+    print(f"simple_tag preset {args.overrides or ''}, learners mappo and ippo, seeds {args.seeds}; "
           f"load {os.getloadavg()[0]:.2f}", flush=True)
     diffs, rhos = [], []
     with tempfile.TemporaryDirectory(prefix="ludus-tag-") as root, \
             ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        tag = [f"iterations={args.tag_iterations}", *args.overrides]
+        tag = list(args.overrides)
         jobs = {(learner, seed): pool.submit(train, GAME, learner, seed, root, tag)
                 for seed in args.seeds for learner in ("mappo", "ippo")}
         teams = {seed: pool.submit(train, "tic_tac_toe_2v2", "mappo", seed, root, args.overrides_2v2) for seed in args.seeds}

@@ -394,23 +394,26 @@ PRESETS: dict[str, dict[str, Any]] = {
     # iterations its predators caught more in cross-play than with the global state alone on
     # four of five seeds (measured before the prey's changes below), though not reliably more
     # than IPPO's (docs/league.md).
-    # The prey's learner plays 3 of every 4 training matches, so that both sides learn from as
-    # many rows (the predators' three seats give three rows a step), and draws its opponents
-    # uniformly from the predators' snapshots (fictitious play, Heinrich et al. 2015): under PFSP,
-    # which weights the predators it loses to (mostly the newest), its later snapshots lost more
-    # often to the early predators than the untrained prey did. 40% rating matches: a side's
-    # snapshots differ by little, and at 20% their ratings' sigma (0.6-1.2) was as large as the
-    # spread of their mu.
+    # The prey's learner plays 6 of every 7 training matches (the predators' three seats give
+    # three rows a step, so the prey learns from twice the predators' rows) and draws its
+    # opponents uniformly from the predators' snapshots (fictitious play, Heinrich et al. 2015):
+    # under PFSP, which weights the predators it loses to (mostly the newest), its later
+    # snapshots lost more often to the early predators than the untrained prey did. The
+    # predators win the arms race: with equal rows the prey's later snapshots scored 0.05-0.15
+    # against the later predators and its ratings stopped rising on some seeds. 40% rating
+    # matches: a side's snapshots differ by little, and at 20% their ratings' sigma (0.6-1.2) was
+    # as large as the spread of their mu. 150 iterations of 256 matches (4.8M steps): the prey's
+    # ratings rise too slowly for half of that (docs/league.md has the figures).
     "simple_tag": {
-        "game": "simple_tag", "learner": "mappo", "iterations": 30, "matches_per_iteration": 128, "num_envs": 64,
-        "snapshot_every_steps": 6000, "anchors": ["random"], "rating_share": 0.4, "draw_probability": 0.05,
+        "game": "simple_tag", "learner": "mappo", "iterations": 150, "matches_per_iteration": 256, "num_envs": 128,
+        "snapshot_every_steps": 12000, "anchors": ["random"], "rating_share": 0.4, "draw_probability": 0.05,
         "net": {"hidden": [64, 64], "activation": "relu"}, "critic": {"own_observation": True},
         "ppo": {"learning_rate": 7e-4, "anneal_lr": False, "adam_eps": 1e-5, "gamma": 0.99, "num_minibatches": 4,
                 "update_epochs": 4, "max_grad_norm": 10.0},
         "roles": [
             {"name": "predators", "kind": "main", "team": 0, "self_play": 0.0, "pfsp": 0.7, "uniform": 0.3},
             {"name": "prey", "kind": "main", "team": 1, "self_play": 0.0, "pfsp": 0.0, "uniform": 1.0,
-             "learner_share": 3.0},
+             "learner_share": 6.0},
         ],
     },
     # 2v2 tic-tac-toe (games/teams.py): partners alternate at their side's moves without conferring.
