@@ -137,7 +137,8 @@ def main() -> int:
                         help="tic_tac_toe_2v2 preset overrides (key=value)")
     args = parser.parse_args()
     started = time.perf_counter()
-    print(f"simple_tag preset {args.overrides or ''}, learners mappo and ippo, seeds {args.seeds}; "
+    print(f"simple_tag preset{' with ' + ' '.join(args.overrides) if args.overrides else ''}, "
+          f"learners mappo and ippo, seeds {args.seeds}; "
           f"load {os.getloadavg()[0]:.2f}", flush=True)
     diffs, rhos = [], []
     with tempfile.TemporaryDirectory(prefix="ludus-tag-") as root, \

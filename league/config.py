@@ -399,7 +399,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # opponents uniformly from the predators' snapshots (fictitious play, Heinrich et al. 2015):
     # under PFSP, which weights the predators it loses to (mostly the newest), its later
     # snapshots lost more often to the early predators than the untrained prey did. The
-    # predators win the arms race: with equal rows the prey's later snapshots scored 0.05-0.15
+    # predators win the arms race: with equal rows the prey's later snapshots scored 0.04-0.14
     # against the later predators and its ratings stopped rising on some seeds. 40% rating
     # matches: a side's snapshots differ by little, and at 20% their ratings' sigma (0.6-1.2) was
     # as large as the spread of their mu. 150 iterations of 256 matches (4.8M steps): the prey's
