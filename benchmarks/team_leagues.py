@@ -143,8 +143,7 @@ def main() -> int:
     diffs, rhos = [], []
     with tempfile.TemporaryDirectory(prefix="ludus-tag-") as root, \
             ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        tag = list(args.overrides)
-        jobs = {(learner, seed): pool.submit(train, GAME, learner, seed, root, tag)
+        jobs = {(learner, seed): pool.submit(train, GAME, learner, seed, root, args.overrides)
                 for seed in args.seeds for learner in ("mappo", "ippo")}
         teams = {seed: pool.submit(train, "tic_tac_toe_2v2", "mappo", seed, root, args.overrides_2v2) for seed in args.seeds}
         for seed in args.seeds:

@@ -192,11 +192,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def _named_entry(entries: list, name: str, item: str, where: str) -> dict:
     """The entry of a list of named sections whose `name` is `name`, or a one-line error."""
-    names = [e.get("name") for e in entries if isinstance(e, dict)]
     for entry in entries:
         if isinstance(entry, dict) and entry.get("name") == name:
             return entry
-    have = ", ".join(str(n) for n in names) or "none"
+    have = ", ".join(str(e.get("name")) for e in entries if isinstance(e, dict)) or "none"
     raise ConfigError(f"bad --set {item!r}: no {where} entry named {name!r} (have: {have})")
 
 
