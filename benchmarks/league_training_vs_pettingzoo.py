@@ -24,7 +24,11 @@ on this kind of machine.
 Where the time goes is read back from the run itself: the manager's phase timers (matchmaking,
 waiting for play, record, learn, snapshot, checkpoint; with `pipeline_depth: 2` the runners play
 the next iteration while the manager records and learns, so "play" is only the wait) and the
-runners' busy time (the ledger stores each match's share of its runner task's wall time).
+runners' busy time (the ledger stores each match's share of its runner task's wall time). The
+CPU time of the manager and of its runner processes (`getrusage`) shows how busy the cores were,
+and the MCTS anchors' share of it is estimated by searching again, with the anchor bot itself, the
+positions of a sample of its matches from the run's ledger (`--search-sample` per anchor and match
+kind; the mean time per move times the anchor's moves).
 
     python benchmarks/league_training_vs_pettingzoo.py [--iterations N] [--repeats 1] [--seconds 5] [--set key=value]
 """
@@ -33,16 +37,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from game_speed import PettingZooRun  # noqa: E402
+
+if TYPE_CHECKING:
+    from league.config import LeagueConfig
 
 GOAL = 1.0
 """Target of the per-core ratio (issue 19; stretch 2.0)."""
@@ -71,13 +81,24 @@ class TrainingRun:
     """Transitions the learners trained on (PPO batch rows, all learners)."""
     processes: int
     """The run's processes: the manager and its runners."""
+    manager_cpu_seconds: float
+    """CPU time (user + system) of the manager's process during the run."""
+    runner_cpu_seconds: float
+    """CPU time of the runner processes (the manager's children, counted when they exit at close)."""
+    search_seconds: dict[str, float]
+    """Estimated CPU seconds of the MCTS anchors' moves, per 'kind anchor' (e.g. 'training mcts-100')."""
 
     @property
     def moves_per_second(self) -> float:
         return self.moves / self.seconds
 
 
-def train_once(iterations: int | None, run_dir: Path, overrides: list[str]) -> TrainingRun:
+def _cpu_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def train_once(iterations: int | None, run_dir: Path, overrides: list[str], search_sample: int) -> TrainingRun:
     """`ludus train connect_four --set iterations=N --run run_dir`, timed, without printing the status table."""
     from league import api
     from league.manager import League
@@ -93,6 +114,7 @@ def train_once(iterations: int | None, run_dir: Path, overrides: list[str]) -> T
         iteration_seconds[0] += summary.seconds
         rows[0] += int(sum(stats.get("batch_size", 0) for stats in summary.losses.values()))
 
+    cpu_before = _cpu_seconds(resource.RUSAGE_SELF), _cpu_seconds(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     league = League.create(config, run_dir)
     league.on_iteration.append(on_iteration)
@@ -101,13 +123,17 @@ def train_once(iterations: int | None, run_dir: Path, overrides: list[str]) -> T
     finally:
         league.close()
     seconds = time.perf_counter() - start
+    manager_cpu = _cpu_seconds(resource.RUSAGE_SELF) - cpu_before[0]
+    runner_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - cpu_before[1]
     moves, matches, runner_seconds = _ledger_totals(run_dir)
     if moves != league.total_env_steps:
         raise AssertionError(f"ledger holds {moves} moves, the league counted {league.total_env_steps}")
     return TrainingRun(iterations=config.iterations, moves=moves, matches=matches, seconds=seconds,
                        setup_seconds=seconds - iteration_seconds[0],
                        phase_seconds=phases, runner_seconds=runner_seconds, learner_rows=rows[0],
-                       processes=1 + (config.num_runners if config.backend != "serial" else 0))
+                       processes=1 + (config.num_runners if config.backend != "serial" else 0),
+                       manager_cpu_seconds=manager_cpu, runner_cpu_seconds=runner_cpu,
+                       search_seconds=_search_seconds(run_dir, config, search_sample))
 
 
 def _ledger_totals(run_dir: Path) -> tuple[int, int, float]:
@@ -125,12 +151,73 @@ def _ledger_totals(run_dir: Path) -> tuple[int, int, float]:
     return moves, matches, runner_seconds
 
 
+def _search_seconds(run_dir: Path, config: LeagueConfig, sample: int) -> dict[str, float]:
+    """Estimated CPU seconds of every MCTS anchor's moves in the run, per match kind: up to `sample`
+    of its matches (drawn with a fixed seed) are replayed from the ledger and each of the anchor's
+    moves is searched again by the bot itself (`MCTSBot.act` on batches of up to 256 rows, as a
+    runner calls it); the mean time per move is scaled to all of the anchor's moves."""
+    import pyspiel
+
+    from agents.bots import MCTSBot, make_bot
+    from agents.policy import ActBatch
+    from games.registry import spec as game_spec
+    from league.founders import founding_members
+    from league.ledger import Store
+
+    spec = game_spec(config.game)
+    searchers = {m.player_id: m.bot for m in founding_members(config, spec)
+                 if m.bot and isinstance(make_bot(m.bot, spec), MCTSBot)}
+    plays: dict[tuple[str, str], list[tuple[int, tuple[int, ...]]]] = defaultdict(list)
+    with Store.open(run_dir, mode="read") as store:
+        for stored in store.iter_matches():
+            result = stored.result
+            for seat in result.seats:
+                if seat.player_id in searchers:
+                    plays[(result.kind, searchers[seat.player_id])].append((seat.seat, result.moves))
+    rng = np.random.default_rng(0)
+    game = pyspiel.load_game(spec.spiel_name)
+    estimates = {}
+    for (kind, anchor), matches in sorted(plays.items()):
+        bot = make_bot(anchor, spec)
+        masks, seats, histories = [], [], []
+        for index in rng.choice(len(matches), size=min(sample, len(matches)), replace=False).tolist():
+            seat, moves = matches[index]
+            state = game.new_initial_state()
+            for ply, action in enumerate(moves):
+                if state.current_player() == seat:
+                    mask = np.zeros(spec.num_actions, dtype=bool)
+                    mask[state.legal_actions()] = True
+                    masks.append(mask)
+                    seats.append(seat)
+                    histories.append(tuple(moves[:ply]))
+                state.apply_action(int(action))
+        # one call per runner-sized batch of those positions, as a runner asks the bot
+        begin = time.perf_counter()
+        for start in range(0, len(masks), 256):
+            rows = slice(start, start + 256)
+            bot.act(ActBatch(obs=np.zeros((len(masks[rows]), *spec.observation_shape), dtype=np.float32),
+                             mask=np.stack(masks[rows]), seats=np.array(seats[rows]), histories=histories[rows]), rng)
+        timed_seconds, timed = time.perf_counter() - begin, len(masks)
+        # the anchor's moves in all of its matches: the plies its seat was to move
+        total = 0
+        for seat, moves in matches:
+            state = game.new_initial_state()
+            for action in moves:
+                total += state.current_player() == seat
+                state.apply_action(int(action))
+        estimates[f"{kind} {anchor}"] = timed_seconds / max(timed, 1) * total
+    return estimates
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iterations", type=int, default=None,
                         help="league iterations per training run (default: the preset's own count)")
     parser.add_argument("--repeats", type=int, default=1, help="training runs, each between two PettingZoo measurements")
     parser.add_argument("--seconds", type=float, default=5.0, help="PettingZoo seconds per measurement")
+    parser.add_argument("--search-sample", type=int, default=200,
+                        help="matches per MCTS anchor and match kind whose anchor moves are searched again "
+                             "to estimate the anchors' CPU time")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="a config override for the preset, key=value (e.g. inference_dtype=bfloat16)")
     args = parser.parse_args()
@@ -142,7 +229,7 @@ def main() -> int:
     before = pettingzoo.measure(args.seconds)
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="ludus-c4-train-") as tmp:
-            run = train_once(args.iterations, Path(tmp) / "run", args.overrides)
+            run = train_once(args.iterations, Path(tmp) / "run", args.overrides, args.search_sample)
         after = pettingzoo.measure(args.seconds)
         reference = (before + after) / 2
         ratios.append(run.moves_per_second / reference)
@@ -162,6 +249,13 @@ def main() -> int:
     print(f"  runners busy {run.runner_seconds:.1f} s ({run.moves / max(run.runner_seconds, 1e-9) / 1e3:.1f}k moves/s "
           f"while playing); learners trained on {run.learner_rows:,} transitions "
           f"({run.learner_rows / max(run.phase_seconds['learn'], 1e-9) / 1e3:.1f}k rows/s of learn phase)")
+    cpu = run.manager_cpu_seconds + run.runner_cpu_seconds
+    usable = run.seconds * min(len(os.sched_getaffinity(0)), run.processes)
+    print(f"  CPU: manager {run.manager_cpu_seconds:.1f} s, runners {run.runner_cpu_seconds:.1f} s; the cores were "
+          f"busy {cpu / usable:.0%} of the run")
+    search = sum(run.search_seconds.values())
+    print(f"  MCTS anchors' search (estimated): {search:.0f} s, {search / max(cpu, 1e-9):.0%} of the run's CPU time ("
+          + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in run.search_seconds.items()) + ")")
     ratio = float(np.median(ratios))
     # The run's processes (the manager and its runners) share the machine's cores; PettingZoo's
     # loop is one process on one core.
