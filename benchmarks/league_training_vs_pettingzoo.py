@@ -156,8 +156,6 @@ def _search_seconds(run_dir: Path, config: LeagueConfig, sample: int) -> dict[st
     of its matches (drawn with a fixed seed) are replayed from the ledger and each of the anchor's
     moves is searched again by the bot itself (`MCTSBot.act` on batches of up to 256 rows, as a
     runner calls it); the mean time per move is scaled to all of the anchor's moves."""
-    import pyspiel
-
     from agents.bots import MCTSBot, make_bot
     from agents.policy import ActBatch
     from games.registry import spec as game_spec
@@ -165,20 +163,20 @@ def _search_seconds(run_dir: Path, config: LeagueConfig, sample: int) -> dict[st
     from league.ledger import Store
 
     spec = game_spec(config.game)
-    searchers = {m.player_id: m.bot for m in founding_members(config, spec)
-                 if m.bot and isinstance(make_bot(m.bot, spec), MCTSBot)}
+    bots = {m.player_id: (m.bot, make_bot(m.bot, spec)) for m in founding_members(config, spec) if m.bot}
+    searchers = {player: named for player, named in bots.items() if isinstance(named[1], MCTSBot)}
     plays: dict[tuple[str, str], list[tuple[int, tuple[int, ...]]]] = defaultdict(list)
     with Store.open(run_dir, mode="read") as store:
         for stored in store.iter_matches():
             result = stored.result
             for seat in result.seats:
                 if seat.player_id in searchers:
-                    plays[(result.kind, searchers[seat.player_id])].append((seat.seat, result.moves))
+                    plays[(result.kind, seat.player_id)].append((seat.seat, result.moves))
     rng = np.random.default_rng(0)
-    game = pyspiel.load_game(spec.spiel_name)
     estimates = {}
-    for (kind, anchor), matches in sorted(plays.items()):
-        bot = make_bot(anchor, spec)
+    for (kind, player), matches in sorted(plays.items()):
+        anchor, bot = searchers[player]
+        game = bot.game  # the bot's own pyspiel game: positions are rebuilt as it rebuilds them
         masks, seats, histories = [], [], []
         for index in rng.choice(len(matches), size=min(sample, len(matches)), replace=False).tolist():
             seat, moves = matches[index]
