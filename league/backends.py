@@ -13,6 +13,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 
@@ -44,12 +45,16 @@ class PolicyProvider:
     """player_id -> Policy for a runner: live learners from shipped weights, frozen members via an LRU cache.
 
     `inference_dtype` 'bfloat16': actor-critic nets (learners' and snapshots', MAPPO sides' actors)
-    act in bfloat16 (`agents.torch_policy.TorchPolicy`); other policies are unchanged."""
+    act in bfloat16 (`agents.torch_policy.TorchPolicy`); other policies are unchanged.
+    `learner_architectures`: the learners whose architecture is not `architecture` (a role with its
+    own `net`), by player id."""
 
     def __init__(self, spec: GameSpec, architecture: PolicyArchitecture, cache_size: int,
-                 inference_dtype: str = "float32"):
+                 inference_dtype: str = "float32",
+                 learner_architectures: Mapping[str, PolicyArchitecture] | None = None):
         self.spec = spec
         self.architecture = architecture
+        self.learner_architectures = dict(learner_architectures or {})
         self.inference_dtype = inference_dtype
         self.members: dict[str, Member] = {}
         self.cache = PolicyCache(lambda pid: self._acting(load_member_policy(self.members[pid], spec,
@@ -77,7 +82,8 @@ class PolicyProvider:
         if current is not None:
             module, policy = current[1]
         else:
-            module, policy = self.architecture.build(self.spec)
+            architecture = self.learner_architectures.get(weights.player_id, self.architecture)
+            module, policy = architecture.build(self.spec)
             self._acting(policy)
         module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.arrays.items()})
         module.eval()
@@ -127,8 +133,9 @@ class SerialBackend:
     """Runs tasks in this process, one after another, at submit time."""
 
     def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
-                 cache_size: int, seed: int = 0, runner_threads: int = 1, inference_dtype: str = "float32"):
-        self.provider = PolicyProvider(spec, architecture, cache_size, inference_dtype)
+                 cache_size: int, seed: int = 0, runner_threads: int = 1, inference_dtype: str = "float32",
+                 learner_architectures: Mapping[str, PolicyArchitecture] | None = None):
+        self.provider = PolicyProvider(spec, architecture, cache_size, inference_dtype, learner_architectures)
         self.runner = make_runner(game_id, num_envs, seed)
         self.runner_threads = runner_threads
         self.restarts = 0
@@ -153,7 +160,8 @@ class SerialBackend:
 
 
 def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchitecture, num_envs: int,
-                 cache_size: int, seed: int, runner_threads: int, inference_dtype: str, log_path: str | None) -> None:
+                 cache_size: int, seed: int, runner_threads: int, inference_dtype: str,
+                 learner_architectures: Mapping[str, PolicyArchitecture] | None, log_path: str | None) -> None:
     """A runner process: receives population/weights/tasks, sends PlayResults or a traceback."""
     import torch
 
@@ -162,7 +170,7 @@ def _worker_main(conn, game_id: str, spec_json: dict, architecture: PolicyArchit
         log = open(log_path, "a", buffering=1)
         os.dup2(log.fileno(), 2)
     spec = GameSpec.from_json(spec_json)
-    provider = PolicyProvider(spec, architecture, cache_size, inference_dtype)
+    provider = PolicyProvider(spec, architecture, cache_size, inference_dtype, learner_architectures)
     runner = make_runner(game_id, num_envs, seed)
     while True:
         try:
@@ -203,8 +211,10 @@ class ProcessBackend:
 
     def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
                  cache_size: int, num_workers: int, seed: int = 0, log_dir: str | None = None,
-                 max_restarts: int = 5, runner_threads: int = 1, inference_dtype: str = "float32"):
-        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed, runner_threads, inference_dtype)
+                 max_restarts: int = 5, runner_threads: int = 1, inference_dtype: str = "float32",
+                 learner_architectures: Mapping[str, PolicyArchitecture] | None = None):
+        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed, runner_threads, inference_dtype,
+                     learner_architectures)
         self.num_workers = num_workers
         self.log_dir = log_dir
         self.max_restarts = max_restarts
@@ -326,12 +336,15 @@ class ProcessBackend:
             conn.close()
 
 
-def make_backend(config, spec: GameSpec, architecture: PolicyArchitecture, members: list[Member],
+def make_backend(config, spec: GameSpec, architectures: Mapping[str, PolicyArchitecture], members: list[Member],
                  log_dir: str) -> Backend:
-    """The backend `config.backend` names (a LeagueConfig), holding `members` for its runners."""
-    common = dict(game_id=config.game, spec=spec, architecture=architecture, num_envs=config.num_envs,
+    """The backend `config.backend` names (a LeagueConfig), holding `members` for its runners;
+    `architectures`: each learner's, by player id (the first is the runners' default)."""
+    default = next(iter(architectures.values()))
+    common = dict(game_id=config.game, spec=spec, architecture=default, num_envs=config.num_envs,
                   cache_size=config.policy_cache_size, seed=config.seed, runner_threads=config.runner_threads,
-                  inference_dtype=config.inference_dtype)
+                  inference_dtype=config.inference_dtype,
+                  learner_architectures={pid: a for pid, a in architectures.items() if a != default})
     if config.backend == "serial":
         backend: Backend = SerialBackend(**common)
     elif config.backend == "process":

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from agents.deep_cfr import SDCFRLearner
-from agents.nets import ActorCritic
+from agents.nets import ActorCritic, NetConfig
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
 from games.core import GameSpec
@@ -29,7 +29,7 @@ from league.seeds import rng_from_tensor, rng_to_tensor
 
 
 class SDCFRLeagueLearner:
-    def __init__(self, spec: GameSpec, config: LeagueConfig, seed: int, init_seed: int):
+    def __init__(self, spec: GameSpec, config: LeagueConfig, net: NetConfig, seed: int, init_seed: int):
         from games.spiel import spiel_game_for, spiel_observation, spiel_observation_kind
 
         game = spiel_game_for(config.game)
@@ -38,10 +38,10 @@ class SDCFRLeagueLearner:
         def observe(state, seat):
             return spiel_observation(state, seat, kind)
 
-        self.spec, self.net_config = spec, config.net
+        self.spec, self.net_config = spec, net
         torch.manual_seed(init_seed)  # initial weights, as PPO's learner
-        self.cfr = SDCFRLearner(game, observe, ActorCritic(spec, config.net), config.cfr, seed)
-        self.architecture = ActorCriticArchitecture(config.net)
+        self.cfr = SDCFRLearner(game, observe, ActorCritic(spec, net), config.cfr, seed)
+        self.architecture = ActorCriticArchitecture(net)
 
     @property
     def module(self) -> nn.Module:

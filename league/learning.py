@@ -92,11 +92,11 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
     if config.learner in ("mappo", "ippo"):
         from league.mappo import MAPPOLeagueLearner
 
-        return MAPPOLeagueLearner(spec, config, seed, init_seed)
+        return MAPPOLeagueLearner(spec, config, config.role_net(role_index), seed, init_seed)
     if config.learner == "sdcfr":
         from league.cfr import SDCFRLeagueLearner
 
-        return SDCFRLeagueLearner(spec, config, seed, init_seed)
+        return SDCFRLeagueLearner(spec, config, config.role_net(role_index), seed, init_seed)
     backend_factory = None
     if config.learner_backend.backend == "deepspeed":
         from agents.deepspeed_backend import make_update_backend
@@ -109,8 +109,8 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
         from league.ranks import RankedLearner
 
         return RankedLearner(ranks, role_index, seed, init_seed, lambda: PPOLeagueLearner(
-            spec, config.net, config.ppo, seed, init_seed, backend_factory))
-    return PPOLeagueLearner(spec, config.net, config.ppo, seed, init_seed, backend_factory)
+            spec, config.role_net(role_index), config.ppo, seed, init_seed, backend_factory))
+    return PPOLeagueLearner(spec, config.role_net(role_index), config.ppo, seed, init_seed, backend_factory)
 
 
 def make_learner_architecture(config: LeagueConfig):

@@ -148,8 +148,8 @@ class League:
                             init_seed=stream_seed(self.config.seed, INIT_WEIGHTS, index), ranks=self.ranks)
 
     def _make_backend(self) -> Backend:
-        architecture = next(iter(self.learners.values())).impl.architecture
-        return make_backend(self.config, self.spec, architecture, with_absolute_paths(self.population.frozen(), self.run_dir),
+        architectures = {pid: learner.impl.architecture for pid, learner in self.learners.items()}
+        return make_backend(self.config, self.spec, architectures, with_absolute_paths(self.population.frozen(), self.run_dir),
                             str(self.run_dir / "logs"))
 
     # ----------------------------------------------------------------------------- the loop

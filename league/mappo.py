@@ -83,11 +83,12 @@ class MAPPOArchitecture:
 class MAPPOLeagueLearner:
     """A `league.learners.LeagueLearner`: one role's side, MAPPO (or IPPO) updates."""
 
-    def __init__(self, spec: GameSpec, config: Any, seed: int, init_seed: int):
+    def __init__(self, spec: GameSpec, config: Any, net: NetConfig, seed: int, init_seed: int):
+        """`net`: the actor's architecture (the role's, `LeagueConfig.role_net`)."""
         self.spec = spec
-        self.net_config = config.net
+        self.net_config = net
         self.mappo = mappo_config(config)
-        self.architecture = MAPPOArchitecture(config.net, self.mappo)
+        self.architecture = MAPPOArchitecture(net, self.mappo)
         self.learner = self._new_learner(seed, init_seed, actor_state=None)
 
     def _new_learner(self, seed: int, init_seed: int, actor_state: dict[str, torch.Tensor] | None) -> MAPPOLearner:

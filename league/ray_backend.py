@@ -42,6 +42,7 @@ import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -131,11 +132,13 @@ class RunnerActor:
     """A Ray actor wrapping one `Runner` and `PolicyProvider` (`runner_threads` torch threads)."""
 
     def __init__(self, game_id: str, spec_json: dict, architecture: PolicyArchitecture, num_envs: int,
-                 cache_size: int, seed: int, runner_threads: int = 1, inference_dtype: str = "float32"):
+                 cache_size: int, seed: int, runner_threads: int = 1, inference_dtype: str = "float32",
+                 learner_architectures: Mapping[str, PolicyArchitecture] | None = None):
         import torch
 
         torch.set_num_threads(runner_threads)  # as every backend: thread count changes matmul reduction order
-        self.provider = PolicyProvider(GameSpec.from_json(spec_json), architecture, cache_size, inference_dtype)
+        self.provider = PolicyProvider(GameSpec.from_json(spec_json), architecture, cache_size, inference_dtype,
+                                       learner_architectures)
         self.runner = make_runner(game_id, num_envs, seed)
         self.population_version = -1
         self.members: list[Member] = []
@@ -194,8 +197,10 @@ class RayBackend:
     def __init__(self, game_id: str, spec: GameSpec, architecture: PolicyArchitecture, num_envs: int,
                  cache_size: int, num_workers: int, seed: int = 0, address: str | None = None,
                  max_restarts: int = 5, runner_cpus: float = RUNNER_CPUS, runner_threads: int = 1,
-                 inference_dtype: str = "float32"):
-        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed, runner_threads, inference_dtype)
+                 inference_dtype: str = "float32",
+                 learner_architectures: Mapping[str, PolicyArchitecture] | None = None):
+        self.args = (game_id, spec.to_json(), architecture, num_envs, cache_size, seed, runner_threads, inference_dtype,
+                     learner_architectures)
         self.num_workers = num_workers
         self.max_restarts = max_restarts
         self.runner_cpus = runner_cpus

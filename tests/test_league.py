@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -236,6 +237,9 @@ def test_status_imports_no_torch_and_survives_a_closed_pipe(tmp_path):
     (["roles=[{name: main, learner_share: -1}]"], "learner_share"),
     (["roles.hunter.pfsp=1"], "no roles entry named 'hunter' (have: main)"),
     (["roles.pfsp=1"], "'roles' is a list; name one of its entries"),
+    (["roles.main.net.kind=conv", "roles.main.net.layer_norm=true"],
+     "config key 'roles.main.net.layer_norm' is for net.kind 'mlp', not 'conv'"),
+    (["learner=token_ppo", "roles.main.net.hidden=[8]"], "roles.main.net: learner 'token_ppo' has no actor-critic net"),
 ])
 def test_bad_config_is_one_line_and_writes_nothing(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -257,6 +261,33 @@ def test_set_reaches_a_role_by_its_name():
     assert prey.uniform == preset["prey"].uniform and predators.learner_share == preset["predators"].learner_share
     # a config that keeps the default role list reaches it by the default name
     assert load_config("quickstart", ["roles.main.pfsp=0.25"]).roles[0].pfsp == 0.25
+
+
+def test_a_role_with_its_own_net_learns_and_plays_with_it(tmp_path):
+    """`roles[i].net`: that role's learner, its snapshots and the runners' copies of the live
+    learner have its architecture (keys it leaves out are the league's `net`); serial shards equal
+    process workers and a resumed run equals an uninterrupted one."""
+    roles = "roles=[{name: main}, {name: exploiter, kind: main_exploiter, net: {hidden: [32]}}]"
+    config = small_config(roles, "net.activation=relu", "num_runners=2", "iterations=3")
+    assert config.role_net(0) == config.net
+    assert config.role_net(1) == replace(config.net, hidden=(32,))  # relu, from the league's net
+    train(config, tmp_path / "serial")
+    train(replace(config, backend="process"), tmp_path / "process")
+    train(config, tmp_path / "split", until=1)
+    league = League.resume(tmp_path / "split")
+    try:
+        league.run()
+    finally:
+        league.close()
+    rows = ledger_rows(tmp_path / "serial")
+    assert any("exploiter" in str(row) for row in rows)  # the exploiter's live learner played
+    for other in ("process", "split"):
+        assert ledger_rows(tmp_path / other) == rows
+        assert snapshot_ids(tmp_path / other) == snapshot_ids(tmp_path / "serial")
+    hidden = {manifest.parent.name: json.loads(manifest.read_text())["architecture"]["hidden"]
+              for manifest in (tmp_path / "serial" / "snapshots").glob("*/manifest.json")}
+    assert {name.split("@")[0] for name in hidden} == {"main", "exploiter"}
+    assert all(h == ([32] if name.startswith("exploiter@") else list(config.net.hidden)) for name, h in hidden.items())
 
 
 def test_missing_run_and_corrupt_database_are_refused(tmp_path):
