@@ -65,8 +65,8 @@ class RoleConfig:
     """The rise of the smoothed mean return (in the game's return units) that counts as progress."""
     net: NetConfig | None = None
     """This role's own actor-critic architecture (learners 'ppo', 'mappo', 'ippo', 'sdcfr'), e.g.
-    wider layers for one side of an asymmetric game; keys it leaves out are the league's `net`.
-    None: the league's `net`."""
+    wider layers for one side of an asymmetric game; in a config file or `--set`, keys it leaves
+    out are the league's `net` (`config_from_dict` completes it). None: the league's `net`."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():

@@ -114,8 +114,9 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
 
 
 def make_learner_architecture(config: LeagueConfig):
-    """The `PolicyArchitecture` of `config.learner`'s policies, without building a learner (an
-    evaluation plays a run's members with it)."""
+    """The `PolicyArchitecture` of `config.learner`'s policies with the league's `net`, without
+    building a learner: an evaluation plays a run's frozen members with it (each loads from its own
+    manifest, so a role with its own `net` needs nothing more; LM members load onto its `lm_base`)."""
     if config.learner in ("text_ppo", "text_mmd"):
         from league.text_lm import TextLMArchitecture
 
