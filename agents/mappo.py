@@ -7,8 +7,8 @@ MAPPO is PPO with two choices that matter in cooperative games:
   each agent's local observation (optionally with the agent's id one-hot appended);
 * a *centralised* critic V(s) on the global state during training (centralised training,
   decentralised execution): `Game.global_state()` (`VectorGame.global_states()`) when the game has one (`spec.state_shape`;
-  PettingZoo Parallel envs give `env.state()`), else the concatenation of every agent's
-  observation. IPPO is the same algorithm with the critic on the agent's local observation
+  PettingZoo Parallel envs give `env.state()`), else the concatenation of the observations of the
+  agent's side (`agents.rollout.side_critic_inputs`, the same view league runners record). IPPO is the same algorithm with the critic on the agent's local observation
   (`critic_input="local"`, the paper's main comparison).
 
 The paper's implementation details and MPE hyperparameters (its appendix) are the defaults of
@@ -27,7 +27,7 @@ per team. `collect_rollout` plays a simultaneous-move `VectorGame` ([B, P] TimeS
 T steps and builds one `MAPPOBatch` per team; `train_cooperative` is the loop around them.
 
 Reused from agents.rollout: `compute_gae` (run once per (slot, seat) sequence of the [T, B, P]
-rollout). Not reused: `SeatTrajectoryBuilder`, whose flat rows of closed transitions carry one
+rollout) and `side_critic_inputs` (the centralised view). Not reused: `SeatTrajectoryBuilder`, whose flat rows of closed transitions carry one
 input per row (MAPPO needs the actor's and the critic's) and drop seats that are not acting
 (MAPPO keeps them as masked rows). From agents.ppo_core: the PPO loss (`ppo_terms`, weighted by
 the active-seat mask) and `TorchAdam` (Adam + gradient clipping with tensor-only state) for each
@@ -48,7 +48,7 @@ from torch import nn
 from agents.nets import layer_init, masked_logits, mlp_trunk
 from agents.policy import ActBatch, ActOutput, Policy
 from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms, prefixed
-from agents.rollout import compute_gae
+from agents.rollout import compute_gae, side_critic_inputs, side_critic_size
 from games.core import GameError, GameSpec, TimeStep, VectorGame
 
 CRITIC_INPUTS = ("global", "local")
@@ -147,26 +147,23 @@ def actor_inputs(obs: np.ndarray, config: MAPPOConfig) -> np.ndarray:
 
 
 def critic_inputs(obs: np.ndarray, global_state: np.ndarray | None, config: MAPPOConfig,
-                  num_players: int) -> np.ndarray:
-    """[B, P, D_critic] critic input per seat.
-
-    obs: [B, P, *obs_shape] local observations (flattened here). global_state: [B, S] the game's global state,
-    or None to use the concatenation of all P observations. 'global' gives every seat the same
-    global vector; 'local' (IPPO) gives each seat its own observation. The seat's one-hot id is
-    appended when `config.critic_agent_id`.
+                  team_of_seat: tuple[int, ...]) -> np.ndarray:
+    """[B, P, D_critic] critic input per seat, read as the league reads its runners' rows: the
+    centralised view of `agents.rollout.side_critic_inputs` (the game's global state [B, S], or
+    with None the concatenation of the seat's side's observations) turned into rows by
+    `critic_rows` ('local', IPPO: the seat's own observation; the options add the own observation
+    and the seat's one-hot id). obs: [B, P, *obs_shape] local observations.
     """
     obs = np.asarray(obs, dtype=np.float32)
+    num_players = len(team_of_seat)
     if obs.ndim < 3 or obs.shape[1] != num_players:
         raise ValueError(f"critic_inputs needs observations shaped [B, P={num_players}, ...], got {obs.shape}")
-    obs = obs.reshape(obs.shape[0], num_players, -1)
-    if config.critic_input == "local":
-        per_seat = obs
-    else:
-        shared = obs.reshape(obs.shape[0], -1) if global_state is None else np.asarray(global_state, np.float32)
-        per_seat = np.broadcast_to(shared[:, None, :], (shared.shape[0], num_players, shared.shape[1]))
-        if config.critic_own_observation:
-            per_seat = np.concatenate([obs, per_seat], axis=-1)
-    return _with_ids(per_seat, config.critic_agent_id)
+    batch = obs.shape[0]
+    central = side_critic_inputs(obs, global_state, team_of_seat) if config.critic_input == "global" else None
+    rows = critic_rows(obs.reshape(batch * num_players, -1),
+                       None if central is None else central.reshape(batch * num_players, -1),
+                       np.tile(np.arange(num_players), batch), config, num_players)
+    return rows.reshape(batch, num_players, -1)
 
 
 def _with_ids(per_seat: np.ndarray, add_ids: bool) -> np.ndarray:
@@ -178,25 +175,34 @@ def _with_ids(per_seat: np.ndarray, add_ids: bool) -> np.ndarray:
     return np.concatenate([flat, one_hot_seats((batch,), num_players)], axis=-1)
 
 
-def input_sizes(spec: GameSpec, config: MAPPOConfig) -> tuple[int, int]:
-    """(actor input size, critic input size) for a game."""
-    num_players = spec.num_players
-    obs_size = int(np.prod(spec.observation_shape))
-    actor = obs_size + (num_players if config.actor_agent_id else 0)
-    global_width = int(np.prod(spec.state_shape)) if spec.state_shape is not None else num_players * obs_size
-    return actor, critic_width(spec, config, global_width)
-
-
-def critic_width(spec: GameSpec, config: MAPPOConfig, global_width: int) -> int:
-    """Width of the critic's input: the own observation ('local'), or the centralised view of
-    `global_width` (after the own observation with `config.critic_own_observation`), plus the
-    seat's one-hot id with `config.critic_agent_id`."""
-    obs_size = int(np.prod(spec.observation_shape))
-    if config.critic_input == "local":
-        width = obs_size
+def critic_rows(batch_obs: np.ndarray, critic_obs: np.ndarray | None, seats: np.ndarray, config: MAPPOConfig,
+                num_players: int) -> np.ndarray:
+    """[N, D] critic input of N rows: the recorded centralised input ('global'; after the row's own
+    observation when `config.critic_own_observation`) or the row's own observation ('local',
+    IPPO), with the seat's one-hot id when `config.critic_agent_id`."""
+    if config.critic_input == "global":
+        if critic_obs is None:
+            raise ValueError("a centralised critic needs the rows' critic inputs (ActBatch/RolloutBatch.critic_obs)")
+        x = np.asarray(critic_obs, dtype=np.float32).reshape(len(seats), -1)
+        if config.critic_own_observation:
+            x = np.concatenate([np.asarray(batch_obs, dtype=np.float32).reshape(len(seats), -1), x], axis=1)
     else:
-        width = global_width + (obs_size if config.critic_own_observation else 0)
-    return width + (spec.num_players if config.critic_agent_id else 0)
+        x = np.asarray(batch_obs, dtype=np.float32).reshape(len(seats), -1)
+    if config.critic_agent_id:
+        x = np.concatenate([x, np.eye(num_players, dtype=np.float32)[np.asarray(seats)]], axis=1)
+    return np.ascontiguousarray(x)
+
+
+def input_sizes(spec: GameSpec, config: MAPPOConfig) -> tuple[int, int]:
+    """(actor input size, critic input size) for a game: the widths of `actor_inputs` and of
+    `critic_inputs` / `critic_rows` rows."""
+    obs_size = int(np.prod(spec.observation_shape))
+    actor = obs_size + (spec.num_players if config.actor_agent_id else 0)
+    if config.critic_input == "local":
+        critic = obs_size
+    else:
+        critic = side_critic_size(spec) + (obs_size if config.critic_own_observation else 0)
+    return actor, critic + (spec.num_players if config.critic_agent_id else 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -543,24 +549,6 @@ class MAPPOModule(nn.Module):
         self.value_norm = value_norm
 
 
-def critic_rows(batch_obs: np.ndarray, critic_obs: np.ndarray | None, seats: np.ndarray, config: MAPPOConfig,
-                num_players: int) -> np.ndarray:
-    """[N, D] critic input of N rows: the recorded centralised input ('global'; after the row's own
-    observation when `config.critic_own_observation`) or the row's own observation ('local',
-    IPPO), with the seat's one-hot id when `config.critic_agent_id`."""
-    if config.critic_input == "global":
-        if critic_obs is None:
-            raise ValueError("a centralised critic needs the rows' critic inputs (ActBatch/RolloutBatch.critic_obs)")
-        x = np.asarray(critic_obs, dtype=np.float32).reshape(len(seats), -1)
-        if config.critic_own_observation:
-            x = np.concatenate([np.asarray(batch_obs, dtype=np.float32).reshape(len(seats), -1), x], axis=1)
-    else:
-        x = np.asarray(batch_obs, dtype=np.float32).reshape(len(seats), -1)
-    if config.critic_agent_id:
-        x = np.concatenate([x, np.eye(num_players, dtype=np.float32)[np.asarray(seats)]], axis=1)
-    return np.ascontiguousarray(x)
-
-
 class CentralisedCriticPolicy:
     """A league learner's side at play: the actor (an ActorCritic) chooses, the critic values.
     With a centralised critic (`needs_critic_input`) the runner hands it each row's recorded input."""
@@ -633,7 +621,7 @@ def _critic_input_now(games: VectorGame, ts: TimeStep, config: MAPPOConfig) -> n
     state = None
     if config.critic_input == "global" and games.spec.state_shape is not None:
         state = games.global_states()
-    return critic_inputs(ts.obs, state, config, games.spec.num_players)
+    return critic_inputs(ts.obs, state, config, games.spec.team_of_seat)
 
 
 def collect_rollout(games: VectorGame, ts: TimeStep, learners: dict[int, MAPPOLearner], num_steps: int,

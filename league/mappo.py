@@ -28,10 +28,10 @@ import torch
 from torch import nn
 
 from agents.mappo import (CentralisedCriticPolicy, MAPPOBatch, MAPPOConfig, MAPPOCritic, MAPPOLearner, MAPPOModule,
-                          ValueNorm, critic_rows, critic_width)
+                          ValueNorm, critic_rows, input_sizes)
 from agents.nets import ActorCritic, NetConfig
 from agents.policy import Policy
-from agents.rollout import RolloutBatch, side_critic_size
+from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
 from games.core import GameSpec
 
@@ -60,12 +60,6 @@ def mappo_config(config: Any) -> MAPPOConfig:
         critic_own_observation=critic.own_observation, actor_agent_id=False)
 
 
-def critic_input_size(spec: GameSpec, config: MAPPOConfig) -> int:
-    """Width of the critic's input rows (`agents.mappo.critic_rows`): its centralised view is what
-    the runner records (`side_critic_size`)."""
-    return critic_width(spec, config, side_critic_size(spec) if config.critic_input == "global" else 0)
-
-
 @dataclass(frozen=True)
 class MAPPOArchitecture:
     """A MAPPO side at play in a runner: the actor net, the critic and the value statistics."""
@@ -75,7 +69,7 @@ class MAPPOArchitecture:
     lm_base = None
 
     def build(self, spec: GameSpec) -> tuple[nn.Module, Policy]:
-        module = MAPPOModule(ActorCritic(spec, self.net), MAPPOCritic(critic_input_size(spec, self.mappo), self.mappo),
+        module = MAPPOModule(ActorCritic(spec, self.net), MAPPOCritic(input_sizes(spec, self.mappo)[1], self.mappo),
                              ValueNorm(self.mappo.value_norm_beta) if self.mappo.use_value_norm else None)
         return module, CentralisedCriticPolicy(module, self.mappo, spec.num_players)
 

@@ -36,6 +36,7 @@ SPREAD = "pz:mpe2.simple_spread_v3"
 TINY_SPEC = GameSpec(id="test:team", num_players=3, num_actions=4, observation_shape=(2,), teams=(0, 0, 0),
                      zero_sum=False, utility_sum=None, simultaneous=True)
 TINY_CONFIG = MAPPOConfig(hidden=(16,), update_epochs=3)
+TEAM = TINY_SPEC.team_of_seat
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +63,7 @@ def test_centralised_critic_input_is_the_games_global_state():
     state = games.global_states()
     assert spec.state_shape == (54,) and state.shape == (2, 54)
     config = MAPPOConfig()
-    critic = critic_inputs(ts.obs, state, config, spec.num_players)
+    critic = critic_inputs(ts.obs, state, config, spec.team_of_seat)
     actor = actor_inputs(ts.obs, config)
     assert critic.shape == (2, 3, 54 + 3) and actor.shape == (2, 3, 18)
     assert (actor.shape[-1], critic.shape[-1]) == input_sizes(spec, config)
@@ -80,14 +81,26 @@ def test_another_agents_observation_reaches_the_critic_but_not_the_actor():
     obs = literal_obs()
     changed = obs.copy()
     changed[:, 1] += 5.0  # seat 1 sees something else
-    critic_before, critic_after = (critic_inputs(o, None, config, 3) for o in (obs, changed))
+    critic_before, critic_after = (critic_inputs(o, None, config, TEAM) for o in (obs, changed))
     actor_before, actor_after = actor_inputs(obs, config), actor_inputs(changed, config)
     assert critic_before.shape == (2, 3, 3 * 2 + 3)
     assert not np.array_equal(critic_before[:, 0], critic_after[:, 0])  # seat 0's critic sees seat 1
     assert np.array_equal(actor_before[:, 0], actor_after[:, 0])  # seat 0's actor does not
     assert np.array_equal(actor_before[:, 2], actor_after[:, 2])
-    # Without a game state the centralised input is the concatenation of all observations.
+    # Without a game state the centralised input is the side's observations (here one side of three).
     assert np.array_equal(critic_before[:, 0, :6], obs.reshape(2, 6))
+
+
+def test_without_a_global_state_a_seat_s_critic_reads_its_own_side_only():
+    """Two sides of two seats and no game state: each seat's centralised input is its side's
+    observations in seat order (the view league runners record), then its id — never the other
+    side's observations."""
+    obs = np.arange(2 * 4 * 2, dtype=np.float32).reshape(2, 4, 2)
+    critic = critic_inputs(obs, None, MAPPOConfig(), (0, 1, 0, 1))
+    assert critic.shape == (2, 4, 2 * 2 + 4)
+    for seat, side in ((0, [0, 2]), (1, [1, 3]), (2, [0, 2]), (3, [1, 3])):
+        assert np.array_equal(critic[:, seat, :4], obs[:, side].reshape(2, 4))
+        assert np.array_equal(critic[:, seat, 4:], np.repeat(np.eye(4, dtype=np.float32)[seat][None], 2, axis=0))
 
 
 def test_agent_specific_critic_input_puts_the_own_observation_before_the_global_state():
@@ -97,7 +110,7 @@ def test_agent_specific_critic_input_puts_the_own_observation_before_the_global_
 
     config = MAPPOConfig(critic_own_observation=True)
     obs, state = literal_obs(), np.arange(14, dtype=np.float32).reshape(2, 7)
-    critic = critic_inputs(obs, state, config, 3)
+    critic = critic_inputs(obs, state, config, TEAM)
     assert critic.shape == (2, 3, 2 + 7 + 3)
     for seat in range(3):
         assert np.array_equal(critic[:, seat, :2], obs[:, seat])
@@ -106,13 +119,13 @@ def test_agent_specific_critic_input_puts_the_own_observation_before_the_global_
     rows = critic_rows(obs.reshape(6, 2), np.repeat(state, 3, axis=0), np.tile(np.arange(3), 2), config, 3)
     assert np.array_equal(rows, critic.reshape(6, -1))
     # without a game state the global part is every observation, as without the option
-    assert np.array_equal(critic_inputs(obs, None, config, 3)[:, :, 2:],
-                          critic_inputs(obs, None, MAPPOConfig(), 3))
+    assert np.array_equal(critic_inputs(obs, None, config, TEAM)[:, :, 2:],
+                          critic_inputs(obs, None, MAPPOConfig(), TEAM))
     assert input_sizes(TINY_SPEC, config) == (2, 2 + 3 * 2 + 3)
     # IPPO's critic reads the own observation only, with or without the option
     local = dataclasses.replace(config, critic_input="local")
-    assert np.array_equal(critic_inputs(obs, state, local, 3),
-                          critic_inputs(obs, state, MAPPOConfig(critic_input="local"), 3))
+    assert np.array_equal(critic_inputs(obs, state, local, TEAM),
+                          critic_inputs(obs, state, MAPPOConfig(critic_input="local"), TEAM))
 
 
 def test_ippo_critic_reads_the_local_observation_only():
@@ -121,7 +134,7 @@ def test_ippo_critic_reads_the_local_observation_only():
     changed = obs.copy()
     changed[:, 1] += 5.0
     state = np.ones((2, 7), np.float32)  # ignored by the local critic
-    local, local_changed = critic_inputs(obs, state, config, 3), critic_inputs(changed, state, config, 3)
+    local, local_changed = critic_inputs(obs, state, config, TEAM), critic_inputs(changed, state, config, TEAM)
     assert local.shape == (2, 3, 2 + 3)
     for seat in range(3):
         assert np.array_equal(local[:, seat, :2], obs[:, seat])
@@ -281,7 +294,7 @@ def test_rollout_on_simple_spread(critic_input):
     bootstrap = np.zeros(30, np.float32)
     bootstrap[24] = values[24]  # truncation: bootstrap from the seat's own last value estimate
     state = games.global_states() if critic_input == "global" else None
-    bootstrap[29] = learner.values(critic_inputs(rollout.timestep.obs, state, config, 3)[0, 1:2])[0]
+    bootstrap[29] = learner.values(critic_inputs(rollout.timestep.obs, state, config, TEAM)[0, 1:2])[0]
     advantages, returns = compute_gae(batch.rewards[rows], values, dones, bootstrap, config.gamma,
                                       config.gae_lambda)
     assert np.allclose(advantages, batch.advantages[rows], atol=1e-4)
