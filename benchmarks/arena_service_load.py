@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from league.ledger import Store
-    from tests.test_arena_service import Server, ludus
+    from arena.testing import ServiceProcess, run_ludus
 
     buffer = io.BytesIO()
     folder = REPO / "examples" / "agents" / "random_python"
@@ -110,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         tokens = []
         for k in range(args.uploaders):
             extra = ["--game", "tic_tac_toe"] if k == 0 else []
-            tokens.append(ludus("arena", "token", "add", f"user{k}", *extra, "--arena", str(arena_dir)).stdout.split()[-1])
-        ludus("arena", "submit", "bot:random", "--arena", str(arena_dir))
-        ludus("arena", "submit", "bot:mcts-10", "--arena", str(arena_dir))
-        server = Server(arena_dir, "--uploads-per-hour", "100000").start()
+            tokens.append(run_ludus("arena", "token", "add", f"user{k}", *extra, "--arena", str(arena_dir)).stdout.split()[-1])
+        run_ludus("arena", "submit", "bot:random", "--arena", str(arena_dir))
+        run_ludus("arena", "submit", "bot:mcts-10", "--arena", str(arena_dir))
+        server = ServiceProcess(arena_dir, "--uploads-per-hour", "100000").start()
         try:
             until = time.time() + args.seconds
             queue: multiprocessing.Queue = multiprocessing.Queue()

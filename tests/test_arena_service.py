@@ -7,11 +7,7 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import tarfile
 import time
 import zipfile
@@ -19,80 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from arena.testing import ServiceProcess, run_ludus
 from league.ledger import Store
 from tests.test_arena import require_isolation
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "agents"
 GAME = "tic_tac_toe"
-
-
-def ludus(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ludus", *args], capture_output=True, text=True, timeout=300,
-                          check=check, env=dict(os.environ, WANDB_MODE="disabled"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`ludus arena serve` in its own process on a free loopback port."""
-
-    def __init__(self, arena_dir: Path, *extra: str):
-        self.arena_dir = arena_dir
-        self.extra = extra
-        self.port = free_port()
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> "Server":
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ludus", "arena", "serve", "--arena", str(self.arena_dir), "--port", str(self.port),
-             "--time-per-move", "1.0", "--overage", "0.5", *self.extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, WANDB_MODE="disabled"))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if self.get("/api/leaderboard")[0] == 200:
-                    return self
-            except OSError:
-                pass
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited: {self.process.stderr.read()[-2000:]}")
-            time.sleep(0.2)
-        raise RuntimeError("the server did not answer within 60 s")
-
-    def request(self, method: str, path: str, body: bytes | None = None, token: str | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, dict]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        all_headers = dict(headers or {})
-        if token is not None:
-            all_headers["Authorization"] = f"Bearer {token}"
-        connection.request(method, path, body=body, headers=all_headers)
-        response = connection.getresponse()
-        data = response.read()
-        connection.close()
-        try:
-            return response.status, json.loads(data)
-        except ValueError:
-            return response.status, {"text": data.decode(errors="replace")}
-
-    def get(self, path: str) -> tuple[int, dict]:
-        return self.request("GET", path)
-
-    def upload(self, name: str, archive: bytes, token: str | None) -> tuple[int, dict]:
-        return self.request("POST", f"/api/submissions?name={name}", archive, token)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def agent_zip(folder: Path = EXAMPLES / "random_python", extra: list[tuple[str, bytes]] = ()) -> bytes:
@@ -115,11 +44,11 @@ def service(tmp_path_factory):
     require_isolation()
     root = tmp_path_factory.mktemp("service")
     arena_dir = root / "arena"
-    alice = ludus("arena", "token", "add", "alice", "--game", GAME, "--arena", str(arena_dir)).stdout.split()[-1]
-    mallory = ludus("arena", "token", "add", "mallory", "--arena", str(arena_dir)).stdout.split()[-1]
-    ludus("arena", "submit", "bot:random", "--arena", str(arena_dir))
-    ludus("arena", "submit", "bot:mcts-10", "--arena", str(arena_dir))
-    server = Server(arena_dir, "--placement-games", "4", "--uploads-per-hour", "12").start()
+    alice = run_ludus("arena", "token", "add", "alice", "--game", GAME, "--arena", str(arena_dir)).stdout.split()[-1]
+    mallory = run_ludus("arena", "token", "add", "mallory", "--arena", str(arena_dir)).stdout.split()[-1]
+    run_ludus("arena", "submit", "bot:random", "--arena", str(arena_dir))
+    run_ludus("arena", "submit", "bot:mcts-10", "--arena", str(arena_dir))
+    server = ServiceProcess(arena_dir, "--placement-games", "4", "--uploads-per-hour", "12").start()
     yield {"server": server, "alice": alice, "mallory": mallory, "root": root, "arena": arena_dir}
     server.stop()
 
@@ -272,23 +201,23 @@ def test_uploads_per_hour_are_limited(service, tmp_path):
 def test_the_scheduler_survives_kill_9_without_losing_or_duplicating_a_match(tmp_path):
     require_isolation()
     arena_dir = tmp_path / "arena"
-    ludus("arena", "submit", "bot:random", "--game", GAME, "--arena", str(arena_dir))
-    ludus("arena", "submit", "bot:mcts-10", "--arena", str(arena_dir))
-    ludus("arena", "submit", str(EXAMPLES / "random_python"), "--arena", str(arena_dir))
+    run_ludus("arena", "submit", "bot:random", "--game", GAME, "--arena", str(arena_dir))
+    run_ludus("arena", "submit", "bot:mcts-10", "--arena", str(arena_dir))
+    run_ludus("arena", "submit", str(EXAMPLES / "random_python"), "--arena", str(arena_dir))
 
     def ledger() -> dict[int, tuple]:
         with Store.open(arena_dir, mode="read") as store:
             return {m.result.match_id: (m.seq, m.result.seed, m.result.moves, tuple(s.episode_return for s in m.result.seats))
                     for m in store.iter_matches()}
 
-    server = Server(arena_dir).start()
+    server = ServiceProcess(arena_dir).start()
     deadline = time.monotonic() + 120
     while len(ledger()) < 20 and time.monotonic() < deadline:
         time.sleep(0.2)
     server.stop(signal.SIGKILL)  # in the middle of a round
     before = ledger()
     assert len(before) >= 20
-    server = Server(arena_dir).start()
+    server = ServiceProcess(arena_dir).start()
     deadline = time.monotonic() + 120
     while len(ledger()) < len(before) + 20 and time.monotonic() < deadline:
         time.sleep(0.2)

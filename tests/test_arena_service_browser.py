@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_arena_service import EXAMPLES, GAME, Server, free_port, ludus, require_isolation
+from arena.testing import ServiceProcess, free_port, run_ludus
+from tests.test_arena_service import EXAMPLES, GAME, require_isolation
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
@@ -117,12 +118,12 @@ class Browser:
 def test_a_person_submits_through_the_page_and_watches_a_replay(tmp_path):
     require_isolation()
     arena_dir = tmp_path / "arena"
-    token = ludus("arena", "token", "add", "dana", "--game", GAME, "--arena", str(arena_dir)).stdout.split()[-1]
-    ludus("arena", "submit", "bot:random", "--arena", str(arena_dir))
-    ludus("arena", "submit", "bot:mcts-10", "--arena", str(arena_dir))
+    token = run_ludus("arena", "token", "add", "dana", "--game", GAME, "--arena", str(arena_dir)).stdout.split()[-1]
+    run_ludus("arena", "submit", "bot:random", "--arena", str(arena_dir))
+    run_ludus("arena", "submit", "bot:mcts-10", "--arena", str(arena_dir))
     archive = tmp_path / "my_agent.zip"
     shutil.make_archive(str(archive.with_suffix("")), "zip", EXAMPLES, "random_python")
-    server = Server(arena_dir, "--placement-games", "4").start()
+    server = ServiceProcess(arena_dir, "--placement-games", "4").start()
     browser = Browser()
     base = f"http://127.0.0.1:{server.port}"
     try:
