@@ -8,8 +8,9 @@ MAPPO is PPO with two choices that matter in cooperative games:
 * a *centralised* critic V(s) on the global state during training (centralised training,
   decentralised execution): `Game.global_state()` (`VectorGame.global_states()`) when the game has one (`spec.state_shape`;
   PettingZoo Parallel envs give `env.state()`), else the concatenation of the observations of the
-  agent's side (`agents.rollout.side_critic_inputs`, the same view league runners record). IPPO is the same algorithm with the critic on the agent's local observation
-  (`critic_input="local"`, the paper's main comparison).
+  agent's side (`agents.rollout.side_critic_inputs`, the same view league runners record). IPPO
+  is the same algorithm with the critic on the agent's local observation (`critic_input="local"`,
+  the paper's main comparison).
 
 The paper's implementation details and MPE hyperparameters (its appendix) are the defaults of
 `MAPPOConfig`: value normalisation (here the running mean/std "ValueNorm" of the authors' code,
@@ -27,9 +28,9 @@ per team. `collect_rollout` plays a simultaneous-move `VectorGame` ([B, P] TimeS
 T steps and builds one `MAPPOBatch` per team; `train_cooperative` is the loop around them.
 
 Reused from agents.rollout: `compute_gae` (run once per (slot, seat) sequence of the [T, B, P]
-rollout) and `side_critic_inputs` (the centralised view). Not reused: `SeatTrajectoryBuilder`, whose flat rows of closed transitions carry one
-input per row (MAPPO needs the actor's and the critic's) and drop seats that are not acting
-(MAPPO keeps them as masked rows). From agents.ppo_core: the PPO loss (`ppo_terms`, weighted by
+rollout) and `side_critic_inputs` (the centralised view). Not reused: `SeatTrajectoryBuilder`,
+whose flat rows of closed transitions carry one input per row (MAPPO needs the actor's and the
+critic's) and drop seats that are not acting (MAPPO keeps them as masked rows). From agents.ppo_core: the PPO loss (`ppo_terms`, weighted by
 the active-seat mask) and `TorchAdam` (Adam + gradient clipping with tensor-only state) for each
 of the actor and the critic.
 """
