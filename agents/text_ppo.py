@@ -10,8 +10,7 @@ zero-sum game have different expected returns), or the mean of the batch's other
 same prompt (GRPO's group baseline) — `TextPPOConfig.baseline`. An optional entropy bonus on the
 answer at the response's first token keeps every answer sampled; optionally (`all_actions`) that
 token is trained on every legal answer at once, weighted by each answer's mean return at the
-position in the batch, where the batch gave more than one answer there, or at every turn by the
-values of an action critic that reads the game's observation tensor (`q_source: critic`). The loss per response token is PPO's clipped surrogate (agents/ppo_core.py;
+position in the batch, where the batch gave more than one answer there. The loss per response token is PPO's clipped surrogate (agents/ppo_core.py;
 the ratio is to the behaviour log-probs, so rows played by an older policy version in async mode
 are corrected by importance sampling) plus a KL penalty to the base model, which is the same
 network with its LoRA adapters switched off (agents/pretrained.py), estimated per token with
@@ -38,11 +37,9 @@ from typing import Any, Literal, NamedTuple, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from agents.lm import LMWithValueHead, PromptStore, SharedPromptCache, SplitTrunk, frozen_lower_layers
-from agents.nets import layer_init, mlp_trunk
-from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms, prefixed
+from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms
 from agents.pretrained import adapter_disabled, adapter_parameters
 
 
@@ -84,25 +81,6 @@ class TextPPOConfig:
     whether its own answer beat the baseline, with the whole game's noise on it; the batch's table says
     how every answer did at the position, so where positions recur (Kuhn poker's 12 information states,
     each asked ~25 times in 128 matches) the answer's gradient is close to the exact one."""
-    q_source: Literal["batch", "critic"] = "batch"
-    """Where `all_actions` takes each answer's value Q(a): 'batch', the batch's mean return of the turns that
-    gave answer a to the same prompt (useful where positions recur); 'critic', an action-value MLP over the
-    game's observation tensor and the seat (`ActionCritic`), fitted to the turns' returns before the policy's
-    step. The critic reads what the LM reads as text, as numbers: an asymmetric actor-critic (Pinto et al.
-    2018: the critic's input need not be the actor's, since only the actor plays). With it every turn's
-    answer is trained on all legal answers at once, also where a position is asked once, as in tic-tac-toe
-    (~4500 positions), where the batch's table has no second answer to compare; and the first token's mass
-    that begins no answer counts as one more outcome, worth the invalid-response return (`all_action_loss`),
-    since the sampled surrogate that otherwise teaches the answer format no longer trains that token."""
-    critic_hidden: tuple[int, ...] = (128, 128)
-    """Hidden widths of the action critic (q_source 'critic')."""
-    critic_learning_rate: float = 1e-3
-    """Adam step size of the action critic."""
-    critic_steps: int = 200
-    """Full-batch Adam steps of the action critic per update, on the turns of the last `critic_history` updates."""
-    critic_history: int = 4
-    """Updates whose turns the action critic is fitted on (the newest included). Older turns were played by
-    older policies, so their returns are a little stale; more of them fit Q(s, a) with less noise."""
     value_learning_rate: float = 3e-3
     """Adam step size of the value head (baseline 'value'), which has its own optimizer: see `value_steps`."""
     value_steps: int = 16
@@ -131,12 +109,6 @@ class TextPPOConfig:
             raise ValueError("epochs must be >= 1 and learning rates > 0")
         if self.value_steps < 0:
             raise ValueError(f"value_steps must be >= 0, got {self.value_steps}")
-        if self.q_source not in ("batch", "critic"):
-            raise ValueError(f"q_source must be 'batch' or 'critic', got {self.q_source!r}")
-        if self.q_source == "critic" and not self.all_actions:
-            raise ValueError("q_source 'critic' gives all_actions its answer values: set all_actions too")
-        if self.critic_steps < 1 or self.critic_history < 1 or self.critic_learning_rate <= 0:
-            raise ValueError("critic_steps and critic_history must be >= 1 and critic_learning_rate > 0")
 
 
 @dataclass(frozen=True)
@@ -161,22 +133,6 @@ class TurnBatch:
     answers: np.ndarray | None = None
     """[N] int: which of the turn's legal actions (their index in increasing id order, as in
     `answer_tokens`) its response named, -1 when it named none (needed when all_actions)."""
-    observations: np.ndarray | None = None
-    """[N, D] float32: the game's observation tensor at each turn, flattened (the action critic's input
-    with `roles`; needed when q_source is 'critic')."""
-    answer_actions: tuple[np.ndarray, ...] | None = None
-    """Per turn, the game's action id of each answer group of `answer_tokens` (needed when q_source is
-    'critic')."""
-    played: np.ndarray | None = None
-    """[N] int: the action the game took at each turn — the named one, or after retries or the fallback
-    the one that counted (the action critic's target action; needed when q_source is 'critic')."""
-    game_returns: np.ndarray | None = None
-    """[N] the seat's return from each turn to its game's end as the game scored it: `returns` without
-    the invalid-response penalty (the action critic's target; needed when q_source is 'critic')."""
-    invalid_return: float | None = None
-    """The return a turn is given when its first response names no legal answer (-penalty). With
-    q_source 'critic' the all-action step values the first token's mass outside every answer at it
-    (`all_action_loss`); needed then."""
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -339,107 +295,28 @@ def answer_values(prompts: Sequence[Sequence[int]], answers: np.ndarray, returns
     return out
 
 
-def all_action_loss(first_log_pi: torch.Tensor, answer_tokens: Sequence[np.ndarray], values: np.ndarray,
-                    invalid_value: float | None = None) -> torch.Tensor:
+def all_action_loss(first_log_pi: torch.Tensor, answer_tokens: Sequence[np.ndarray], values: np.ndarray
+                    ) -> torch.Tensor:
     """-sum_a q(a) (Q(a) - V) for one turn: q its answer distribution at the first response token
     (each answer's opening tokens' mass, renormalised over the answers), Q `values` (NaN: not
-    estimated, counted as V), V = sum_a q(a) Q(a) under the detached q over the estimated answers.
-
-    With `invalid_value` the answers keep their own mass, not renormalised, and the rest of the
-    token's mass (tokens that begin no legal answer) is one more outcome, valued at `invalid_value`
-    (the return a turn is given when its first response names no legal answer): the loss is then the
-    whole token's expected value, so a step also moves mass out of text that is no answer, which
-    the renormalised form leaves free to grow."""
-    if invalid_value is None:
-        log_q, present = answer_log_probs(first_log_pi, answer_tokens)
-        q, value_of = log_q.exp(), values[present]
-    else:
-        present = [k for k, g in enumerate(answer_tokens) if len(g)]
-        mass = torch.stack([torch.logsumexp(first_log_pi[torch.from_numpy(answer_tokens[k])], dim=0)
-                            for k in present]).exp()
-        q = torch.cat([mass, (1.0 - mass.sum()).clamp(min=0.0)[None]])
-        value_of = np.append(values[present], invalid_value)
-    estimated = torch.from_numpy(~np.isnan(value_of))
-    q_values = torch.from_numpy(np.nan_to_num(value_of)).float()
+    estimated, counted as V), V = sum_a q(a) Q(a) under the detached q over the estimated answers."""
+    log_q, present = answer_log_probs(first_log_pi, answer_tokens)
+    q = log_q.exp()
+    estimated = torch.from_numpy(~np.isnan(values[present]))
+    q_values = torch.from_numpy(np.nan_to_num(values[present])).float()
     weights = q.detach() * estimated
     baseline = (weights * q_values).sum() / weights.sum().clamp(min=1e-12)
     advantage = torch.where(estimated, q_values - baseline, torch.zeros_like(q_values))
     return -(q * advantage).sum()
 
 
-class ActionCritic:
-    """Q(s, a) of every action from the game's observation tensor and the seat's one-hot id (an MLP
-    with one output per action), fitted by regression of Q(s, a_taken) on the turns' returns
-    (`TextPPOConfig.q_source` 'critic'). Pure compute with its own Adam; it keeps the turns of the last
-    `critic_history` fits, and `state_dict` holds them with the weights, so a resumed run fits exactly as an
-    uninterrupted one."""
-
-    def __init__(self, observation_size: int, num_roles: int, num_actions: int, config: TextPPOConfig, seed: int):
-        self.num_roles, self.config = num_roles, config
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            trunk, width = mlp_trunk(observation_size + num_roles, tuple(config.critic_hidden), "relu")
-            self.net = nn.Sequential(trunk, layer_init(nn.Linear(width, num_actions), std=1.0))
-        self.optimizer = TorchAdam(self.net.parameters(), config.critic_learning_rate, 1e-8,
-                                   max_grad_norm=float("inf"), fused=False)
-        self.history: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        """(inputs [n, D + roles], actions [n], returns [n]) of each of the last fits' turns."""
-
-    def inputs(self, observations: np.ndarray, roles: np.ndarray) -> np.ndarray:
-        obs = np.asarray(observations, dtype=np.float32).reshape(len(roles), -1)
-        return np.concatenate([obs, np.eye(self.num_roles, dtype=np.float32)[np.asarray(roles)]], axis=1)
-
-    def q_values(self, observations: np.ndarray, roles: np.ndarray) -> np.ndarray:
-        """[N, A] Q of every action at each turn."""
-        with torch.no_grad():
-            return self.net(torch.from_numpy(self.inputs(observations, roles))).numpy().astype(np.float64)
-
-    def fit(self, observations: np.ndarray, roles: np.ndarray, actions: np.ndarray, returns: np.ndarray
-            ) -> dict[str, float]:
-        """Add the turns (each the action taken and the return that followed) to the history and take
-        `critic_steps` full-batch Adam steps of 0.5 (Q(s, a) - return)^2 on the whole history."""
-        self.history.append((self.inputs(observations, roles), np.asarray(actions, dtype=np.int64),
-                             np.asarray(returns, dtype=np.float32)))
-        self.history = self.history[-self.config.critic_history:]
-        x = torch.from_numpy(np.concatenate([h[0] for h in self.history]))
-        a = torch.from_numpy(np.concatenate([h[1] for h in self.history]))
-        target = torch.from_numpy(np.concatenate([h[2] for h in self.history]))
-
-        def loss() -> torch.Tensor:
-            return 0.5 * ((self.net(x).gather(1, a[:, None]).squeeze(1) - target) ** 2).mean()
-
-        with torch.no_grad():
-            before = float(loss())
-        for _ in range(self.config.critic_steps):
-            self.optimizer.step(loss())
-        with torch.no_grad():
-            after = float(loss())
-        return {"action_critic_loss": before, "action_critic_loss_after_fit": after, "action_critic_turns": float(len(a))}
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        state = {f"net.{k}": v.clone() for k, v in self.net.state_dict().items()}
-        state.update({f"optimizer.{k}": v for k, v in self.optimizer.state_dict().items()})
-        for k, (x, a, r) in enumerate(self.history):
-            state.update({f"history.{k}.inputs": torch.from_numpy(x.copy()), f"history.{k}.actions": torch.from_numpy(a.copy()),
-                          f"history.{k}.returns": torch.from_numpy(r.copy())})
-        return state
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.net.load_state_dict(prefixed(state, "net."))
-        self.optimizer.load_state_dict(prefixed(state, "optimizer."))
-        count = len([k for k in state if k.startswith("history.") and k.endswith(".inputs")])
-        self.history = [(state[f"history.{k}.inputs"].numpy().copy(), state[f"history.{k}.actions"].numpy().copy(),
-                         state[f"history.{k}.returns"].numpy().copy()) for k in range(count)]
-
-
 class TextPPOLearner:
     """Turn-level PPO with role baselines and a KL penalty to the adapter-free base."""
 
     def __init__(self, model: LMWithValueHead, config: TextPPOConfig, temperature: float, num_roles: int, seed: int,
-                 backend_config: Any = None, critic_shape: tuple[int, int] | None = None):
+                 backend_config: Any = None):
         """`backend_config`: a `LearnerBackendConfig` (or a league's `learner_backend`) choosing
-        torch Adam (default) or a DeepSpeed engine for the adapters. `critic_shape`: (observation
-        size, number of actions) of the game, for the action critic (q_source 'critic')."""
+        torch Adam (default) or a DeepSpeed engine for the adapters."""
         from agents.deepspeed_backend import LearnerBackendConfig, make_text_update_backend
 
         self.model, self.config, self.temperature = model, config, temperature
@@ -455,12 +332,6 @@ class TextPPOLearner:
         self.frozen_layers = frozen if 0 < frozen < len(model.lm.base_model.layers) else 0
         self.rng = np.random.default_rng(seed)
         self.updates = 0
-        self.critic: ActionCritic | None = None
-        if config.q_source == "critic":
-            if critic_shape is None:
-                raise ValueError("q_source 'critic' needs the game's observation size and number of actions "
-                                 "(TextPPOLearner(critic_shape=...))")
-            self.critic = ActionCritic(critic_shape[0], num_roles, critic_shape[1], config, seed)
 
     def update(self, batch: TurnBatch) -> dict[str, float]:
         config = self.config
@@ -480,16 +351,12 @@ class TextPPOLearner:
             if config.baseline == "prompt":
                 advantages = prompt_advantages(batch.returns, batch.prompts, fallback=role_baselines)
         action_values: list[np.ndarray | None] = [None] * len(batch)
-        critic_stats: dict[str, float] = {}
         if config.all_actions:
             if batch.answers is None or batch.answer_tokens is None:
                 raise ValueError("all_actions needs the turns' answers and answer tokens (TurnBatch.answers, "
                                  "TurnBatch.answer_tokens)")
-            if self.critic is None:
-                action_values = answer_values(batch.prompts, batch.answers, batch.returns,
-                                              [len(t) for t in batch.answer_tokens])
-            else:
-                action_values, critic_stats = self._critic_values(batch)
+            action_values = answer_values(batch.prompts, batch.answers, batch.returns,
+                                          [len(t) for t in batch.answer_tokens])
         means, grad_norms = StatMeans(), []
         features = [None] * len(batch)
         self.model.train()
@@ -513,23 +380,10 @@ class TextPPOLearner:
         self.updates += 1
         if config.all_actions:
             stats["all_action_turns"] = float(np.mean([v is not None for v in action_values]))
-        stats.update(critic_stats)
         stats.update({"grad_norm": float(np.mean(grad_norms)), "mean_return": float(batch.returns.mean()), "turns": float(len(batch)),
                       "response_tokens": float(np.mean([len(r) for r in batch.responses]))})
         stats.update({f"rae_baseline_seat{r}": float(b) for r, b in enumerate(self.baselines)})
         return stats
-
-    def _critic_values(self, batch: TurnBatch) -> tuple[list[np.ndarray | None], dict[str, float]]:
-        """Fit the action critic with the batch's turns, then read Q of each turn's answers."""
-        if batch.observations is None or batch.answer_actions is None or batch.played is None \
-                or batch.game_returns is None or batch.invalid_return is None:
-            raise ValueError("q_source 'critic' needs the turns' observations, answer actions, played actions, "
-                             "game returns and invalid return (TurnBatch.observations, .answer_actions, .played, "
-                             ".game_returns, .invalid_return)")
-        # every turn is a sample of Q(s, a) for the action the game took, however the LM came to it
-        stats = self.critic.fit(batch.observations, batch.roles, batch.played, batch.game_returns)
-        q = self.critic.q_values(batch.observations, batch.roles)
-        return [q[i, np.asarray(actions)] for i, actions in enumerate(batch.answer_actions)], stats
 
     def _fit_values(self, features: torch.Tensor, returns: np.ndarray) -> dict[str, float]:
         """`value_steps` full-batch Adam steps of the value head towards the turns' returns, on the
@@ -583,9 +437,8 @@ class TextPPOLearner:
         loss = terms.policy_loss + self.config.kl_coef * kl.sum() / weights.sum()
         if all_action:
             # each replaces one token's surrogate, so it is weighted as one token of the mean
-            invalid_value = batch.invalid_return if self.critic is not None else None
             answer_loss = torch.stack([all_action_loss(first_log_pi[k], batch.answer_tokens[rows[k]],
-                                                       action_values[rows[k]], invalid_value) for k in all_action])
+                                                       action_values[rows[k]]) for k in all_action])
             loss = loss + answer_loss.sum() / weights.sum()
         stats = terms.stats()
         del stats["value_loss"]  # the value head is fitted apart (`_fit_values`)

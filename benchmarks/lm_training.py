@@ -19,8 +19,7 @@ def budget_league(preset: str, seed: int, run_dir: Path, overrides: list[str]):
     return League.create(config, run_dir)
 
 
-PROGRESS_KEYS = ("valid_response_rate", "mean_return", "kl_to_base", "action_critic_loss_after_fit",
-                 "table_exploitability", "target_gap",
+PROGRESS_KEYS = ("valid_response_rate", "mean_return", "kl_to_base", "table_exploitability", "target_gap",
                  "valid_first_token_mass")
 """Learner statistics printed after each iteration, where the learner reports them."""
 

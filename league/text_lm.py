@@ -151,8 +151,7 @@ class TextLMLeagueLearner(TextLMMember):
 
     def _new_ppo(self, seed: int) -> TextPPOLearner:
         return TextPPOLearner(self.lm.model, self.text.ppo, self.text.play.temperature, self.spec.num_players, seed,
-                              backend_config=self.backend_config,
-                              critic_shape=(int(np.prod(self.spec.observation_shape)), self.spec.num_actions))
+                              backend_config=self.backend_config)
 
     @property
     def updates(self) -> int:
@@ -176,23 +175,17 @@ class TextLMLeagueLearner(TextLMMember):
             action = self.policy.parse(self.policy.response_text(tokens), obs, seat, mask).action
             invalid[i] = action is None
             actions[i] = -1 if action is None else action
-        game_returns, returns = returns, np.where(invalid, -self.text.play.invalid.penalty, returns)
-        answer_tokens = answers = observations = answer_actions = played = None
+        returns = np.where(invalid, -self.text.play.invalid.penalty, returns)
+        answer_tokens = answers = None
         if self.text.ppo.answer_entropy_coef > 0 or self.text.ppo.all_actions:
             legal = [self.view.answers(batch.obs[i], int(batch.seats[i]), batch.mask[i]) for i in range(len(batch))]
             answer_tokens = tuple(answer_start_tokens(self.lm.tokenizer, words) for words in legal)
-            # the action of each answer group: legal actions in increasing id order
-            answer_actions = tuple(np.array(sorted(set(words.values())), dtype=np.int64) for words in legal)
-            # which answer group each response named
-            answers = np.array([int(np.flatnonzero(group == a)[0]) if a >= 0 else -1
-                                for group, a in zip(answer_actions, actions.tolist())], dtype=np.int64)
-            if self.text.ppo.q_source == "critic":
-                observations = batch.obs.reshape(len(batch), -1).astype(np.float32)
-                played = batch.actions.astype(np.int64)
+            # which answer group (legal actions in increasing id order) each response named
+            answers = np.array([sorted(set(words.values())).index(a) if a >= 0 else -1
+                                for words, a in zip(legal, actions.tolist())], dtype=np.int64)
         return TurnBatch(tuple(prompts), tuple(responses), tuple(behaviour), returns.astype(np.float64),
                          batch.seats.astype(np.int64), batch.values.astype(np.float64), answer_tokens,
-                         answers, observations, answer_actions, played, game_returns.astype(np.float64),
-                         -self.text.play.invalid.penalty), invalid
+                         answers), invalid
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
         turns, invalid = self.turns(batch)
@@ -201,11 +194,8 @@ class TextLMLeagueLearner(TextLMMember):
         return stats
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Adapters, value head, both Adam states, role baselines, the shuffling RNG, the update count
-        and the action critic (weights, Adam state, the turns it fits on) where there is one."""
+        """Adapters, value head, both Adam states, role baselines, the shuffling RNG and the update count."""
         state = self.model_state()
-        if self.ppo.critic is not None:
-            state.update({f"critic.{k}": v for k, v in self.ppo.critic.state_dict().items()})
         state.update({f"optimizer.{k}": v for k, v in self.ppo.backend.state_dict().items()})
         state.update({f"value_optimizer.{k}": v for k, v in self.ppo.value_backend.state_dict().items()})
         state["baselines"] = torch.from_numpy(self.ppo.baselines.copy())
@@ -223,8 +213,6 @@ class TextLMLeagueLearner(TextLMMember):
         self.ppo.baselines = state["baselines"].numpy().astype(np.float64).copy()
         self.ppo.rng = rng_from_tensor(state["rng"])
         self.ppo.updates = int(state["updates"])
-        if self.ppo.critic is not None:
-            self.ppo.critic.load_state_dict(prefixed(state, "critic."))
 
     def reset_to(self, snapshot: Path, seed: int) -> None:
         """Restart from a snapshot's adapters with a fresh optimizer and baselines."""
