@@ -30,9 +30,9 @@ T steps and builds one `MAPPOBatch` per team; `train_cooperative` is the loop ar
 Reused from agents.rollout: `compute_gae` (run once per (slot, seat) sequence of the [T, B, P]
 rollout) and `side_critic_inputs` (the centralised view). Not reused: `SeatTrajectoryBuilder`,
 whose flat rows of closed transitions carry one input per row (MAPPO needs the actor's and the
-critic's) and drop seats that are not acting (MAPPO keeps them as masked rows). From agents.ppo_core: the PPO loss (`ppo_terms`, weighted by
-the active-seat mask) and `TorchAdam` (Adam + gradient clipping with tensor-only state) for each
-of the actor and the critic.
+critic's) and drop seats that are not acting (MAPPO keeps them as masked rows). From
+agents.ppo_core: the PPO loss (`ppo_terms`, weighted by the active-seat mask) and `TorchAdam` (Adam
++ gradient clipping with tensor-only state) for each of the actor and the critic.
 """
 
 from __future__ import annotations

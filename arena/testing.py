@@ -9,6 +9,7 @@ exactly as an operator starts it, and `ServiceProcess` speaks plain HTTP to it.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 
@@ -23,6 +25,18 @@ def run_ludus(*args: str, check: bool = True, timeout: float = 300) -> subproces
     """`python -m ludus ARGS...` in a child process (wandb off), its output captured as text."""
     return subprocess.run([sys.executable, "-m", "ludus", *args], capture_output=True, text=True, timeout=timeout,
                           check=check, env=dict(os.environ, WANDB_MODE="disabled"))
+
+
+def agent_zip(folder: Path, extra: list[tuple[str, bytes]] = ()) -> bytes:
+    """An upload archive of an agent folder (its files under `FOLDER_NAME/`), plus `extra`
+    (archive name, bytes) entries as they are — hostile ones included, for tests."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        for file in sorted(folder.iterdir()):
+            z.write(file, f"{folder.name}/{file.name}")
+        for name, data in extra:
+            z.writestr(name, data)
+    return buffer.getvalue()
 
 
 def free_port() -> int:

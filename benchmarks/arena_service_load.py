@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import io
 import json
 import multiprocessing
 import os
@@ -30,7 +29,6 @@ import sys
 import tempfile
 import threading
 import time
-import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -97,14 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from league.ledger import Store
-    from arena.testing import ServiceProcess, run_ludus
+    from arena.testing import ServiceProcess, agent_zip, run_ludus
 
-    buffer = io.BytesIO()
-    folder = REPO / "examples" / "agents" / "random_python"
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
-        for file in sorted(folder.iterdir()):
-            z.write(file, f"random_python/{file.name}")
-    archive = buffer.getvalue()
+    archive = agent_zip(REPO / "examples" / "agents" / "random_python")
     with tempfile.TemporaryDirectory(prefix="ludus-arena-load-") as tmp:
         arena_dir = Path(tmp) / "arena"
         tokens = []

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from arena import testing
 from arena.testing import ServiceProcess, run_ludus
 from league.ledger import Store
 from tests.test_arena import require_isolation
@@ -25,13 +26,7 @@ GAME = "tic_tac_toe"
 
 
 def agent_zip(folder: Path = EXAMPLES / "random_python", extra: list[tuple[str, bytes]] = ()) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
-        for file in sorted(folder.iterdir()):
-            z.write(file, f"{folder.name}/{file.name}")
-        for name, data in extra:
-            z.writestr(name, data)
-    return buffer.getvalue()
+    return testing.agent_zip(folder, extra)
 
 
 def tree(root: Path) -> set[str]:
