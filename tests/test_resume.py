@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from arena.testing import run_ludus_here
 from league.api import League, load_config
 from league.ledger import Store
 
@@ -35,6 +36,13 @@ ledger_rows, snapshot_ids = resume_kills.ledger_rows, resume_kills.snapshot_ids
 def ludus(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ludus", *args], capture_output=True, text=True, env=ENV,
                           timeout=timeout)
+
+
+def ludus_here(*args: str) -> subprocess.CompletedProcess:
+    """The same command through the CLI's `main` in this process: the refusals below are checked
+    by the dozen, and a new interpreter costs ~3 s each; `ludus` above stays the check of the real
+    process (`test_binary_garbage_config_file_is_one_line`, the resume refusals' first case)."""
+    return run_ludus_here(*args)
 
 
 def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -161,7 +169,8 @@ def test_resume_refuses_what_does_not_match_the_checkpoint(finished, tmp_path, d
     run = copy_run(finished, tmp_path)
     damage(run, finished / "b")
     before = tree(run)
-    one_line_error(ludus("resume", str(run), "--iterations", "5"), message)
+    command = ludus if damage is damage_ledger_missing else ludus_here  # one case as a real process
+    one_line_error(command("resume", str(run), "--iterations", "5"), message)
     assert tree(run) == before  # nothing written, config.json included
 
 
@@ -223,7 +232,7 @@ def test_a_killed_rewrite_of_the_same_iteration_leaves_the_checkpoint_in_force(f
 ])
 def test_bad_config_values_leave_no_run_directory(tmp_path, override, message):
     run = tmp_path / "run"
-    one_line_error(ludus(*train_args(run, SMALL + [override])), message)
+    one_line_error(ludus_here(*train_args(run, SMALL + [override])), message)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
