@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arena.testing import run_ludus_here
+from arena.testing import run_ludus_here as ludus_here  # the CLI's main here: ~3 s less than `ludus` below
 from league.api import League, load_config
 from league.ledger import Store
 
@@ -36,13 +36,6 @@ ledger_rows, snapshot_ids = resume_kills.ledger_rows, resume_kills.snapshot_ids
 def ludus(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ludus", *args], capture_output=True, text=True, env=ENV,
                           timeout=timeout)
-
-
-def ludus_here(*args: str) -> subprocess.CompletedProcess:
-    """The same command through the CLI's `main` in this process: the refusals below are checked
-    by the dozen, and a new interpreter costs ~3 s each; `ludus` above stays the check of the real
-    process (`test_binary_garbage_config_file_is_one_line`, the resume refusals' first case)."""
-    return run_ludus_here(*args)
 
 
 def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
