@@ -27,24 +27,6 @@ def run_ludus(*args: str, check: bool = True, timeout: float = 300) -> subproces
                           check=check, env=dict(os.environ, WANDB_MODE="disabled"))
 
 
-def run_ludus_here(*args: str) -> subprocess.CompletedProcess:
-    """`ludus ARGS...` through the CLI's `main` in this process, its output captured as text: the
-    code path of `run_ludus` without a new interpreter (whose torch import alone costs ~3 s here).
-    For the refusals that a suite checks by the dozen; `run_ludus` stays the check of the real
-    process (exit status, and the one line of stderr that a shell sees)."""
-    import contextlib
-
-    from ludus.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:  # argparse's own refusals
-            code = exc.code if isinstance(exc.code, int) else 2
-    return subprocess.CompletedProcess(["ludus", *args], code, out.getvalue(), err.getvalue())
-
-
 def agent_zip(folder: Path, extra: list[tuple[str, bytes]] = ()) -> bytes:
     """An upload archive of an agent folder (its files under `FOLDER_NAME/`), plus `extra`
     (archive name, bytes) entries as they are — hostile ones included, for tests."""

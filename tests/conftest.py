@@ -19,6 +19,31 @@ SKIP_ALLOWLIST: dict[str, str] = {}
 _disallowed_skips: list[str] = []
 
 
+@pytest.fixture
+def ludus_here():
+    """`ludus ARGS...` through the CLI's `main` in the test process, returned like a finished
+    `python -m ludus` (exit status, stdout and stderr as text): the same code path without a new
+    interpreter, whose torch import alone costs ~3 s. For the refusals the suite checks by the
+    dozen; `arena.testing.run_ludus` stays the check of the real process. (A fixture: arena, below
+    the CLI, may not import it.)"""
+    import contextlib
+    import io
+    import subprocess
+
+    from ludus.cli import main
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's own refusals
+                code = exc.code if isinstance(exc.code, int) else 2
+        return subprocess.CompletedProcess(["ludus", *args], code, out.getvalue(), err.getvalue())
+
+    return run
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and os.environ.get("LUDUS_CI") == "1":
         if not any(report.nodeid.startswith(prefix) for prefix in SKIP_ALLOWLIST):

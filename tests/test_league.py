@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from arena.testing import run_ludus, run_ludus_here
+from arena.testing import run_ludus
 from league.api import League, load_config, rebuild_ratings_check, replay_match, status, format_status
 from league.config import ConfigError
 from league.ledger import Store
@@ -242,14 +242,14 @@ def test_status_imports_no_torch_and_survives_a_closed_pipe(tmp_path):
      "config key 'roles.main.net.layer_norm' is for net.kind 'mlp', not 'conv'"),
     (["learner=token_ppo", "roles.main.net.hidden=[8]"], "roles.main.net: learner 'token_ppo' has no actor-critic net"),
 ])
-def test_bad_config_is_one_line_and_writes_nothing(tmp_path, overrides, message):
+def test_bad_config_is_one_line_and_writes_nothing(tmp_path, ludus_here, overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config("quickstart", overrides)
     args = ["train", "quickstart", "--run", str(tmp_path / "run")]
     for item in overrides:
         args += ["--set", item]
     # the first case as a real process; the others through the CLI's main here (~3 s less each)
-    result = run_ludus(*args, check=False) if overrides == ["nonsense_key=3"] else run_ludus_here(*args)
+    result = run_ludus(*args, check=False) if overrides == ["nonsense_key=3"] else ludus_here(*args)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()

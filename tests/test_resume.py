@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arena.testing import run_ludus_here as ludus_here  # the CLI's main here: ~3 s less than `ludus` below
 from league.api import League, load_config
 from league.ledger import Store
 
@@ -158,7 +157,7 @@ def damage_state_garbage(run: Path, other: Path) -> None:
     (damage_config_changed, "differs from the config the checkpoint was written with"),
     (damage_state_garbage, "unreadable"),
 ])
-def test_resume_refuses_what_does_not_match_the_checkpoint(finished, tmp_path, damage, message):
+def test_resume_refuses_what_does_not_match_the_checkpoint(finished, tmp_path, ludus_here, damage, message):
     run = copy_run(finished, tmp_path)
     damage(run, finished / "b")
     before = tree(run)
@@ -223,7 +222,7 @@ def test_a_killed_rewrite_of_the_same_iteration_leaves_the_checkpoint_in_force(f
     ("ppo.learning_rate=0", "learning_rate must be > 0"),
     ("anchors=[no_such_bot]", "no_such_bot"),
 ])
-def test_bad_config_values_leave_no_run_directory(tmp_path, override, message):
+def test_bad_config_values_leave_no_run_directory(tmp_path, ludus_here, override, message):
     run = tmp_path / "run"
     one_line_error(ludus_here(*train_args(run, SMALL + [override])), message)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
