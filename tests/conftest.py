@@ -37,8 +37,8 @@ def ludus_here():
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(list(args))
-            except SystemExit as exc:  # argparse's own refusals
-                code = exc.code if isinstance(exc.code, int) else 2
+            except SystemExit as exc:  # argparse's own exits, with the status a process would get
+                code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
         return subprocess.CompletedProcess(["ludus", *args], code, out.getvalue(), err.getvalue())
 
     return run
