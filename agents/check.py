@@ -99,4 +99,17 @@ def _checked_act(policy: Policy, batch: ActBatch, num_actions: int, where: str, 
     if not batch.mask[np.arange(n), greedy[0]].all() or not np.array_equal(greedy[0], greedy[1]):
         raise PolicyCheckError(f"{where}: greedy actions {greedy[0].tolist()} and {greedy[1].tolist()} from the "
                                f"same seed are not both the same legal actions")
+    together = getattr(policy, "act_together", None)
+    if together is not None:  # the ActsTogether promise: what act() in turn would give and draw
+        rng_together, rng_in_turn = np.random.default_rng(rng_seed), np.random.default_rng(rng_seed)
+        outputs = together([(policy, batch, False), (policy, batch, True)], rng_together)
+        in_turn = [policy.act(batch, rng_in_turn), policy.act(batch, rng_in_turn, greedy=True)]
+        for got, expected in zip(outputs, in_turn):
+            if not np.array_equal(np.asarray(got.actions), np.asarray(expected.actions)) or not np.allclose(
+                    got.log_probs, expected.log_probs, atol=0.05):
+                raise PolicyCheckError(f"{where}: act_together gave actions {np.asarray(got.actions).tolist()} "
+                                       f"(log-probs {np.asarray(got.log_probs).tolist()}) where act() gave "
+                                       f"{np.asarray(expected.actions).tolist()} ({np.asarray(expected.log_probs).tolist()})")
+        if rng_together.random() != rng_in_turn.random():
+            raise PolicyCheckError(f"{where}: act_together drew from the Generator differently from act() in turn")
     return out

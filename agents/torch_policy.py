@@ -9,22 +9,30 @@ the cumulative sum is flat there and they can never be the first index to reach 
 scaling by the row's own total keeps float32 rounding of the sum from running past the last
 legal action. (Gumbel-max would be equally exact but draws A uniforms per row: 2x slower here.)
 
-`dtype=torch.bfloat16` acts with a bfloat16 copy of the net (float32 logits). On this CPU (AVX512-
-BF16) its matmuls are 1.7x faster at a fixed batch size, but a runner's batch sizes change every
-step and bf16 kernels are built per shape: in `Runner.play` connect-four self-play gained 1.10x
-(benchmarks/inference_paths.py, which also measured stacked-weight bmm, a numpy path and
-torch.compile: none above 1.1x). The policy that plays is then the bf16 copy, and its log-probs
-are what the learner's importance ratio divides by (the behaviour policy).
+`dtype=torch.bfloat16` acts with a bfloat16 copy of the net (float32 logits). The policy that
+plays is then the bf16 copy, and its log-probs are what the learner's importance ratio divides
+by (the behaviour policy).
+
+A runner asks ~17 policies per step. `TorchPolicy.act_together` answers a run of them in one
+pass: each net computes its logits (frozen bf16 nets of one architecture as one
+`agents.nets.StackedActors`, one batched matmul per layer), then one softmax and one sampling
+pass over all rows, drawing from the Generator exactly as the policies' own `act` calls would in
+turn. In connect-four self-play on this CPU (AMX bf16 tiles) that made `Runner.play` 1.18x faster
+in float32 and 1.77x in bfloat16 than one `act` per policy in float32 (benchmarks/inference_paths.py;
+bf16 acting alone had gained 1.10x: sixteen small bf16 products cost about as much as sixteen
+float32 ones).
 """
 
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
+from typing import Sequence
 
 import numpy as np
 import torch
 
-from agents.nets import ActorCritic
+from agents.nets import ActorCritic, StackedActors
 from agents.policy import ActBatch, ActOutput
 
 
@@ -59,6 +67,9 @@ class TorchPolicy:
         self.dtype = dtype
         """float32: act with `net` itself; bfloat16: with a bf16 copy, remade when net's weights change."""
         self._copy: tuple[tuple[int, ...], ActorCritic] | None = None
+        # nn.Module.parameters() walks the module tree (~0.1 ms, as long as a 100-row forward):
+        # the parameters are listed once; load_state_dict and optimizers write into these same tensors.
+        self._parameters = tuple(net.parameters())
 
     def acting_net(self) -> ActorCritic:
         """The net that computes the actions: `net`, or its copy in `dtype`."""
@@ -66,7 +77,7 @@ class TorchPolicy:
             return self.net
         # Every in-place write to a parameter (an optimizer step, load_state_dict) bumps its
         # version counter: the copy is remade exactly when the weights it copies have changed.
-        versions = tuple(p._version for p in self.net.parameters())
+        versions = tuple(p._version for p in self._parameters)
         if self._copy is None or self._copy[0] != versions:
             self._copy = (versions, copy.deepcopy(self.net).to(self.dtype).eval())
         return self._copy[1]
@@ -77,6 +88,11 @@ class TorchPolicy:
         `log_probs` are always log pi(action) under the net's masked softmax (also for greedy
         play, where they tell how confident the pick was).
         """
+        return TorchPolicy.act_together([(self, batch, greedy)], rng)[0]
+
+    def masked_logits(self, batch: ActBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 masked logits [N, A] and values [N] (zeros without `compute_values`) of `batch`'s
+        rows; called under `torch.inference_mode` (by `act_together`)."""
         obs = _as_tensor(batch.obs)
         mask = _as_tensor(np.asarray(batch.mask, dtype=bool))
         net = self.acting_net()
@@ -88,29 +104,85 @@ class TorchPolicy:
             padded = -(-rows // PAD_ROWS) * PAD_ROWS
             obs = torch.cat([obs, obs.new_zeros((padded - rows, *obs.shape[1:]))])
             mask = torch.cat([mask, mask.new_ones((padded - rows, mask.shape[1]))])
+        if self.compute_values:
+            logits, values = net(obs, mask)
+        else:
+            logits, values = net.policy_logits(obs, mask), torch.zeros(obs.shape[0])
+        return logits[:rows].float(), values[:rows].float()  # float(): a no-op in float32
+
+    @staticmethod
+    def _logits_of(requests: Sequence[tuple["TorchPolicy", ActBatch, bool]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each request's (masked logits, values); frozen bf16 nets of one architecture in one stack."""
+        parts: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(requests)
+        frozen = [i for i, (policy, _, _) in enumerate(requests)
+                  if policy.dtype != torch.float32 and not policy.compute_values]
+        nets = [requests[i][0].acting_net() for i in frozen]
+        if StackedActors.can_stack(nets):
+            obs = [_as_tensor(requests[i][1].obs) for i in frozen]
+            mask = torch.from_numpy(np.concatenate([np.asarray(requests[i][1].mask, dtype=bool) for i in frozen]))
+            logits = _stack_of(nets).policy_logits(obs, mask, PAD_ROWS)
+            for i, piece in zip(frozen, torch.split(logits, [len(o) for o in obs])):
+                parts[i] = (piece, torch.zeros(len(piece)))
+        return [part or policy.masked_logits(batch) for part, (policy, batch, _) in zip(parts, requests)]
+
+    @staticmethod
+    def act_together(requests: Sequence[tuple["TorchPolicy", ActBatch, bool]],
+                     rng: np.random.Generator) -> list[ActOutput]:
+        """`policy.act(batch, rng, greedy)` for every (policy, batch, greedy) request, in one pass.
+
+        Each net computes its own rows' logits; the softmax and the sampling then run once over all
+        rows. What is drawn from `rng` is exactly what calling each policy's `act` in turn would
+        draw (uniforms in request order, one per sampled row), and so is the result, but for frozen
+        bf16 nets, which compute as one stack whose products may round differently in the last bit
+        from one net's own. A runner stepping seventeen policies saves sixteen rounds of the small
+        ops below (benchmarks/inference_paths.py).
+        """
         with torch.inference_mode():
-            if self.compute_values:
-                logits, values = net(obs, mask)
+            parts = TorchPolicy._logits_of(requests)
+            logits = parts[0][0] if len(parts) == 1 else torch.cat([p[0] for p in parts])
+            values = parts[0][1] if len(parts) == 1 else torch.cat([p[1] for p in parts])
+            # The softmax runs over dim 0 of the transposed logits [A, N]: with a handful of actions
+            # and thousands of rows torch's kernels along the last dim are ~10x slower (~0.5 ms
+            # for 4096 x 7 here). exp(-1e9 - max) is exactly 0 in float32, so these are the
+            # (log-)probabilities over the legal actions only.
+            logits_t = logits.T.contiguous()
+            log_pi = torch.log_softmax(logits_t, dim=0)
+            sizes = [len(batch) for _, batch, _ in requests]
+            greedy = np.repeat([g for _, _, g in requests], sizes)
+            if greedy.all():
+                chosen = logits.argmax(dim=1)
             else:
-                logits, values = net.policy_logits(obs, mask), torch.zeros(obs.shape[0])
-            logits, values = logits[:rows].float(), values[:rows].float()  # float(): a no-op in float32
-            # log_softmax of the masked logits: exp(-1e9 - max) is exactly 0 in float32, so this
-            # is the log-softmax over the legal actions only.
-            log_pi = torch.log_softmax(logits, dim=-1)
-            if greedy:
-                chosen = log_pi.argmax(dim=1)
-            else:
-                # Inverse CDF with one uniform per row from the caller's Generator.
-                cdf = log_pi.exp().cumsum(dim=1)
-                uniforms = torch.from_numpy(1.0 - rng.random(len(cdf), dtype=np.float32))
-                chosen = (cdf < (uniforms * cdf[:, -1]).unsqueeze(1)).sum(dim=1)
-            chosen_log_pi = log_pi.gather(1, chosen.unsqueeze(1)).squeeze(1)
-        actions = chosen.numpy()
-        if not batch.mask[np.arange(len(actions)), actions].all():
+                # Inverse CDF with one uniform per sampled row from the caller's Generator.
+                cdf = torch.softmax(logits_t, dim=0).cumsum(dim=0)
+                targets = torch.from_numpy(1.0 - rng.random(int((~greedy).sum()), dtype=np.float32))
+                if greedy.any():
+                    chosen = logits.argmax(dim=1)
+                    sampled = torch.from_numpy(~greedy)
+                    chosen[sampled] = (cdf[:, sampled] < targets * cdf[-1, sampled]).sum(dim=0)
+                else:
+                    chosen = (cdf < targets * cdf[-1]).sum(dim=0)
+            chosen_log_pi = log_pi.gather(0, chosen.unsqueeze(0)).squeeze(0)
+        actions = chosen.numpy().astype(np.int64, copy=False)
+        mask = requests[0][1].mask if len(requests) == 1 else np.concatenate([batch.mask for _, batch, _ in requests])
+        if not mask[np.arange(len(actions)), actions].all():
             # Only NaN logits can get here; a broken net is a bug, not a move.
             raise FloatingPointError("the net produced non-finite logits; an illegal action won the argmax")
-        return ActOutput(
-            actions=actions.astype(np.int64, copy=False),
-            log_probs=chosen_log_pi.numpy(),
-            values=values.numpy().astype(np.float32, copy=False),
-        )
+        log_probs, values = chosen_log_pi.numpy(), values.numpy().astype(np.float32, copy=False)
+        bounds = np.cumsum([0] + sizes)
+        return [ActOutput(actions=actions[lo:hi], log_probs=log_probs[lo:hi], values=values[lo:hi])
+                for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+_STACKS: OrderedDict[tuple[int, ...], tuple[tuple[ActorCritic, ...], StackedActors]] = OrderedDict()
+"""The last few stacks built, by the ids of their nets (held, so that the ids stay theirs)."""
+
+
+def _stack_of(nets: Sequence[ActorCritic]) -> StackedActors:
+    key = tuple(map(id, nets))
+    if key in _STACKS:
+        _STACKS.move_to_end(key)
+    else:
+        _STACKS[key] = (tuple(nets), StackedActors(nets))
+        if len(_STACKS) > 8:
+            _STACKS.popitem(last=False)
+    return _STACKS[key][1]

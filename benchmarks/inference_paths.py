@@ -7,8 +7,8 @@ batch of ~2,500 learner rows and sixteen batches of ~100 snapshot rows per step.
 steps are recorded once (observations and masks per policy), then every candidate computes the
 same masked logits for the same steps, interleaved round by round, one torch thread:
 
-* `torch fp32, one call per policy` — the runner's path today (`ActorCritic.policy_logits`;
-  the learner's rows with its value head);
+* `torch fp32, one call per policy` — one forward per policy (`ActorCritic.policy_logits`;
+  the learner's rows with its value head), as `TorchPolicy` computes a net's logits;
 * `torch fp32, stacked snapshots (bmm)` — the snapshots' weights stacked once, their rows padded
   to the largest group and evaluated in one `torch.baddbmm` per layer (issue 19's "one batched
   call per step");
@@ -18,12 +18,18 @@ same masked logits for the same steps, interleaved round by round, one torch thr
 * `torch.compile fp32, one call per policy` — inductor, dynamic batch sizes;
 * `torch bf16, one call per policy` — weights and activations in bfloat16, fp32 logits
   (AVX512-BF16 here);
+* `torch fp32/bf16, transposed weights, addmm` — weights stored [in, out], relu in place;
+* `torch bf16, StackedActors` — the runner's path for frozen nets in bfloat16
+  (`agents.nets.StackedActors`: stacked weights, one baddbmm per layer, groups padded to a
+  multiple of `agents.torch_policy.PAD_ROWS`);
 
-and prints each one's time per step relative to today's path. The recorded steps repeat from
+and prints each one's time per step relative to the first. The recorded steps repeat from
 round to round, and so do their batch sizes, which flatters bf16: oneDNN builds a bf16 matmul
-for every new row count (`agents.torch_policy.PAD_ROWS`). So the script then plays whole
-self-play tasks through `Runner.play` with `TorchPolicy` in float32 and in bfloat16 (the
-league's `inference_dtype`), interleaved, and prints both rates: what a runner really gains.
+for every new row count (`agents.torch_policy.PAD_ROWS`). Logits are not all of a runner's
+step, either: sampling, and the calls themselves. So the script then plays whole self-play tasks
+through `Runner.play`, interleaved: every policy asked alone in float32 (how runners acted
+before `TorchPolicy.act_together`), the policies asked together in float32 (one sampling pass
+for all rows), and together in bfloat16 (the league's `inference_dtype`; frozen nets stacked).
 Nothing here is asserted.
 
     python benchmarks/inference_paths.py [--steps 40] [--rounds 5]
@@ -49,9 +55,9 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agents.nets import ActorCritic, NetConfig, masked_logits  # noqa: E402
+from agents.nets import ActorCritic, NetConfig, StackedActors, masked_logits  # noqa: E402
 from agents.policy import ActBatch, ActOutput  # noqa: E402
-from agents.torch_policy import TorchPolicy  # noqa: E402
+from agents.torch_policy import PAD_ROWS, TorchPolicy  # noqa: E402
 from games.registry import spec as game_spec  # noqa: E402
 from league.backends import make_runner  # noqa: E402
 from league_selfplay_vs_pettingzoo import build_task  # noqa: E402
@@ -144,6 +150,26 @@ def torch_transposed(nets: list[ActorCritic], dtype: torch.dtype) -> Callable[[S
     return run
 
 
+def stacked_actors(nets: list[ActorCritic], dtype: torch.dtype) -> Callable[[Step], None]:
+    """The runner's path for frozen nets of one architecture (agents.nets.StackedActors): one
+    baddbmm per layer, groups padded to the largest (rounded up to PAD_ROWS); the learner alone."""
+    copies = [copy.deepcopy(net).to(dtype) for net in nets]
+    stack = StackedActors(copies[1:])
+
+    def run(step: Step) -> None:
+        with torch.inference_mode():
+            obs = [torch.zeros(0, *nets[0].spec.observation_shape)] * stack.num_nets
+            masks = []
+            for index, o, mask in step:
+                if index == 0:
+                    copies[0](torch.from_numpy(o), torch.from_numpy(mask))
+                else:
+                    obs[index - 1] = torch.from_numpy(o)
+                    masks.append(mask)
+            stack.policy_logits(obs, torch.from_numpy(np.concatenate(masks)), PAD_ROWS)
+    return run
+
+
 def compiled_per_policy(nets: list[ActorCritic]) -> Callable[[Step], None]:
     forward = [torch.compile(nets[0].forward, dynamic=True)] + [
         torch.compile(net.policy_logits, dynamic=True) for net in nets[1:]]
@@ -156,7 +182,7 @@ def compiled_per_policy(nets: list[ActorCritic]) -> Callable[[Step], None]:
 
 
 def stacked(nets: list[ActorCritic], chunk: int | None) -> Callable[[Step], None]:
-    """Snapshots (policies 1..K) in one baddbmm per layer; the learner alone, as today."""
+    """Snapshots (policies 1..K) in one baddbmm per layer; the learner alone."""
     per_net = [layers(net) for net in nets[1:]]
     stack = [(torch.stack([p[i][0].T for p in per_net]).contiguous(), torch.stack([p[i][1] for p in per_net])[:, None])
              for i in range(len(per_net[0]))]
@@ -204,7 +230,7 @@ def main() -> int:
     print(f"{len(steps)} recorded steps: {rows:.0f} rows per step, {learner_rows:.0f} of them the learner's, "
           f"the rest over {args.snapshots} snapshots")
     candidates = {
-        "torch fp32, one call per policy (today)": torch_per_policy(nets),
+        "torch fp32, one call per policy": torch_per_policy(nets),
         "torch fp32, stacked snapshots (bmm)": stacked(nets, None),
         "torch fp32, stacked snapshots, 64-row chunks": stacked(nets, 64),
         "numpy fp32, one call per policy": numpy_per_policy(nets),
@@ -213,6 +239,7 @@ def main() -> int:
         "torch bf16, one call per policy": torch_per_policy([copy.deepcopy(net).to(torch.bfloat16) for net in nets]),
         "torch fp32, transposed weights, addmm": torch_transposed(nets, torch.float32),
         "torch bf16, transposed weights, addmm": torch_transposed(nets, torch.bfloat16),
+        "torch bf16, StackedActors (the runner's path)": stacked_actors(nets, torch.bfloat16),
     }
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for run in candidates.values():  # warm-up (and compilation)
@@ -224,32 +251,49 @@ def main() -> int:
             for step in steps:
                 run(step)
             times[name].append((time.perf_counter() - start) / len(steps))
-    today = float(np.median(times["torch fp32, one call per policy (today)"]))
+    first = float(np.median(times["torch fp32, one call per policy"]))
     for name, values in times.items():
         median = float(np.median(values))
-        print(f"  {name:<46} {median * 1e3:6.2f} ms per step  {today / median:5.2f}x today's speed")
+        print(f"  {name:<46} {median * 1e3:6.2f} ms per step  {first / median:5.2f}x the first")
     runner_rates(nets, args.boards, args.rounds)
     return 0
 
 
+class OneByOne:
+    """A TorchPolicy the runner must ask alone (no `act_together`): how runners acted before."""
+
+    needs_history = False
+
+    def __init__(self, policy: TorchPolicy):
+        self.policy = policy
+
+    def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
+        return self.policy.act(batch, rng, greedy)
+
+
 def runner_rates(nets: list[ActorCritic], boards: int, rounds: int) -> None:
-    """Whole tasks through Runner.play, TorchPolicy in float32 vs bfloat16, interleaved."""
+    """Whole tasks through Runner.play, interleaved: each policy asked alone (float32, as runners
+    did before `act_together`), the policies asked together in float32 and in bfloat16."""
     runner = make_runner("connect_four", boards, seed=0)
     rng = np.random.default_rng(1)
-    rates: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
+    ways = {"float32, one act() per policy": (torch.float32, True), "float32, together": (torch.float32, False),
+            "bfloat16, together (frozen nets stacked)": (torch.bfloat16, False)}
+    rates: dict[str, list[float]] = {name: [] for name in ways}
     for r in range(rounds + 1):  # round 0 warms up
         task = build_task(4 * boards, len(nets) - 1, rng, (r + 1) * 10**6)
-        for dtype in rates:
+        for name, (dtype, alone) in ways.items():
             policies = {"learner": TorchPolicy(nets[0], dtype=dtype)}
             policies.update({f"snap{i - 1}": TorchPolicy(nets[i], compute_values=False, dtype=dtype)
                              for i in range(1, len(nets))})
+            players = {pid: OneByOne(policy) for pid, policy in policies.items()} if alone else policies
             start = time.perf_counter()
-            result = runner.play(task, policies.__getitem__)
+            result = runner.play(task, players.__getitem__)
             if r:
-                rates[dtype].append(result.env_steps / (time.perf_counter() - start))
-    fp32, bf16 = (float(np.median(v)) for v in rates.values())
-    print(f"Runner.play, {4 * boards} matches per task: float32 {fp32 / 1e3:.0f}k moves/s, "
-          f"bfloat16 {bf16 / 1e3:.0f}k moves/s ({bf16 / fp32:.2f}x)")
+                rates[name].append(result.env_steps / (time.perf_counter() - start))
+    before = float(np.median(rates["float32, one act() per policy"]))
+    for name, values in rates.items():
+        print(f"Runner.play, {4 * boards} matches per task, {name}: {np.median(values) / 1e3:.0f}k moves/s "
+              f"({np.median(values) / before:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from agents.policy import ActBatch, KeepsReadings, Policy
+from agents.policy import ActBatch, KeepsReadings, Policy, act_in_order
 from agents.rollout import RolloutBatch, SeatTrajectoryBuilder, side_critic_inputs
 from games.core import VectorGame, forfeit_returns
 
@@ -246,12 +246,15 @@ class Runner:
             if not critic_codes.isdisjoint(group_codes.tolist()):
                 critic_now = side_critic_inputs(ts.obs, vec.global_states() if spec.state_shape is not None else None,
                                                 spec.team_of_seat)
-            for code, lo, hi in zip(group_codes.tolist(), group_starts.tolist(), group_ends.tolist()):
+            groups = list(zip(group_codes.tolist(), group_starts.tolist(), group_ends.tolist()))
+            requests = []
+            for code, lo, hi in groups:
                 policy = policies[code]
                 histories = ([vec.history(int(b)) for b in slots_sorted[lo:hi]] if policy.needs_history else None)
                 critic_rows = (critic_now[slots_sorted[lo:hi], seats_sorted[lo:hi]] if code in critic_codes else None)
-                out = policy.act(ActBatch(obs_sorted[lo:hi], mask_sorted[lo:hi], seats_sorted[lo:hi], histories,
-                                          critic_rows), rng, greedy=code in greedy_codes)
+                requests.append((policy, ActBatch(obs_sorted[lo:hi], mask_sorted[lo:hi], seats_sorted[lo:hi],
+                                                  histories, critic_rows), code in greedy_codes))
+            for (code, lo, hi), out in zip(groups, act_in_order(requests, rng)):
                 acts[lo:hi], lps[lo:hi], vals[lo:hi] = out.actions, out.log_probs, out.values
                 if out.forfeits is not None and out.forfeits.any():
                     quit_rows = np.flatnonzero(out.forfeits) + lo

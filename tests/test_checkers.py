@@ -46,6 +46,30 @@ def test_net_policies_keep_the_policy_protocol(game_id):
     check_policy(TorchPolicy(ActorCritic(game_spec(game_id), NetConfig(hidden=(16,)))), game_id, num_games=2)
 
 
+def test_frozen_bfloat16_net_policies_keep_the_policy_protocol():
+    """Frozen bf16 nets act together as a stack (agents.nets.StackedActors); the checker holds
+    act_together to acting in turn."""
+    torch.manual_seed(0)
+    net = ActorCritic(game_spec("connect_four"), NetConfig(hidden=(16,), activation="relu"))
+    check_policy(TorchPolicy(net, compute_values=False, dtype=torch.bfloat16), "connect_four", num_games=2)
+
+
+def test_check_policy_catches_acting_together_that_is_not_acting_in_turn(monkeypatch):
+    together = TorchPolicy.act_together
+
+    def reversed_rows(requests, rng):  # draws as it should, answers each request with the next one's actions
+        outputs = together(requests, rng)
+        return outputs[1:] + outputs[:1]
+
+    monkeypatch.setattr(TorchPolicy, "act_together", staticmethod(reversed_rows))
+    torch.manual_seed(0)
+    policy = TorchPolicy(ActorCritic(game_spec("connect_four"), NetConfig(hidden=(16,))))
+    with torch.no_grad():
+        policy.net.policy_head.weight.mul_(100.0)  # sampled and greedy actions then differ at some step
+    with pytest.raises(PolicyCheckError, match="act_together gave"):
+        check_policy(policy, "connect_four", num_games=2)
+
+
 @pytest.mark.parametrize("preset", ["simple_tag", "simple_spread", "tic_tac_toe_2v2"])
 def test_mappo_sides_keep_the_policy_protocol(preset):
     """A MAPPO side at play (the actor chooses, the centralised critic values each row from the input

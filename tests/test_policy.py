@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from agents.nets import ActorCritic, NetConfig
-from agents.policy import ActBatch, Policy
+from agents.nets import ActorCritic, NetConfig, StackedActors
+from agents.policy import ActBatch, Policy, RandomPolicy, act_in_order
 from agents.torch_policy import TorchPolicy
 from games.core import GameSpec
 
@@ -185,3 +186,121 @@ def test_the_policy_follows_its_nets_updates(dtype):
     optimizer.step()
     stepped = policy.act(batch, np.random.default_rng(0), greedy=True)
     assert not np.array_equal(stepped.values, after.values)
+
+
+class _Alone:
+    """A TorchPolicy without `act_together`: the runner asks it alone, as it asked every policy before."""
+
+    needs_history = False
+
+    def __init__(self, policy: TorchPolicy):
+        self.policy = policy
+
+    def act(self, batch, rng, greedy=False):
+        return self.policy.act(batch, rng, greedy)
+
+
+def test_acting_together_is_acting_in_turn(monkeypatch):
+    """act_in_order answers each run of consecutive TorchPolicies with one act_together call: the
+    same actions, log-probs and values as one act() per policy, and the same draws from the
+    Generator (greedy rows draw none); a policy without act_together splits the run."""
+    calls = []
+    together = TorchPolicy.act_together
+
+    def spy(requests, rng):
+        calls.append(len(requests))
+        return together(requests, rng)
+
+    monkeypatch.setattr(TorchPolicy, "act_together", staticmethod(spy))
+    policies = [TorchPolicy(_net(SPEC, seed=0)), TorchPolicy(_net(SPEC, seed=1), compute_values=False),
+                RandomPolicy(), TorchPolicy(_net(SPEC, seed=2), compute_values=False), TorchPolicy(_net(SPEC, seed=3))]
+    rng = np.random.default_rng(11)
+    requests = [(policy, _batch(SPEC, rows, rng), greedy)
+                for policy, rows, greedy in zip(policies, (50, 7, 5, 1, 30), (False, True, False, False, False))]
+    rng_together, rng_in_turn = np.random.default_rng(3), np.random.default_rng(3)
+    outputs = act_in_order(requests, rng_together)
+    assert calls == [2, 2]
+    for (policy, batch, greedy), out in zip(requests, outputs):
+        alone = policy.act(batch, rng_in_turn, greedy=greedy)
+        for name in ("actions", "log_probs", "values"):
+            np.testing.assert_array_equal(getattr(out, name), getattr(alone, name))
+    assert rng_together.random() == rng_in_turn.random()
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_frozen_bfloat16_nets_act_as_one_stack(monkeypatch, activation):
+    """Frozen bf16 nets of one architecture are evaluated as one StackedActors (one batched matmul
+    per layer): their logits are each net's own bf16 logits within rounding, and acting draws from
+    the Generator exactly as acting in turn."""
+    config = NetConfig(hidden=(32, 32), activation=activation)
+    nets = [_net(SPEC, config, seed=s) for s in range(3)]
+    for net in nets:
+        with torch.no_grad():
+            net.policy_head.weight.div_(30.0)  # logits of a few units, as in the bf16 test above
+    policies = [TorchPolicy(net, compute_values=False, dtype=torch.bfloat16) for net in nets]
+    rng = np.random.default_rng(12)
+    batches = [_batch(SPEC, rows, rng) for rows in (20, 70, 5)]
+    stacks, original = [], StackedActors.policy_logits
+    monkeypatch.setattr(StackedActors, "policy_logits",
+                        lambda self, *a, **k: stacks.append(self) or original(self, *a, **k))
+    rng_together, rng_in_turn = np.random.default_rng(4), np.random.default_rng(4)
+    outputs = act_in_order([(p, b, False) for p, b in zip(policies, batches)], rng_together)
+    assert len(stacks) == 1 and stacks[0].num_nets == 3
+    for policy, batch, out in zip(policies, batches, outputs):
+        alone = policy.act(batch, rng_in_turn)
+        assert batch.mask[np.arange(len(batch)), out.actions].all()
+        assert (out.actions == alone.actions).mean() >= 0.9
+        same = out.actions == alone.actions
+        np.testing.assert_allclose(out.log_probs[same], alone.log_probs[same], atol=0.05)
+        np.testing.assert_array_equal(out.values, 0.0)
+    assert rng_together.random() == rng_in_turn.random()
+    with torch.inference_mode():
+        copies = [p.acting_net() for p in policies]
+        obs = [torch.from_numpy(b.obs) for b in batches]
+        mask = torch.from_numpy(np.concatenate([b.mask for b in batches]))
+        stacked = StackedActors(copies).policy_logits(obs, mask, pad_rows=64)
+        own = torch.cat([c.policy_logits(o, torch.from_numpy(b.mask)).float() for c, o, b in zip(copies, obs, batches)])
+    np.testing.assert_allclose(stacked.numpy(), own.numpy(), rtol=0.02, atol=0.02)
+
+
+def test_only_mlp_nets_of_one_shape_stack():
+    plain = NetConfig(hidden=(32, 32))
+    two = [_net(SPEC, plain, seed=0), _net(SPEC, plain, seed=1)]
+    assert StackedActors.can_stack(two)
+    assert not StackedActors.can_stack(two[:1])
+    assert not StackedActors.can_stack([two[0], _net(SPEC, NetConfig(hidden=(32, 16)))])
+    assert not StackedActors.can_stack([_net(SPEC, NetConfig(hidden=(32, 32), layer_norm=True)) for _ in range(2)])
+    conv = NetConfig(kind="conv", channels=(8,), hidden=(16,))
+    assert not StackedActors.can_stack([_net(CONV_SPEC, conv), _net(CONV_SPEC, conv)])
+    assert not StackedActors.can_stack([two[0], copy.deepcopy(two[1]).to(torch.bfloat16)])
+    with pytest.raises(ValueError, match="two or more"):
+        StackedActors(two[:1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_runner_plays_the_same_matches_acting_together(dtype):
+    """Runner.play with TorchPolicies (asked together) and with the same policies asked one by one:
+    the same games, the same learner trajectories (bf16: the same draws; here also the same games)."""
+    from games.registry import make_vector
+    from league.runner import MatchAssignment, PlayTask, Runner
+
+    spec = make_vector("connect_four", 1, seed=0).spec
+    config = NetConfig(hidden=(64, 64), activation="relu", shared_trunk=True)
+    nets = {pid: _net(spec, config, seed=s) for s, pid in enumerate(["main", "a", "b", "c"])}
+    for net in nets.values():
+        with torch.no_grad():
+            net.policy_head.weight.div_(100.0)
+    assignments = tuple(MatchAssignment(i, 1000 + i, ("main", "abc"[i % 3]) if i % 2 else ("abc"[i % 3], "main"))
+                        for i in range(48))
+    task = PlayTask(0, assignments, sample_seed=9, learners=("main",), learner_versions=(1,))
+    results = []
+    for alone in (False, True):
+        policies = {pid: TorchPolicy(net, compute_values=pid == "main", dtype=dtype) for pid, net in nets.items()}
+        if alone:
+            policies = {pid: _Alone(policy) for pid, policy in policies.items()}
+        results.append(Runner(lambda n: make_vector("connect_four", n, seed=0), 16).play(task, policies.__getitem__))
+    together, in_turn = results
+    assert [m.moves for m in together.matches] == [m.moves for m in in_turn.matches]
+    np.testing.assert_array_equal(together.rollouts["main"].actions, in_turn.rollouts["main"].actions)
+    np.testing.assert_allclose(together.rollouts["main"].logprobs, in_turn.rollouts["main"].logprobs,
+                               atol=0 if dtype == torch.float32 else 0.05)
