@@ -87,8 +87,9 @@ class ActsTogether(Protocol):
 
 def act_in_order(requests: Sequence[tuple[Policy, ActBatch, bool]], rng: np.random.Generator) -> list[ActOutput]:
     """Every request's `policy.act(batch, rng, greedy)`, in order. A run of consecutive policies
-    that share one `act_together` is answered by one call of it — the same outputs and the same
-    draws from `rng`, with the per-call work done once (a self-play step asks ~17 nets)."""
+    that share one `act_together` is answered by one call of it — the same outputs (up to float
+    rounding) and the same draws from `rng`, with the per-call work done once (a self-play step
+    asks ~17 nets)."""
     outputs: list[ActOutput] = []
     i = 0
     while i < len(requests):

@@ -493,9 +493,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # punishes every one-move blunder, which self-play opponents miss; mcts-100 punishes two-move
     # tactics. PFSP sends the main agent to whichever it still loses to. Measured in 15 minutes:
     # with anchors random + mcts-25 only, 0.35 against MCTS-100; with mcts-100 added, 0.74.
+    # The nets act in bfloat16 (frozen snapshots stacked, agents.nets.StackedActors): self-play
+    # ~1.5x faster than float32 on a CPU with AMX tiles; seed 0 then scored 0.647 against MCTS-100.
+    # On a CPU without bf16 instructions set inference_dtype=float32.
     "connect_four": {
         "game": "connect_four", "iterations": 600, "matches_per_iteration": 1024, "num_envs": 512,
-        "backend": "process", "num_runners": 2, "pipeline_depth": 2,
+        "backend": "process", "num_runners": 2, "pipeline_depth": 2, "inference_dtype": "bfloat16",
         "snapshot_every_steps": 250_000, "snapshot_win_rate_lcb": 0.0,
         "anchors": ["random", "mcts-25", "mcts-100"],
         "net": {"kind": "mlp", "hidden": [256, 256], "activation": "relu", "shared_trunk": True},
