@@ -27,8 +27,8 @@ and prints each one's time per step relative to the first. The recorded steps re
 round to round, and so do their batch sizes, which flatters bf16: oneDNN builds a bf16 matmul
 for every new row count (`agents.torch_policy.PAD_ROWS`). Logits are not all of a runner's
 step, either: sampling, and the calls themselves. So the script then plays whole self-play tasks
-through `Runner.play`, interleaved: every policy asked alone in float32 (how runners acted
-before `TorchPolicy.act_together`), the policies asked together in float32 (one sampling pass
+through `Runner.play`, interleaved: every policy asked alone in float32 (one `act` per policy,
+as runners asked before `TorchPolicy.act_together`; each call samples as `act` does now), the policies asked together in float32 (one sampling pass
 for all rows), and together in bfloat16 (the league's `inference_dtype`; frozen nets stacked).
 Nothing here is asserted.
 
@@ -260,7 +260,7 @@ def main() -> int:
 
 
 class OneByOne:
-    """A TorchPolicy the runner must ask alone (no `act_together`): how runners acted before."""
+    """A TorchPolicy the runner must ask alone (no `act_together`), as runners asked every policy before."""
 
     needs_history = False
 
