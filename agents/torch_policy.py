@@ -116,7 +116,8 @@ class TorchPolicy:
         parts: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(requests)
         frozen = [i for i, (policy, _, _) in enumerate(requests)
                   if policy.dtype != torch.float32 and not policy.compute_values]
-        nets = [requests[i][0].acting_net() for i in frozen]
+        # (one frozen net alone does not stack: its acting copy is fetched once, by masked_logits)
+        nets = [requests[i][0].acting_net() for i in frozen] if len(frozen) >= 2 else []
         if StackedActors.can_stack(nets):
             obs = [_as_tensor(requests[i][1].obs) for i in frozen]
             mask = torch.from_numpy(np.concatenate([np.asarray(requests[i][1].mask, dtype=bool) for i in frozen]))
