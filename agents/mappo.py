@@ -27,7 +27,7 @@ carry no gradient (the authors' `active_masks`).
 per team. `collect_rollout` plays a simultaneous-move `VectorGame` ([B, P] TimeStep layout) for
 T steps and builds one `MAPPOBatch` per team; `train_cooperative` is the loop around them.
 
-Reused from agents.rollout: `compute_gae` (run once per (slot, seat) sequence of the [T, B, P]
+Reused from agents.rollout: `compute_gae` (one pass over the (slot, seat) columns of the [T, B, P]
 rollout) and `side_critic_inputs` (the centralised view). Not reused: `SeatTrajectoryBuilder`,
 whose flat rows of closed transitions carry one input per row (MAPPO needs the actor's and the
 critic's) and drop seats that are not acting (MAPPO keeps them as masked rows). From
@@ -699,13 +699,18 @@ def collect_rollout(games: VectorGame, ts: TimeStep, learners: dict[int, MAPPOLe
     seq_done = game_done[:, :, None] | ~next_active
     bootstrap = np.where(game_done[:, :, None] & game_truncated[:, :, None] & active, values, 0.0)
     bootstrap[-1] = np.where(~game_done[-1][:, None] & ts.acting, last_values, bootstrap[-1])
-    advantages = np.zeros(shape, dtype=np.float32)
-    returns = np.zeros(shape, dtype=np.float32)
-    for b in range(num_games):
-        for p in range(num_players):
-            advantages[:, b, p], returns[:, b, p] = compute_gae(
-                rewards[:, b, p], values[:, b, p], seq_done[:, b, p], bootstrap[:, b, p],
-                config.gamma, config.gae_lambda)
+    # One GAE pass over every (slot, seat) column: [T, B, P] -> [B * P * T], each column in time
+    # order and cut at its end.
+    def columns(array: np.ndarray) -> np.ndarray:
+        return np.moveaxis(array, 0, -1).reshape(-1)
+
+    column_ends = np.zeros((num_games, num_players, shape[0]), dtype=bool)
+    column_ends[..., -1] = True
+    flat_advantages, flat_returns = compute_gae(
+        columns(rewards), columns(values), columns(seq_done), columns(bootstrap), config.gamma, config.gae_lambda,
+        sequence_ends=column_ends.reshape(-1))
+    advantages = np.moveaxis(flat_advantages.reshape(num_games, num_players, shape[0]), -1, 0).copy()
+    returns = np.moveaxis(flat_returns.reshape(num_games, num_players, shape[0]), -1, 0).copy()
     # Inactive rows hold no transition: zero them so they are inert even before masking.
     advantages[~active] = 0.0
     returns[~active] = 0.0

@@ -59,22 +59,26 @@ def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, boot
         stops[-1] = True
     if sequence_ends is not None:
         stops |= np.asarray(sequence_ends, dtype=bool)
-    # Plain Python floats: the loop is ~10x faster on lists than on numpy scalars.
-    reward_list, value_list = rewards.tolist(), values.tolist()
-    done_list, bootstrap_list = stops.tolist(), bootstrap_values.tolist()
-    advantages = [0.0] * num_steps
-    next_advantage = 0.0
-    for t in reversed(range(num_steps)):
-        if done_list[t]:
-            # The episode (or the data) stops after t: no advantage flows back from t+1.
-            next_value, next_advantage = bootstrap_list[t], 0.0
-        else:
-            next_value = value_list[t + 1]
-        delta = reward_list[t] + gamma * next_value - value_list[t]
-        next_advantage = delta + gamma * gae_lambda * next_advantage
-        advantages[t] = next_advantage
-    advantages_array = np.asarray(advantages, dtype=np.float64)
-    return advantages_array.astype(np.float32), (advantages_array + values).astype(np.float32)
+    next_values = np.empty(num_steps, dtype=np.float64)
+    next_values[:-1] = values[1:]
+    # Where the episode (or the data) stops after t, V(s_{t+1}) is the bootstrap and no
+    # advantage flows back from t+1.
+    next_values[stops] = bootstrap_values[stops]
+    deltas = rewards + gamma * next_values - values
+    # A_t = delta_t + c_t * A_{t+1} with c_t = gamma*lambda, 0 where the sequence stops: a linear
+    # recurrence, solved for every sequence at once by recursive doubling (Hillis & Steele 1986,
+    # "Data parallel algorithms"): after the pass with shift s, advantages[t] sums the rows t..t+2s-1
+    # of its sequence and carry[t] is the product of their c (0 once the window reaches the
+    # sequence's end). log2 of the longest sequence passes over whole arrays instead of a Python
+    # step per row: a league task's ~10^5 rows in sequences of ~20 take 5 passes.
+    advantages = deltas.copy()
+    carry = np.where(stops, 0.0, gamma * gae_lambda)
+    shift = 1
+    while shift < num_steps and carry[:-shift].any():
+        advantages[:-shift] = advantages[:-shift] + carry[:-shift] * advantages[shift:]
+        carry[:-shift] = carry[:-shift] * carry[shift:]
+        shift *= 2
+    return advantages.astype(np.float32), (advantages + values).astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -212,12 +212,24 @@ class Runner:
         inference = 0.0
         live_slots_count = int((slot_match >= 0).sum())
 
-        def finish(slot: int, returns: tuple[float, ...], length: int, **how) -> None:
-            # the match the slot plays is over (by the game's rules, or a forfeit: `how`)
-            steps = move_log[slot, :move_count[slot]]
-            played.append(PlayedMatch(assignment=queue[slot_match[slot]], returns=returns, length=length,
-                                      moves=tuple(steps[steps >= 0].tolist()),
-                                      player_versions=tuple(code_version[seat_codes[slot]].tolist()), **how))
+        def finish(slots: list[int], returns: list[list[float]], lengths: list[int], truncated: list[bool],
+                   forfeited: list[tuple[int, ...]] | None = None) -> None:
+            # The matches these slots play are over (by the game's rules, or a forfeit). One array
+            # pass for all of them: a task ends ~10^4 matches, and per-slot numpy calls were a tenth
+            # of its time.
+            rows = np.asarray(slots, dtype=np.int64)
+            counts = move_count[rows]
+            logged = move_log[rows, :int(counts.max(initial=0))]  # [E, steps, P]; past a slot's count: stale
+            kept = (logged >= 0) & (np.arange(logged.shape[1])[None, :, None] < counts[:, None, None])
+            moves = logged[kept].tolist()  # row-major: each match's moves in order, match after match
+            ends = np.cumsum(kept.reshape(len(rows), -1).sum(axis=1)).tolist()
+            starts = [0] + ends[:-1]
+            versions = code_version[seat_codes[rows]].tolist()
+            for i, match in enumerate(slot_match[rows].tolist()):
+                played.append(PlayedMatch(
+                    assignment=queue[match], returns=tuple(returns[i]), length=lengths[i],
+                    moves=tuple(moves[starts[i]:ends[i]]), player_versions=tuple(versions[i]),
+                    truncated=truncated[i], forfeited=forfeited[i] if forfeited else ()))
 
         # (a slot whose match was forfeited idles until its game ends, then takes the next match)
         while live_slots_count > 0 or next_match < num_matches:
@@ -281,15 +293,16 @@ class Runner:
             if gave_up.any():
                 # The match ends here by forfeit. Its game still runs out in the vector (the slot
                 # idles, as slots past the end of the queue do) and the slot then takes the next match.
-                for slot in np.flatnonzero(gave_up.any(axis=1)).tolist():
-                    returns = forfeit_returns(spec, gave_up[slot].tolist())
-                    finish(slot, returns, int(move_count[slot]),
-                           forfeited=tuple(np.flatnonzero(gave_up[slot]).tolist()))
+                quit_slots = np.flatnonzero(gave_up.any(axis=1)).tolist()
+                quit_returns = [forfeit_returns(spec, gave_up[slot].tolist()) for slot in quit_slots]
+                finish(quit_slots, quit_returns, move_count[quit_slots].tolist(), [False] * len(quit_slots),
+                       [tuple(np.flatnonzero(gave_up[slot]).tolist()) for slot in quit_slots])
+                for slot, returns in zip(quit_slots, quit_returns):
                     for builder in builders.values():
                         builder.end_game(slot, np.asarray(returns) - rewarded[slot])
-                    slot_match[slot] = -1
-                    seat_codes[slot] = -1
-                    live_slots_count -= 1
+                slot_match[quit_slots] = -1
+                seat_codes[quit_slots] = -1
+                live_slots_count -= len(quit_slots)
                 gave_up[:] = False
             # Log the moves of live games (simultaneous games log every acting seat of the step).
             live_slots = np.flatnonzero(slot_match >= 0)
@@ -309,9 +322,10 @@ class Runner:
             ended = np.flatnonzero(ts.done)
             rewarded[ended] = 0.0
             was_live = slot_match[ended] >= 0
-            for slot in ended[was_live].tolist():
-                finish(slot, tuple(ts.final_returns[slot].tolist()), int(ts.final_lengths[slot]),
-                       truncated=bool(ts.truncated[slot]))
+            over = ended[was_live]
+            if len(over):
+                finish(over.tolist(), ts.final_returns[over].tolist(), ts.final_lengths[over].tolist(),
+                       ts.truncated[over].tolist())
             new = np.array(started, dtype=np.int64)
             slot_match[ended] = new
             seat_codes[ended] = np.where((new >= 0)[:, None], match_codes[np.maximum(new, 0)], -1)

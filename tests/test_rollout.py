@@ -71,6 +71,26 @@ def test_gae_truncation_bootstraps_from_given_value():
     np.testing.assert_allclose(returns, [4.0, 0.0])
 
 
+def test_gae_equals_the_sequential_recursion_on_mixed_sequences():
+    """All sequences at once (recursive doubling) == CleanRL's backward loop, row by row: short
+    and long sequences, terminal and cut ends, one sequence running over the whole array."""
+    rng = np.random.default_rng(7)
+    for num_steps, stop_rate in [(1, 0.0), (2, 0.5), (37, 0.2), (500, 0.05), (3000, 0.0), (4000, 0.3)]:
+        rewards, values, bootstrap = rng.normal(size=(3, num_steps))
+        dones, ends = rng.random((2, num_steps)) < stop_rate
+        gamma, lam = 0.99, 0.95
+        expected = np.zeros(num_steps)
+        following = 0.0
+        for t in reversed(range(num_steps)):
+            stop = dones[t] or ends[t] or t == num_steps - 1
+            next_value = bootstrap[t] if stop else values[t + 1]
+            following = rewards[t] + gamma * next_value - values[t] + (0.0 if stop else gamma * lam * following)
+            expected[t] = following
+        advantages, returns = compute_gae(rewards, values, dones, bootstrap, gamma, lam, sequence_ends=ends)
+        np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(returns, expected + values, rtol=1e-5, atol=1e-5)
+
+
 def test_gae_rejects_mismatched_lengths():
     with pytest.raises(ValueError, match="same length"):
         compute_gae([1, 2], [1], [0, 0], [0, 0], 0.9, 0.9)
