@@ -30,9 +30,12 @@ step, either: sampling, and the calls themselves. So the script then plays whole
 through `Runner.play`, interleaved: every policy asked alone in float32 (one `act` per policy,
 as runners asked before `TorchPolicy.act_together`; each call samples as `act` does now), the policies asked together in float32 (one sampling pass
 for all rows), and together in bfloat16 (the league's `inference_dtype`; frozen nets stacked).
+With `--run RUN_DIR` (a `ludus train connect_four` run) it also measures what bf16 acting does to
+the policy a learner trains on: for the run's main snapshots, over self-play positions, how far
+the bf16 log-probs of the actions played are from float32's (PPO's ratio divides by the former).
 Nothing here is asserted.
 
-    python benchmarks/inference_paths.py [--steps 40] [--rounds 5]
+    python benchmarks/inference_paths.py [--steps 40] [--rounds 5] [--run RUN_DIR]
 """
 
 from __future__ import annotations
@@ -57,8 +60,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agents.nets import ActorCritic, NetConfig, StackedActors, masked_logits  # noqa: E402
 from agents.policy import ActBatch, ActOutput  # noqa: E402
+from agents.snapshot import load_snapshot  # noqa: E402
 from agents.torch_policy import PAD_ROWS, TorchPolicy  # noqa: E402
-from games.registry import spec as game_spec  # noqa: E402
+from games.registry import make_vector, spec as game_spec  # noqa: E402
 from league.backends import make_runner  # noqa: E402
 from league_selfplay_vs_pettingzoo import build_task  # noqa: E402
 
@@ -216,6 +220,8 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--steps", type=int, default=40, help="recorded steps each candidate computes per round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; each path's time is its median")
+    parser.add_argument("--run", type=Path, default=None,
+                        help="a connect_four run directory: also measure bf16's log-prob drift on its main snapshots")
     args = parser.parse_args()
     torch.set_num_threads(1)
     spec = game_spec("connect_four")
@@ -256,7 +262,41 @@ def main() -> int:
         median = float(np.median(values))
         print(f"  {name:<46} {median * 1e3:6.2f} ms per step  {first / median:5.2f}x the first")
     runner_rates(nets, args.boards, args.rounds)
+    if args.run is not None:
+        bf16_drift(args.run, args.boards)
     return 0
+
+
+def bf16_drift(run: Path, boards: int, steps: int = 20) -> None:
+    """|log pi_bf16(a|s) - log pi_fp32(a|s)| of the actions a float32 main snapshot plays against
+    itself, for the middle and the last main snapshot of `run`."""
+    snapshots = sorted(run.glob("snapshots/main@*"), key=lambda path: int(path.name.split("@")[1]))
+    if not snapshots:
+        raise SystemExit(f"inference_paths: no main snapshots under {run}/snapshots")
+    for path in dict.fromkeys([snapshots[len(snapshots) // 2], snapshots[-1]]):
+        net = load_snapshot(path).net
+        full, half = TorchPolicy(net, dtype=torch.float32), TorchPolicy(net, dtype=torch.bfloat16)
+        vec = make_vector("connect_four", boards, seed=1)
+        ts = vec.reset(np.arange(boards, dtype=np.uint64))
+        rng = np.random.default_rng(0)
+        drift = []
+        for _ in range(steps):
+            seat = ts.acting.argmax(axis=1)
+            rows = np.arange(boards)
+            batch = ActBatch(ts.obs[rows, seat], ts.mask[rows, seat], seat, None, None)
+            played = full.act(batch, rng)
+            with torch.inference_mode():
+                chosen = torch.from_numpy(played.actions)[:, None]
+                bf16 = torch.log_softmax(half.masked_logits(batch)[0], dim=1).gather(1, chosen).squeeze(1)
+            drift.append(np.abs(bf16.numpy() - played.log_probs))
+            actions = np.zeros((boards, 2), dtype=np.int64)
+            actions[rows, seat] = played.actions
+            ts = vec.step(actions)
+        gaps = np.concatenate(drift)
+        ratios = np.exp(gaps)
+        print(f"bf16 acting, {path.name}: |log-prob - float32's| mean {gaps.mean():.4f}, 99th percentile "
+              f"{np.quantile(gaps, 0.99):.4f}, max {gaps.max():.4f}; PPO ratios off by more than 0.2: "
+              f"{np.mean(ratios > 1.2):.3%} of {len(gaps)} moves")
 
 
 class OneByOne:
