@@ -117,11 +117,11 @@ class TorchPolicy:
         frozen = [i for i, (policy, _, _) in enumerate(requests)
                   if policy.dtype != torch.float32 and not policy.compute_values]
         # (one frozen net alone does not stack: its acting copy is fetched once, by masked_logits)
-        nets = [requests[i][0].acting_net() for i in frozen] if len(frozen) >= 2 else []
-        if StackedActors.can_stack(nets):
+        stack = _stack_of([requests[i][0].acting_net() for i in frozen]) if len(frozen) >= 2 else None
+        if stack is not None:
             obs = [_as_tensor(requests[i][1].obs) for i in frozen]
             mask = torch.from_numpy(np.concatenate([np.asarray(requests[i][1].mask, dtype=bool) for i in frozen]))
-            logits = _stack_of(nets).policy_logits(obs, mask, PAD_ROWS)
+            logits = stack.policy_logits(obs, mask, PAD_ROWS)
             for i, piece in zip(frozen, torch.split(logits, [len(o) for o in obs])):
                 parts[i] = (piece, torch.zeros(len(piece)))
         return [part or policy.masked_logits(batch) for part, (policy, batch, _) in zip(parts, requests)]
@@ -174,16 +174,17 @@ class TorchPolicy:
                 for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-_STACKS: OrderedDict[tuple[int, ...], tuple[tuple[ActorCritic, ...], StackedActors]] = OrderedDict()
-"""The last few stacks built, by the ids of their nets (held, so that the ids stay theirs)."""
+_STACKS: OrderedDict[tuple[int, ...], tuple[tuple[ActorCritic, ...], StackedActors | None]] = OrderedDict()
+"""The last few groups of nets seen, by their ids (held, so that the ids stay theirs): their stack,
+or None where they cannot stack (`StackedActors.can_stack`)."""
 
 
-def _stack_of(nets: Sequence[ActorCritic]) -> StackedActors:
+def _stack_of(nets: Sequence[ActorCritic]) -> StackedActors | None:
     key = tuple(map(id, nets))
     if key in _STACKS:
         _STACKS.move_to_end(key)
     else:
-        _STACKS[key] = (tuple(nets), StackedActors(nets))
+        _STACKS[key] = (tuple(nets), StackedActors(nets) if StackedActors.can_stack(nets) else None)
         if len(_STACKS) > 8:
             _STACKS.popitem(last=False)
     return _STACKS[key][1]
