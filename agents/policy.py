@@ -106,6 +106,19 @@ def act_in_order(requests: Sequence[tuple[Policy, ActBatch, bool]], rng: np.rand
     return outputs
 
 
+class AskedAlone:
+    """`policy` without its `act_together`: `act_in_order` asks it on its own, one `act` per batch,
+    as runners asked every policy before `ActsTogether` (what the measurements and tests that
+    compare the two paths play with)."""
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self.needs_history = policy.needs_history
+
+    def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
+        return self.policy.act(batch, rng, greedy)
+
+
 def zero_output(actions: np.ndarray) -> ActOutput:
     """ActOutput for deterministic bots: log-prob 0 and value 0."""
     n = len(actions)

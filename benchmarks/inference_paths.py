@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agents.nets import ActorCritic, NetConfig, StackedActors, masked_logits  # noqa: E402
-from agents.policy import ActBatch, ActOutput  # noqa: E402
+from agents.policy import ActBatch, ActOutput, AskedAlone  # noqa: E402
 from agents.snapshot import load_snapshot  # noqa: E402
 from agents.torch_policy import PAD_ROWS, TorchPolicy  # noqa: E402
 from games.registry import make_vector, spec as game_spec  # noqa: E402
@@ -299,18 +299,6 @@ def bf16_drift(run: Path, boards: int, steps: int = 20) -> None:
               f"{np.mean(ratios > 1.2):.3%} of {len(gaps)} moves")
 
 
-class OneByOne:
-    """A TorchPolicy the runner must ask alone (no `act_together`), as runners asked every policy before."""
-
-    needs_history = False
-
-    def __init__(self, policy: TorchPolicy):
-        self.policy = policy
-
-    def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
-        return self.policy.act(batch, rng, greedy)
-
-
 def runner_rates(nets: list[ActorCritic], boards: int, rounds: int) -> None:
     """Whole tasks through Runner.play, interleaved: each policy asked alone (float32, as runners
     did before `act_together`), the policies asked together in float32 and in bfloat16."""
@@ -325,7 +313,7 @@ def runner_rates(nets: list[ActorCritic], boards: int, rounds: int) -> None:
             policies = {"learner": TorchPolicy(nets[0], dtype=dtype)}
             policies.update({f"snap{i - 1}": TorchPolicy(nets[i], compute_values=False, dtype=dtype)
                              for i in range(1, len(nets))})
-            players = {pid: OneByOne(policy) for pid, policy in policies.items()} if alone else policies
+            players = {pid: AskedAlone(policy) for pid, policy in policies.items()} if alone else policies
             start = time.perf_counter()
             result = runner.play(task, players.__getitem__)
             if r:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agents.nets import ActorCritic, NetConfig, StackedActors
-from agents.policy import ActBatch, Policy, RandomPolicy, act_in_order
+from agents.policy import ActBatch, AskedAlone, Policy, RandomPolicy, act_in_order
 from agents.torch_policy import TorchPolicy
 from games.core import GameSpec
 
@@ -188,18 +188,6 @@ def test_the_policy_follows_its_nets_updates(dtype):
     assert not np.array_equal(stepped.values, after.values)
 
 
-class _Alone:
-    """A TorchPolicy without `act_together`: the runner asks it alone, as it asked every policy before."""
-
-    needs_history = False
-
-    def __init__(self, policy: TorchPolicy):
-        self.policy = policy
-
-    def act(self, batch, rng, greedy=False):
-        return self.policy.act(batch, rng, greedy)
-
-
 def test_acting_together_is_acting_in_turn(monkeypatch):
     """act_in_order answers each run of consecutive TorchPolicies with one act_together call: the
     same actions, log-probs and values as one act() per policy, and the same draws from the
@@ -297,7 +285,7 @@ def test_a_runner_plays_the_same_matches_acting_together(dtype):
     for alone in (False, True):
         policies = {pid: TorchPolicy(net, compute_values=pid == "main", dtype=dtype) for pid, net in nets.items()}
         if alone:
-            policies = {pid: _Alone(policy) for pid, policy in policies.items()}
+            policies = {pid: AskedAlone(policy) for pid, policy in policies.items()}
         results.append(Runner(lambda n: make_vector("connect_four", n, seed=0), 16).play(task, policies.__getitem__))
     together, in_turn = results
     assert [m.moves for m in together.matches] == [m.moves for m in in_turn.matches]

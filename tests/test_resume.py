@@ -10,19 +10,18 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from arena.testing import run_ludus
 from league.api import League, load_config
 from league.ledger import Store
 
 
 REPO = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(REPO)}
 # The connect_four preset's kind of run, scaled down, and the kill loop: benchmarks/resume_kills.py
 # (which does the same 20 times and prints goal resume_exact_kills).
 _spec = importlib.util.spec_from_file_location("resume_kills", REPO / "benchmarks" / "resume_kills.py")
@@ -33,8 +32,8 @@ ledger_rows, snapshot_ids = resume_kills.ledger_rows, resume_kills.snapshot_ids
 
 
 def ludus(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ludus", *args], capture_output=True, text=True, env=ENV,
-                          timeout=timeout)
+    """`python -m ludus ARGS...`, its exit code left for the test to check."""
+    return run_ludus(*args, check=False, timeout=timeout)
 
 
 def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
