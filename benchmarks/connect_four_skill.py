@@ -8,8 +8,9 @@ against random play and OpenSpiel's MCTS.
 2. Evaluate the main agent: the live learner 'main' at the last checkpoint (its weights exactly
    as training left them), acting from the policy net alone — greedy (argmax of the masked
    policy) by default, or sampling (`--mode sampling`). Opponents: `random`, and
-   `make_bot("mcts-K", spec)` (agents/bots.py: OpenSpiel's C++ MCTS with random rollouts and
-   MCTS-Solver). The MCTS bot seeds its search afresh at every move from the runner's
+   `make_bot("mcts-K(compiled=false)", spec)` (agents/bots.py: OpenSpiel's own C++ MCTS with random
+   rollouts and MCTS-Solver; the league's anchors play the same search compiled for connect four,
+   which plays the same distribution of moves, but the goal keeps OpenSpiel's as its reference). The MCTS bot seeds its search afresh at every move from the runner's
    generator, so every game is a different game. Every opponent is played `--games-per-seat`
    times from each seat, on the league's own runners (`ProcessBackend`, one worker per core);
    results are reported per seat and overall, with Wilson 95% intervals, draws counting one half.
@@ -222,6 +223,11 @@ def format_matchup(m: MatchupResult) -> str:
     return f"vs {m.opponent:<9} overall {format_record(m.overall)} | {seats} ({m.seconds:.0f} s)"
 
 
+def reference_mcts(simulations: int) -> str:
+    """OpenSpiel's own MCTS with `simulations` per move, the opponent the goals are defined against."""
+    return f"mcts-{simulations}(compiled=false)"
+
+
 def ladder(snapshot: Path, games_per_seat: int, greedy: bool, seed: int, workers: int,
            known: dict[int, MatchupResult]) -> tuple[int | None, list[MatchupResult]]:
     """k*: climb the MCTS ladder until the first simulation count scored below 50%."""
@@ -229,7 +235,7 @@ def ladder(snapshot: Path, games_per_seat: int, greedy: bool, seed: int, workers
     for k in LADDER:
         result = known.get(k)
         if result is None:
-            result = evaluate(snapshot, [f"mcts-{k}"], games_per_seat, greedy, seed + k, workers)[0]
+            result = evaluate(snapshot, [reference_mcts(k)], games_per_seat, greedy, seed + k, workers)[0]
         played.append(result)
         if result.overall.score < 0.5:
             break
@@ -268,12 +274,12 @@ def main() -> int:
               f"(15-min {load_after[2]:.1f}) on {os.cpu_count()} cores", flush=True)
         snapshot = freeze_main(training.run_dir, Path(tmp) / "main-final")
         print(f"main agent: learner '{MAIN}' at iteration {training.iteration}, {args.mode}, no search", flush=True)
-        vs_random, vs_mcts100 = evaluate(snapshot, ["random", "mcts-100"], args.games_per_seat, greedy, args.seed,
-                                         args.workers)
+        vs_random, vs_mcts100 = evaluate(snapshot, ["random", reference_mcts(100)], args.games_per_seat, greedy,
+                                         args.seed, args.workers)
         k_star, rungs = ladder(snapshot, args.ladder_games_per_seat, greedy, args.seed, args.workers,
                                known={100: vs_mcts100})
     print(f"ladder ({args.ladder_games_per_seat} games per seat, {args.games_per_seat} for mcts-100): "
-          + ", ".join(f"mcts-{r.opponent.split('-')[1]} {r.overall.score:.3f}" for r in rungs))
+          + ", ".join(f"mcts-{k} {r.overall.score:.3f}" for k, r in zip(LADDER, rungs)))
     print(f"k* = {k_star if k_star is not None else 'none (below 50% against mcts-25)'} "
           f"(largest MCTS simulation count in {{{', '.join(map(str, LADDER))}}} scored >= 50% against; "
           f"stretch >= 200)")
