@@ -3,9 +3,10 @@
 In `ludus train connect_four` the MCTS anchors' searches were about half of all CPU time
 (docs/scale_out.md): OpenSpiel's C++ `MCTSBot` is generic — every simulation clones a `State`,
 asks for legal actions as a vector and rolls out through virtual calls, ~7.5 us a simulation
-from the empty board here. This module runs the same algorithm on two 64-bit boards (Allis
-1988's layout: 7 bits a column, the 7th a sentinel; four in a row by three shifts and ands,
-Tromp's well-known trick), compiled by numba, and searches a whole batch of positions in one call.
+from the empty board here. This module runs the same algorithm on two 64-bit boards (John Tromp's
+layout from his Fhourstones solver: 7 bits a column, the 7th always empty so that lines do not
+wrap; four in a row is two shifts and ands per direction), compiled by numba, and searches a
+whole batch of positions in one call.
 
 "The same algorithm" is OpenSpiel's `MCTSBot.Step` with a `RandomRolloutEvaluator`, step by
 step (open_spiel/algorithms/mcts.cc): a simulation descends while the node has been visited and
