@@ -10,8 +10,9 @@ against random play and OpenSpiel's MCTS.
    policy) by default, or sampling (`--mode sampling`). Opponents: `random`, and
    `make_bot("mcts-K(compiled=false)", spec)` (agents/bots.py: OpenSpiel's own C++ MCTS with random
    rollouts and MCTS-Solver; the league's anchors play the same search compiled for connect four,
-   which plays the same distribution of moves, but the goal keeps OpenSpiel's as its reference). The MCTS bot seeds its search afresh at every move from the runner's
-   generator, so every game is a different game. Every opponent is played `--games-per-seat`
+   which plays the same distribution of moves, but the goals keep OpenSpiel's as their reference).
+   The MCTS bot seeds its search afresh at every move from the runner's generator, so every game
+   is a different game. Every opponent is played `--games-per-seat`
    times from each seat, on the league's own runners (`ProcessBackend`, one worker per core);
    results are reported per seat and overall, with Wilson 95% intervals, draws counting one half.
 3. k*: the largest simulation count in {25, 50, 100, 200, 400, 800} the agent scores >= 50%

@@ -479,8 +479,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "roles": [{"name": "main", "kind": "main", "self_play": 0.2, "pfsp": 0.8, "uniform": 0.0,
                    "pfsp_power": 3.0}],
     },
-    # Connect four in <= 15 minutes on 2 cores (benchmarks/connect_four_skill.py: 1000 iterations
-    # in 767-800 s, then 0.636 and 0.761 against MCTS-100 with no search on seeds 3 and 4; 600
+    # Connect four in ~15 minutes on 2 cores (benchmarks/connect_four_skill.py: 1000 iterations
+    # in 767-802 s, 983 s on a busier host, then 0.636 and 0.761 against MCTS-100 with no search on seeds 3 and 4; 600
     # iterations, the preset's length before the anchors' search was compiled: 0.601 and 0.679).
     # Two runner processes play while the learners update in the manager (async, data one version
     # old): the MCTS anchors' games are search on the runners (compiled for connect four,
