@@ -480,8 +480,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                    "pfsp_power": 3.0}],
     },
     # Connect four in ~15 minutes on 2 cores (benchmarks/connect_four_skill.py: 1000 iterations
-    # in 767-802 s, 983 s on a busier host, then 0.636 and 0.761 against MCTS-100 with no search on seeds 3 and 4; 600
-    # iterations, the preset's length before the anchors' search was compiled: 0.601 and 0.679).
+    # in 767-802 s, 983 s on a busier host, then 0.636 / 0.761 / 0.744 against MCTS-100 with no
+    # search on seeds 3 / 4 / 5; 600 iterations, the preset's length before the anchors' search
+    # was compiled: 0.601 / 0.679 on seeds 3 / 4).
     # Two runner processes play while the learners update in the manager (async, data one version
     # old): the MCTS anchors' games are search on the runners (compiled for connect four,
     # agents/connect_four_mcts.py), and with one runner the second core idled. A shared-trunk MLP:
