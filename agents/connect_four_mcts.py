@@ -56,18 +56,24 @@ def _drop(mask: np.uint64, column: int) -> np.uint64:
         np.uint64(0x3F) << np.uint64(column * _HEIGHT))
 
 
+@njit(cache=True, inline="always")
+def _legal(mask: np.uint64, columns: np.ndarray) -> int:
+    """Writes the playable columns, in order, to the front of `columns`; returns how many."""
+    count = 0
+    for c in range(COLS):
+        if _playable(mask, c):
+            columns[count] = c
+            count += 1
+    return count
+
+
 @njit(cache=True)
 def _rollout(stones0: np.uint64, stones1: np.uint64, moves: int) -> float:
     """One uniformly random playout to the end; player 0's return (+1, -1 or 0)."""
     columns = np.empty(COLS, dtype=np.int64)
     while moves < _CELLS:
         mask = stones0 | stones1
-        count = 0
-        for c in range(COLS):
-            if _playable(mask, c):
-                columns[count] = c
-                count += 1
-        stone = _drop(mask, columns[np.random.randint(0, count)])
+        stone = _drop(mask, columns[np.random.randint(0, _legal(mask, columns))])
         if moves % 2 == 0:
             stones0 |= stone
             if _wins(stones0):
@@ -87,9 +93,8 @@ def _search(stones0: np.uint64, stones1: np.uint64, moves: int, simulations: int
     to_move = moves % 2
     if simulations <= 1:
         # OpenSpiel samples from the evaluator's prior (uniform over legal moves) instead.
-        mask = stones0 | stones1
-        legal = [c for c in range(COLS) if _playable(mask, c)]
-        return legal[np.random.randint(0, len(legal))]
+        columns = np.empty(COLS, dtype=np.int64)
+        return columns[np.random.randint(0, _legal(stones0 | stones1, columns))]
     capacity = 1 + simulations * COLS
     action = np.full(capacity, -1, dtype=np.int64)
     mover = np.empty(capacity, dtype=np.int64)        # the player who chose this node's action
@@ -111,12 +116,7 @@ def _search(stones0: np.uint64, stones1: np.uint64, moves: int, simulations: int
         over, result = False, 0.0
         while not over and visits[node] > 0:
             if num_children[node] == 0:
-                mask = s0 | s1
-                count = 0
-                for c in range(COLS):
-                    if _playable(mask, c):
-                        order[count] = c
-                        count += 1
+                count = _legal(s0 | s1, order)
                 for i in range(count - 1, 0, -1):     # Fisher-Yates, as std::shuffle
                     j = np.random.randint(0, i + 1)
                     order[i], order[j] = order[j], order[i]

@@ -140,6 +140,15 @@ def test_compiled_connect_four_search_replays_from_its_seed_and_refuses_bad_hist
             bot.act(ActBatch(np.zeros((1, 1)), mask, np.array([seat]), [history]), np.random.default_rng(0))
 
 
+def test_compiled_connect_four_search_with_one_simulation_samples_legal_moves_uniformly():
+    # OpenSpiel's MCTSBot samples from the evaluator's (uniform) prior when it may simulate once.
+    history = (0,) * 6                                     # column 0 is full
+    batch = ActBatch(np.zeros((1200, 1)), np.ones((1200, 7), bool), np.zeros(1200, np.int64), [history] * 1200)
+    counts = np.bincount(MCTSBot("connect_four", simulations=1).act(batch, np.random.default_rng(0)).actions,
+                         minlength=7)
+    assert counts[0] == 0 and (np.abs(counts[1:] - 200) < 50).all(), counts
+
+
 def test_mcts_refuses_what_it_cannot_search():
     with pytest.raises(BotError, match="deterministic turn-based perfect-information"):
         make_bot("mcts", registry.make("spiel:kuhn_poker").spec)
