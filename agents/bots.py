@@ -98,37 +98,40 @@ class MCTSBot:
         if batch.histories is None:
             raise BotError("mcts needs ActBatch.histories to rebuild the game state")
         seeds = _row_seeds(rng, len(batch), self.seed)
-        if self._compiled_search is not None:
-            return self._act_compiled(batch, seeds)
+        search = self._search_openspiel if self._compiled_search is None else self._search_compiled
+        actions = search(batch, seeds)
+        for i, action in enumerate(actions):
+            if not batch.mask[i, action]:
+                raise ValueError(f"row {i}: mcts chose {action}, illegal in the given mask; the game and "
+                                 f"{self.spiel_name!r} disagree on legal actions")
+        return zero_output(actions)
+
+    def _not_a_position(self, batch: ActBatch, row: int) -> ValueError:
+        return ValueError(f"row {row}: replaying the history in {self.spiel_name!r} does not give a "
+                          f"position where seat {int(batch.seats[row])} is to move")
+
+    def _search_openspiel(self, batch: ActBatch, seeds: list[int]) -> np.ndarray:
         actions = np.empty(len(batch), dtype=np.int64)
         for i, history in enumerate(batch.histories):
             state = self.game.new_initial_state()
             for action in history:
                 state.apply_action(int(action))
             if state.is_terminal() or state.current_player() != int(batch.seats[i]):
-                raise ValueError(f"row {i}: replaying the history in {self.spiel_name!r} does not give a "
-                                 f"position where seat {int(batch.seats[i])} is to move")
+                raise self._not_a_position(batch, i)
             evaluator = self._pyspiel.RandomRolloutEvaluator(self.rollouts, seeds[i])
             bot = self._pyspiel.MCTSBot(self.game, evaluator, self.uct_c, self.simulations,
                                         1000, self.solve, seeds[i], False)
             actions[i] = bot.step(state)
-            if not batch.mask[i, actions[i]]:
-                raise ValueError(f"row {i}: mcts chose {actions[i]}, illegal in the given mask; the game and "
-                                 f"{self.spiel_name!r} disagree on legal actions")
-        return zero_output(actions)
+        return actions
 
-    def _act_compiled(self, batch: ActBatch, seeds: list[int]) -> ActOutput:
+    def _search_compiled(self, batch: ActBatch, seeds: list[int]) -> np.ndarray:
         actions = self._compiled_search(batch.histories, np.asarray(seeds), self.simulations, self.uct_c,
                                         self.rollouts, self.solve)
         for i, history in enumerate(batch.histories):
             # Seat 0 moves first and turns alternate, so the history's length says who is to move.
             if actions[i] < 0 or len(history) % 2 != int(batch.seats[i]):
-                raise ValueError(f"row {i}: replaying the history in {self.spiel_name!r} does not give a "
-                                 f"position where seat {int(batch.seats[i])} is to move")
-            if not batch.mask[i, actions[i]]:
-                raise ValueError(f"row {i}: mcts chose {actions[i]}, illegal in the given mask; the game and "
-                                 f"{self.spiel_name!r} disagree on legal actions")
-        return zero_output(actions)
+                raise self._not_a_position(batch, i)
+        return actions
 
 
 # ------------------------------------------------------------------------------- tic-tac-toe solver

@@ -57,6 +57,12 @@ def _drop(mask: np.uint64, column: int) -> np.uint64:
 
 
 @njit(cache=True, inline="always")
+def _for(player: int, value: float) -> float:
+    """A return for player 0 (as `outcome` holds them) seen by `player`."""
+    return value if player == 0 else -value
+
+
+@njit(cache=True, inline="always")
 def _legal(mask: np.uint64, columns: np.ndarray) -> int:
     """Writes the playable columns, in order, to the front of `columns`; returns how many."""
     count = 0
@@ -130,7 +136,7 @@ def _search(stones0: np.uint64, stones1: np.uint64, moves: int, simulations: int
             log_parent = np.log(visits[node])
             for child in range(first_child[node], first_child[node] + num_children[node]):
                 if solved[child]:
-                    value = outcome[child] if mover[child] == 0 else -outcome[child]
+                    value = _for(mover[child], outcome[child])
                 elif visits[child] == 0:
                     value = np.inf
                 else:
@@ -165,7 +171,7 @@ def _search(stones0: np.uint64, stones1: np.uint64, moves: int, simulations: int
         # Back up the return for each node's mover, and proven values while they hold.
         for d in range(depth, -1, -1):
             node = path[d]
-            total[node] += result if mover[node] == 0 else -result
+            total[node] += _for(mover[node], result)
             visits[node] += 1
             if backing_up and num_children[node] > 0:
                 chooser = mover[first_child[node]]
@@ -174,10 +180,9 @@ def _search(stones0: np.uint64, stones1: np.uint64, moves: int, simulations: int
                     if not solved[child]:
                         all_solved = False
                     else:
-                        value = outcome[child] if chooser == 0 else -outcome[child]
-                        if best < 0 or value > (outcome[best] if chooser == 0 else -outcome[best]):
+                        if best < 0 or _for(chooser, outcome[child]) > _for(chooser, outcome[best]):
                             best = child
-                if best >= 0 and (all_solved or (outcome[best] if chooser == 0 else -outcome[best]) == 1.0):
+                if best >= 0 and (all_solved or _for(chooser, outcome[best]) == 1.0):
                     solved[node] = True
                     outcome[node] = outcome[best]
                 else:
@@ -187,8 +192,8 @@ def _search(stones0: np.uint64, stones1: np.uint64, moves: int, simulations: int
     # The best child: proven value for its mover, then visits, then total return; first on ties.
     best = first_child[0]
     for child in range(first_child[0] + 1, first_child[0] + num_children[0]):
-        a = (outcome[best] if mover[best] == 0 else -outcome[best]) if solved[best] else 0.0
-        b = (outcome[child] if mover[child] == 0 else -outcome[child]) if solved[child] else 0.0
+        a = _for(mover[best], outcome[best]) if solved[best] else 0.0
+        b = _for(mover[child], outcome[child]) if solved[child] else 0.0
         if a < b or (a == b and (visits[best] < visits[child]
                                  or (visits[best] == visits[child] and total[best] < total[child]))):
             best = child
@@ -202,15 +207,15 @@ def _search_batch(histories: np.ndarray, lengths: np.ndarray, seeds: np.ndarray,
     for row in range(len(lengths)):
         np.random.seed(seeds[row])
         s0, s1 = np.uint64(0), np.uint64(0)
-        over = False
+        over = False                                  # a full column played, or a line of four made
         for t in range(lengths[row]):
             stone = _drop(s0 | s1, histories[row, t])
-            over = over or stone == 0 or _wins(s0) or _wins(s1)     # a full column, or play after a win
             if t % 2 == 0:
                 s0 |= stone
             else:
                 s1 |= stone
-        if over or _wins(s0) or _wins(s1) or lengths[row] >= _CELLS:
+            over = over or stone == 0 or _wins(s0 if t % 2 == 0 else s1)
+        if over or lengths[row] >= _CELLS:
             actions[row] = -1                         # no position to search: the caller raises
         else:
             actions[row] = _search(s0, s1, lengths[row], simulations, uct_c, rollouts, solve)
@@ -221,8 +226,8 @@ def search(histories, seeds: np.ndarray, simulations: int, uct_c: float, rollout
            solve: bool) -> np.ndarray:
     """The column MCTS plays in each position, given as the columns played so far from the empty
     board; one search per row, seeded by `seeds[row]` (31-bit ints). A row whose game is already
-    over, or whose history is not a legal game, gets -1 (the caller, `agents.bots.MCTSBot`, refuses it and checks every chosen move
-    against the game's mask)."""
+    over, or whose history is not a legal game, gets -1 (the caller, `agents.bots.MCTSBot`,
+    refuses it and checks every chosen move against the game's mask)."""
     lengths = np.fromiter((len(h) for h in histories), dtype=np.int64, count=len(histories))
     padded = np.zeros((len(histories), max(1, int(lengths.max(initial=0)))), dtype=np.int64)
     for row, history in enumerate(histories):
