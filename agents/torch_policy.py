@@ -32,7 +32,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from agents.nets import ActorCritic, StackedActors
+from agents.nets import ActorCritic, FusedActing, StackedActors
 from agents.policy import ActBatch, ActOutput
 
 
@@ -66,7 +66,7 @@ class TorchPolicy:
         self.compute_values = compute_values
         self.dtype = dtype
         """float32: act with `net` itself; bfloat16: with a bf16 copy, remade when net's weights change."""
-        self._copy: tuple[tuple[int, ...], ActorCritic] | None = None
+        self._copy: tuple[tuple[int, ...], ActorCritic, FusedActing | None] | None = None
         # nn.Module.parameters() walks the module tree (~0.1 ms, as long as a 100-row forward):
         # the parameters are listed once; load_state_dict and optimizers write into these same tensors.
         self._parameters = tuple(net.parameters())
@@ -75,12 +75,18 @@ class TorchPolicy:
         """The net that computes the actions: `net`, or its copy in `dtype`."""
         if self.dtype == torch.float32:
             return self.net
+        return self._acting_copy()[0]
+
+    def _acting_copy(self) -> tuple[ActorCritic, FusedActing | None]:
+        """The bf16 copy, and its fused acting pass where oneDNN can run one (agents.nets.FusedActing)."""
         # Every in-place write to a parameter (an optimizer step, load_state_dict) bumps its
         # version counter: the copy is remade exactly when the weights it copies have changed.
         versions = tuple(p._version for p in self._parameters)
         if self._copy is None or self._copy[0] != versions:
-            self._copy = (versions, copy.deepcopy(self.net).to(self.dtype).eval())
-        return self._copy[1]
+            net = copy.deepcopy(self.net).to(self.dtype).eval()
+            fused = FusedActing(net, self.compute_values) if FusedActing.can_fuse(net) else None
+            self._copy = (versions, net, fused)
+        return self._copy[1], self._copy[2]
 
     def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
         """Actions, their log-probabilities and the critic's values for every row of `batch`.
@@ -95,7 +101,7 @@ class TorchPolicy:
         rows; called under `torch.inference_mode` (by `act_together`)."""
         obs = _as_tensor(batch.obs)
         mask = _as_tensor(np.asarray(batch.mask, dtype=bool))
-        net = self.acting_net()
+        net, fused = (self.net, None) if self.dtype == torch.float32 else self._acting_copy()
         rows = len(obs)
         if self.dtype != torch.float32 and rows % PAD_ROWS:
             # oneDNN builds (JIT-compiles) a bf16 matmul for every new row count, which took
@@ -104,7 +110,10 @@ class TorchPolicy:
             padded = -(-rows // PAD_ROWS) * PAD_ROWS
             obs = torch.cat([obs, obs.new_zeros((padded - rows, *obs.shape[1:]))])
             mask = torch.cat([mask, mask.new_ones((padded - rows, mask.shape[1]))])
-        if self.compute_values:
+        if fused is not None:
+            logits, values = fused(obs, mask)
+            values = values if values is not None else torch.zeros(obs.shape[0])
+        elif self.compute_values:
             logits, values = net(obs, mask)
         else:
             logits, values = net.policy_logits(obs, mask), torch.zeros(obs.shape[0])

@@ -19,9 +19,12 @@ same masked logits for the same steps, interleaved round by round, one torch thr
 * `torch bf16, one call per policy` — weights and activations in bfloat16, fp32 logits
   (AVX512-BF16 here);
 * `torch fp32/bf16, transposed weights, addmm` — weights stored [in, out], relu in place;
+* `torch bf16, fused, one call per policy` — each net alone through `agents.nets.FusedActing`;
 * `torch bf16, StackedActors` — the runner's path for frozen nets in bfloat16
   (`agents.nets.StackedActors`: stacked weights, one baddbmm per layer, groups padded to a
-  multiple of `agents.torch_policy.PAD_ROWS`);
+  multiple of `agents.torch_policy.PAD_ROWS`), with the learner's net as it is (`learner
+  unfused`) or as the runner runs it (`learner fused`: `agents.nets.FusedActing`, each
+  activation inside its product, the policy and value heads one product);
 
 and prints each one's time per step relative to the first. The recorded steps repeat from
 round to round, and so do their batch sizes, which flatters bf16: oneDNN builds a bf16 matmul
@@ -58,7 +61,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agents.nets import ActorCritic, NetConfig, StackedActors, masked_logits  # noqa: E402
+from agents.nets import ActorCritic, FusedActing, NetConfig, StackedActors, masked_logits  # noqa: E402
 from agents.policy import ActBatch, ActOutput, AskedAlone  # noqa: E402
 from agents.snapshot import load_snapshot  # noqa: E402
 from agents.torch_policy import PAD_ROWS, TorchPolicy  # noqa: E402
@@ -154,11 +157,13 @@ def torch_transposed(nets: list[ActorCritic], dtype: torch.dtype) -> Callable[[S
     return run
 
 
-def stacked_actors(nets: list[ActorCritic], dtype: torch.dtype) -> Callable[[Step], None]:
+def stacked_actors(nets: list[ActorCritic], dtype: torch.dtype, fuse_learner: bool) -> Callable[[Step], None]:
     """The runner's path for frozen nets of one architecture (agents.nets.StackedActors): one
-    baddbmm per layer, groups padded to the largest (rounded up to PAD_ROWS); the learner alone."""
+    baddbmm per layer, groups padded to the largest (rounded up to PAD_ROWS); the learner alone,
+    with its activations fused into the products (agents.nets.FusedActing) or not."""
     copies = [copy.deepcopy(net).to(dtype) for net in nets]
     stack = StackedActors(copies[1:])
+    learner = FusedActing(copies[0], with_values=True) if fuse_learner else copies[0]
 
     def run(step: Step) -> None:
         with torch.inference_mode():
@@ -166,11 +171,27 @@ def stacked_actors(nets: list[ActorCritic], dtype: torch.dtype) -> Callable[[Ste
             masks = []
             for index, o, mask in step:
                 if index == 0:
-                    copies[0](torch.from_numpy(o), torch.from_numpy(mask))
+                    learner(torch.from_numpy(o), torch.from_numpy(mask))
                 else:
                     obs[index - 1] = torch.from_numpy(o)
                     masks.append(mask)
             stack.policy_logits(obs, torch.from_numpy(np.concatenate(masks)), PAD_ROWS)
+    return run
+
+
+def fused_per_policy(nets: list[ActorCritic]) -> Callable[[Step], None]:
+    """Every net alone in bf16 with its activations fused (agents.nets.FusedActing), rows padded
+    to a multiple of PAD_ROWS as TorchPolicy pads them."""
+    fused = [FusedActing(copy.deepcopy(net).to(torch.bfloat16), with_values=i == 0) for i, net in enumerate(nets)]
+
+    def run(step: Step) -> None:
+        with torch.inference_mode():
+            for index, obs, mask in step:
+                rows = -(-len(obs) // PAD_ROWS) * PAD_ROWS
+                o = np.zeros((rows, *obs.shape[1:]), dtype=obs.dtype)
+                m = np.ones((rows, mask.shape[1]), dtype=bool)
+                o[:len(obs)], m[:len(obs)] = obs, mask
+                fused[index](torch.from_numpy(o), torch.from_numpy(m))
     return run
 
 
@@ -245,7 +266,9 @@ def main() -> int:
         "torch bf16, one call per policy": torch_per_policy([copy.deepcopy(net).to(torch.bfloat16) for net in nets]),
         "torch fp32, transposed weights, addmm": torch_transposed(nets, torch.float32),
         "torch bf16, transposed weights, addmm": torch_transposed(nets, torch.bfloat16),
-        "torch bf16, StackedActors (the runner's path)": stacked_actors(nets, torch.bfloat16),
+        "torch bf16, fused, one call per policy": fused_per_policy(nets),
+        "torch bf16, StackedActors, learner unfused": stacked_actors(nets, torch.bfloat16, False),
+        "torch bf16, StackedActors, learner fused (the runner's path)": stacked_actors(nets, torch.bfloat16, True),
     }
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for run in candidates.values():  # warm-up (and compilation)
@@ -260,7 +283,7 @@ def main() -> int:
     first = float(np.median(times["torch fp32, one call per policy"]))
     for name, values in times.items():
         median = float(np.median(values))
-        print(f"  {name:<46} {median * 1e3:6.2f} ms per step  {first / median:5.2f}x the first")
+        print(f"  {name:<62} {median * 1e3:6.2f} ms per step  {first / median:5.2f}x the first")
     runner_rates(nets, args.boards, args.rounds)
     if args.run is not None:
         bf16_drift(args.run, args.boards)
@@ -305,7 +328,7 @@ def runner_rates(nets: list[ActorCritic], boards: int, rounds: int) -> None:
     runner = make_runner("connect_four", boards, seed=0)
     rng = np.random.default_rng(1)
     ways = {"float32, one act() per policy": (torch.float32, True), "float32, together": (torch.float32, False),
-            "bfloat16, together (frozen nets stacked)": (torch.bfloat16, False)}
+            "bfloat16, together (frozen nets stacked, the learner fused)": (torch.bfloat16, False)}
     rates: dict[str, list[float]] = {name: [] for name in ways}
     for r in range(rounds + 1):  # round 0 warms up
         task = build_task(4 * boards, len(nets) - 1, rng, (r + 1) * 10**6)

@@ -7,8 +7,10 @@ diagonally) wins. Tic-tac-toe is the 3,3,3-game with action = cell (row-major, a
 drops to the lowest empty cell (as pyspiel's ``connect_four``). Player 0 ('x') moves first; the
 winner gets +1 and the loser -1 on the final step, a full board without a line is a draw (0, 0).
 
-Observations are float32 planes from the observing seat's point of view, shape
-``[3, rows, cols]`` = (own stones, opponent stones, empty cells). Row 0 is the bottom row for
+Observations are uint8 planes of 0s and 1s from the observing seat's point of view, shape
+``[3, rows, cols]`` = (own stones, opponent stones, empty cells): exact, and a quarter of
+float32's bytes in the arrays a self-play runner gathers every step (the nets read them in their
+own dtype). Row 0 is the bottom row for
 gravity games (the row order of pyspiel's ``connect_four`` observation tensor) and the top row
 otherwise (pyspiel's ``tic_tac_toe``).
 
@@ -84,6 +86,7 @@ class MNKRules:
             observation_low=0.0,
             observation_high=1.0,
             binary_observations=True,
+            observation_dtype="uint8",
         )
 
 
@@ -128,7 +131,7 @@ class MNKGame:
     def observation(self, seat: int) -> np.ndarray:
         self._check_seat(seat)
         own, opponent = seat + 1, 2 - seat
-        return np.stack([self._grid == own, self._grid == opponent, self._grid == 0]).astype(np.float32)
+        return np.stack([self._grid == own, self._grid == opponent, self._grid == 0]).astype(np.uint8)
 
     def legal_mask(self, seat: int) -> np.ndarray:
         self._check_seat(seat)
@@ -406,7 +409,7 @@ class MNKVectorGame:
             for index, word in enumerate(words):
                 np.bitwise_and(word, seat_bits[:, seat], out=seat_words[:, seat, index])
         bits = np.unpackbits(seat_words.view(np.uint8).reshape(-1), bitorder="little").reshape(b, 2, -1)
-        obs = bits[:, :, :3 * rows * cols].astype(np.float32)
+        obs = np.ascontiguousarray(bits[:, :, :3 * rows * cols])
         legal_bits = bits[:, :, self._legal_bit_offset:self._legal_bit_offset + self.spec.num_actions]
         return TimeStep(
             obs=obs.reshape(b, 2, 3, rows, cols),
@@ -496,8 +499,8 @@ def make_tic_tac_toe_vector(num_games: int, seed: int = 0) -> MNKVectorGame:
     return MNKVectorGame(TIC_TAC_TOE, num_games, seed)
 
 
-_MNK_PLANES = ("float32 [3, rows, cols] from the observing seat's side: plane 0 its own stones, plane 1 the "
-               "opponent's, plane 2 the empty cells (1.0 where true, else 0.0).")
+_MNK_PLANES = ("uint8 [3, rows, cols] from the observing seat's side: plane 0 its own stones, plane 1 the "
+               "opponent's, plane 2 the empty cells (1 where true, else 0).")
 CONNECT_FOUR_ENTRY = GameEntry(
     "connect_four", make_connect_four, make_connect_four_vector,
     "Connect four, 6x7, action = column; natively batched on bitboards (same actions and returns as pyspiel)",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.nets import ActorCritic, NetConfig, StackedActors
+from agents.nets import ActorCritic, FusedActing, NetConfig, StackedActors
 from agents.policy import ActBatch, AskedAlone, Policy, RandomPolicy, act_in_order
 from agents.torch_policy import TorchPolicy
 from games.core import GameSpec
@@ -249,6 +249,61 @@ def test_frozen_bfloat16_nets_act_as_one_stack(monkeypatch, activation):
         stacked = StackedActors(copies).policy_logits(obs, mask, pad_rows=64)
         own = torch.cat([c.policy_logits(o, torch.from_numpy(b.mask)).float() for c, o, b in zip(copies, obs, batches)])
     np.testing.assert_allclose(stacked.numpy(), own.numpy(), rtol=0.02, atol=0.02)
+
+
+@pytest.mark.parametrize("config", [NetConfig(hidden=(32, 32), activation="relu", shared_trunk=True),
+                                    NetConfig(hidden=(32, 32), activation="tanh"),
+                                    NetConfig(hidden=(32,), activation="tanh", head="regret_matching")],
+                         ids=["relu-shared", "tanh-separate", "regret-matching"])
+@pytest.mark.parametrize("with_values", [True, False])
+def test_bfloat16_nets_act_fused(config, with_values):
+    """A bf16 'mlp' net acts through FusedActing (each activation inside its product, the heads
+    as one product): the same logits and values as the bf16 net's own forward, exactly with relu
+    (it commutes with rounding to bf16) and within bf16 rounding with tanh (applied before the
+    rounding, not after), and the policy acts through it."""
+    assert FusedActing.available(), "this machine's torch has no oneDNN bf16: nets would act unfused"
+    net = _net(SPEC, config)
+    with torch.no_grad():
+        net.policy_head.weight.div_(30.0)
+    policy = TorchPolicy(net, compute_values=with_values, dtype=torch.bfloat16)
+    batch = _batch(SPEC, 130, np.random.default_rng(3))
+    obs, mask = torch.from_numpy(batch.obs), torch.from_numpy(batch.mask)
+    with torch.inference_mode():
+        copy_ = policy.acting_net()
+        logits, values = FusedActing(copy_, with_values)(obs, mask)
+        own_logits = copy_.policy_logits(obs, mask).float()
+        own_values = copy_.value(obs).float()
+        acted_logits, acted_values = policy.masked_logits(batch)
+    assert isinstance(policy._acting_copy()[1], FusedActing)
+    np.testing.assert_array_equal(acted_logits.numpy(), logits.numpy())
+    legal = batch.mask
+    if config.head == "regret_matching":
+        # regret matching takes the positive part of the head's outputs: compare the policies
+        np.testing.assert_allclose(torch.softmax(logits, 1).numpy(), torch.softmax(own_logits, 1).numpy(), atol=0.02)
+    elif config.activation == "relu":
+        np.testing.assert_array_equal(logits.numpy()[legal], own_logits.numpy()[legal])
+    else:
+        np.testing.assert_allclose(logits.numpy()[legal], own_logits.numpy()[legal], atol=0.05)
+    assert (logits.numpy()[~legal] < -1e8).all()
+    if with_values:
+        np.testing.assert_allclose(values.numpy(), own_values.numpy(), atol=0.0 if config.activation == "relu" else 0.05)
+        np.testing.assert_array_equal(acted_values.numpy(), values.numpy())
+    else:
+        assert values is None
+        np.testing.assert_array_equal(acted_values.numpy(), 0.0)
+
+
+def test_only_bfloat16_mlp_nets_act_fused():
+    plain = _net(SPEC, NetConfig(hidden=(32, 32)))
+    assert FusedActing.can_fuse(copy.deepcopy(plain).to(torch.bfloat16))
+    assert not FusedActing.can_fuse(plain)  # float32 acts with the net itself
+    norm = _net(SPEC, NetConfig(hidden=(32, 32), layer_norm=True)).to(torch.bfloat16)
+    conv = _net(CONV_SPEC, NetConfig(kind="conv", channels=(8,), hidden=(16,))).to(torch.bfloat16)
+    for net in (norm, conv):
+        assert not FusedActing.can_fuse(net)
+        with pytest.raises(ValueError, match="FusedActing needs"):
+            FusedActing(net, with_values=True)
+        assert TorchPolicy(net, dtype=torch.bfloat16)._acting_copy()[1] is None
 
 
 def test_only_mlp_nets_of_one_shape_stack():
