@@ -88,6 +88,11 @@ class TorchPolicy:
             self._copy = (versions, net, fused)
         return self._copy[1], self._copy[2]
 
+    def __getstate__(self) -> dict:
+        # The bf16 copy is a cache, and its fused weights are oneDNN's opaque tensors, which can be
+        # neither copied nor pickled: a copied or unpickled policy makes its own when it first acts.
+        return {**self.__dict__, "_copy": None}
+
     def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
         """Actions, their log-probabilities and the critic's values for every row of `batch`.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 import warnings
 
 import numpy as np
@@ -291,6 +292,18 @@ def test_bfloat16_nets_act_fused(config, with_values):
     else:
         assert values is None
         np.testing.assert_array_equal(acted_values.numpy(), 0.0)
+
+
+def test_a_bfloat16_policy_copies_and_pickles_after_acting():
+    """The fused weights are opaque oneDNN tensors: copies and pickles leave the cache behind."""
+    policy = TorchPolicy(_net(SPEC, NetConfig(hidden=(32, 32), activation="relu")), dtype=torch.bfloat16)
+    batch = _batch(SPEC, 40, np.random.default_rng(5))
+    first = policy.act(batch, np.random.default_rng(0))
+    for other in (copy.deepcopy(policy), pickle.loads(pickle.dumps(policy))):
+        again = other.act(batch, np.random.default_rng(0))
+        np.testing.assert_array_equal(again.actions, first.actions)
+        np.testing.assert_array_equal(again.log_probs, first.log_probs)
+        np.testing.assert_array_equal(again.values, first.values)
 
 
 def test_only_bfloat16_mlp_nets_act_fused():
