@@ -255,7 +255,12 @@ class FusedActing:
 
     @staticmethod
     def available() -> bool:
-        return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        """oneDNN with bf16 support, and the (private) ops this needs in this torch build."""
+        ops = torch.ops.mkldnn
+        return (torch.backends.mkldnn.is_available()
+                and all(hasattr(ops, name) for name in ("_linear_pointwise", "_reorder_linear_weight",
+                                                        "_is_mkldnn_bf16_supported"))
+                and ops._is_mkldnn_bf16_supported())
 
     @staticmethod
     def can_fuse(net: ActorCritic) -> bool:

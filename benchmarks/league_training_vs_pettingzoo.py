@@ -5,7 +5,7 @@ The league side is everything `ludus train connect_four` does, through the same 
 initial snapshots, starting the runner processes, matchmaking, playing (the learners against
 themselves, their snapshots and the anchor bots, random and MCTS), PPO updates, the ledger with
 TrueSkill updates, payoff, snapshots, checkpoints and metric logging. The preset is used as is;
-by default the whole run (the preset's 1000 iterations, ~15 minutes), so the figure is what users
+by default the whole run (the preset's 1100 iterations, ~15 minutes), so the figure is what users
 get. `--iterations N` measures a shorter run, which is slower per move: early on PFSP sends the
 young main agent to the MCTS anchors it still loses to, and their games cost search (measured
 before the search was compiled: 0.84x over the first 40 iterations, the whole run faster). The rate is

@@ -1,7 +1,7 @@
 """Rating progress on connect four: do the main agent's snapshots get better, by TrueSkill?
 
 1. Trains a connect four league from the `connect_four` preset with `--set` overrides (by
-   default 60 of its 1000 iterations, a snapshot every 60k learner steps instead of 250k and a
+   default 60 of its 1100 iterations, a snapshot every 60k learner steps instead of 250k and a
    rating share of 0.3 instead of 0.1, so a dozen main snapshots get enough rating games within
    a few minutes here); the preset itself is not changed. `--rate-only DIR` rates the run of a
    full `ludus train connect_four` (e.g. the one benchmarks/connect_four_skill.py --run DIR

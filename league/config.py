@@ -479,10 +479,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "roles": [{"name": "main", "kind": "main", "self_play": 0.2, "pfsp": 0.8, "uniform": 0.0,
                    "pfsp_power": 3.0}],
     },
-    # Connect four in ~15 minutes on 2 cores (benchmarks/connect_four_skill.py: 1000 iterations
-    # in 767-802 s, 983 s on a busier host, then 0.636 / 0.761 / 0.744 against MCTS-100 with no
-    # search on seeds 3 / 4 / 5; 600 iterations, the preset's length before the anchors' search
-    # was compiled: 0.601 / 0.679 on seeds 3 / 4).
+    # Connect four in ~15 minutes on 2 cores (benchmarks/connect_four_skill.py: 1100 iterations
+    # in 830-857 s, or 1094 of them in the 15 minutes, then 0.739 / 0.718 / 0.729 against
+    # MCTS-100 with no search on seeds 3 / 5 / 6; 1000 iterations, the preset's length until the
+    # nets acted fused and ~40 s sooner: 767-802 s, 983 s on a busier host, then 0.636 / 0.744 /
+    # 0.761 on seeds 3 / 5 / 4; 600 iterations, its length before the anchors' search was
+    # compiled: 0.601 / 0.679 on seeds 3 / 4).
     # Two runner processes play while the learners update in the manager (async, data one version
     # old): the MCTS anchors' games are search on the runners (compiled for connect four,
     # agents/connect_four_mcts.py), and with one runner the second core idled. A shared-trunk MLP:
@@ -502,7 +504,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # MCTS-100 in bf16 and 0.599-0.734 in float32 (docs/scale_out.md). On a CPU without bf16
     # instructions set inference_dtype=float32.
     "connect_four": {
-        "game": "connect_four", "iterations": 1000, "matches_per_iteration": 1024, "num_envs": 512,
+        "game": "connect_four", "iterations": 1100, "matches_per_iteration": 1024, "num_envs": 512,
         "backend": "process", "num_runners": 2, "pipeline_depth": 2, "inference_dtype": "bfloat16",
         "snapshot_every_steps": 250_000, "snapshot_win_rate_lcb": 0.0,
         "anchors": ["random", "mcts-25", "mcts-100"],
