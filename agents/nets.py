@@ -228,8 +228,9 @@ class FusedActing:
     and the policy and value heads one product when the trunk is shared.
 
     In self-play the elementwise pass of an unfused activation over a [rows, 256] bf16 layer
-    cost half as much as the AMX product itself: fused, a 256-wide net's forward on ~2,000 rows
-    takes half the time (benchmarks/inference_paths.py), with the same logits.
+    cost half as much as the AMX product itself: fused, a 256-wide net's forward on ~2,300 rows
+    took 0.44 ms instead of 0.84 here, with the same logits (with tanh, to within bf16
+    rounding; benchmarks/inference_paths.py compares the ways to run the self-play nets).
     `torch.ops.mkldnn._linear_pointwise` is the op torch.compile's CPU backend emits for this
     fusion; it needs oneDNN with bf16 support (`available`), else nets act unfused.
     Built from an acting copy whose weights no longer change (agents.torch_policy).
