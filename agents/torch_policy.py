@@ -9,7 +9,8 @@ the cumulative sum is flat there and they can never be the first index to reach 
 scaling by the row's own total keeps float32 rounding of the sum from running past the last
 legal action. (Gumbel-max would be equally exact but draws A uniforms per row: 2x slower here.)
 
-`dtype=torch.bfloat16` acts with a bfloat16 copy of the net (float32 logits). The policy that
+`dtype=torch.bfloat16` acts with a bfloat16 copy of the net (float32 logits), run with its
+activations fused into oneDNN's products where it can (`agents.nets.FusedActing`). The policy that
 plays is then the bf16 copy, and its log-probs are what the learner's importance ratio divides
 by (the behaviour policy).
 
