@@ -251,8 +251,9 @@ class FusedActing:
             if net.config.shared_trunk:
                 heads.append(net.value_head)
             else:
-                self.critic = self._trunk(net.critic_trunk) + [self._pack(net.value_head, "none")]
-        self.actor.append(self._pack_rows(heads))
+                value = net.value_head
+                self.critic = self._trunk(net.critic_trunk) + [self._pack(value.weight, value.bias)]
+        self.actor.append(self._pack(torch.cat([m.weight for m in heads]), torch.cat([m.bias for m in heads])))
 
     @staticmethod
     def available() -> bool:
@@ -273,22 +274,14 @@ class FusedActing:
     @classmethod
     def _trunk(cls, trunk: nn.Sequential) -> list[tuple[torch.Tensor, torch.Tensor, str]]:
         modules = list(trunk)
-        return [cls._pack(linear, _FUSED_ACTIVATIONS[type(activation)])
+        return [cls._pack(linear.weight, linear.bias, _FUSED_ACTIVATIONS[type(activation)])
                 for linear, activation in zip(modules[::2], modules[1::2])]
 
     @staticmethod
-    def _pack(linear: nn.Linear, activation: str) -> tuple[torch.Tensor, torch.Tensor, str]:
+    def _pack(weight: torch.Tensor, bias: torch.Tensor,
+              activation: str = "none") -> tuple[torch.Tensor, torch.Tensor, str]:
         # the batch-size argument is only a hint for the layout; every row count works
-        weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), 256)
-        return weight, linear.bias.detach(), activation
-
-    @classmethod
-    def _pack_rows(cls, linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor, str]:
-        joined = nn.Linear(linears[0].in_features, sum(m.out_features for m in linears), dtype=linears[0].weight.dtype)
-        with torch.no_grad():
-            joined.weight.copy_(torch.cat([m.weight for m in linears]))
-            joined.bias.copy_(torch.cat([m.bias for m in linears]))
-        return cls._pack(joined, "none")
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 256), bias.detach(), activation
 
     @staticmethod
     def _run(layers: list[tuple[torch.Tensor, torch.Tensor, str]], x: torch.Tensor) -> torch.Tensor:

@@ -74,12 +74,13 @@ class TorchPolicy:
 
     def acting_net(self) -> ActorCritic:
         """The net that computes the actions: `net`, or its copy in `dtype`."""
-        if self.dtype == torch.float32:
-            return self.net
         return self._acting_copy()[0]
 
     def _acting_copy(self) -> tuple[ActorCritic, FusedActing | None]:
-        """The bf16 copy, and its fused acting pass where oneDNN can run one (agents.nets.FusedActing)."""
+        """`net` itself in float32; else the bf16 copy, and its fused acting pass where oneDNN can
+        run one (agents.nets.FusedActing)."""
+        if self.dtype == torch.float32:
+            return self.net, None
         # Every in-place write to a parameter (an optimizer step, load_state_dict) bumps its
         # version counter: the copy is remade exactly when the weights it copies have changed.
         versions = tuple(p._version for p in self._parameters)
@@ -107,7 +108,7 @@ class TorchPolicy:
         rows; called under `torch.inference_mode` (by `act_together`)."""
         obs = _as_tensor(batch.obs)
         mask = _as_tensor(np.asarray(batch.mask, dtype=bool))
-        net, fused = (self.net, None) if self.dtype == torch.float32 else self._acting_copy()
+        net, fused = self._acting_copy()
         rows = len(obs)
         if self.dtype != torch.float32 and rows % PAD_ROWS:
             # oneDNN builds (JIT-compiles) a bf16 matmul for every new row count, which took
