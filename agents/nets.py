@@ -215,7 +215,19 @@ def shape_mismatch(expected: Mapping[str, tuple[int, ...]], shapes: Mapping[str,
     return ""
 
 
-_IN_PLACE = {nn.ReLU: torch.relu_, nn.Tanh: torch.tanh_}
+def _relu_(x: torch.Tensor) -> torch.Tensor:
+    """In-place ReLU; in bfloat16 as a clamp of the int16 view of the same bits. A bf16 value is
+    negative exactly when its int16 view is (the sign bit), so clamping the view at 0 zeroes the
+    negatives in one integer pass: ~4x faster here than torch's bf16 relu_, which widens to
+    float32 and back (no gain in float32, left to relu_). Unlike relu_ it also zeroes a NaN whose
+    sign bit is set; a net with NaN weights still gives NaN logits (its head has no ReLU)."""
+    if x.dtype == torch.bfloat16:
+        x.view(torch.int16).clamp_min_(0)
+        return x
+    return torch.relu_(x)
+
+
+_IN_PLACE = {nn.ReLU: _relu_, nn.Tanh: torch.tanh_}
 """The trunk activations `StackedActors` knows, applied in place."""
 
 _FUSED_ACTIVATIONS = {nn.ReLU: "relu", nn.Tanh: "tanh"}

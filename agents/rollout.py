@@ -221,32 +221,38 @@ class SeatTrajectoryBuilder:
         critic_obs: centralised critics' [B, P, D] input of every seat (recorded from the first row
         on, or never, like responses).
         """
-        shape = (self.num_games, self.num_players)
-        record = np.broadcast_to(np.asarray(record, dtype=bool), shape) & ts.acting
+        num_players = self.num_players
+        record = np.broadcast_to(np.asarray(record, dtype=bool), (self.num_games, num_players)) & ts.acting
         acting_unrecorded = ts.acting > record
         if acting_unrecorded.any() and (self.open_row[acting_unrecorded] >= 0).any():
             b, p = np.argwhere(acting_unrecorded & (self.open_row >= 0))[0]
             raise ValueError(f"slot {b} seat {p} acts unrecorded while its last transition is still open: "
                              f"keep a seat's `record` flag fixed for the whole game")
-        slots, seats = np.nonzero(record)
-        count = len(slots)
+        # Flat (slot * num_players + seat) indices in row-major order: one gather per column
+        # (np.take on [B * P, ...] views, straight into the storage) instead of two-array fancy
+        # indexing, ~2x cheaper per step. The indices are in range by construction, and
+        # mode="clip" spares np.take the buffered copy that mode="raise" makes of `out`.
+        where = np.flatnonzero(record)
+        count = len(where)
         if count == 0:
             return
-        values = np.asarray(values, dtype=np.float32)
-        acting_values = values[slots, seats]
+        acting_values = np.asarray(values, dtype=np.float32).reshape(-1)[where]
+        open_row = self.open_row.reshape(-1)
         # The previous transition of each acting seat ends here: its next state is this one.
-        previous = self.open_row[slots, seats]
+        previous = open_row[where]
         has_previous = previous >= 0
         closing = previous[has_previous]
         self.next_values[closing] = acting_values[has_previous]
         self.closed[closing] = True
 
         self._reserve(count)
-        rows = slice(self.size, self.size + count)
-        self.obs[rows] = ts.obs[slots, seats]
-        self.mask[rows] = ts.mask[slots, seats]
-        self.actions[rows] = np.asarray(actions)[slots, seats]
-        self.logprobs[rows] = np.asarray(log_probs)[slots, seats]
+        start, end = self.size, self.size + count
+        rows = slice(start, end)
+        np.take(ts.obs.reshape(len(open_row), -1), where, axis=0, out=self.obs.reshape(len(self.obs), -1)[rows],
+                mode="clip")
+        np.take(ts.mask.reshape(len(open_row), -1), where, axis=0, out=self.mask[rows], mode="clip")
+        self.actions[rows] = np.asarray(actions).reshape(-1)[where]
+        self.logprobs[rows] = np.asarray(log_probs).reshape(-1)[where]
         self.values[rows] = acting_values
         self.rewards[rows] = 0.0
         self.dones[rows] = False
@@ -255,9 +261,8 @@ class SeatTrajectoryBuilder:
         if np.ndim(policy_version) == 0:
             self.policy_version[rows] = policy_version
         else:
-            self.policy_version[rows] = np.asarray(policy_version, dtype=np.int64)[slots, seats]
-        self.slots[rows] = slots
-        self.seats[rows] = seats
+            self.policy_version[rows] = np.asarray(policy_version, dtype=np.int64).reshape(-1)[where]
+        slots, seats = np.divmod(where, num_players, out=(self.slots[rows], self.seats[rows]))
         if responses is not None:
             if not self.response_width:
                 self._start_responses(responses.shape[2])
@@ -279,8 +284,8 @@ class SeatTrajectoryBuilder:
             self.critic_obs[rows] = critic_obs[slots, seats]
         elif self.critic_width:
             raise ValueError("this builder records critic inputs: every recorded row needs one")
-        self.open_row[slots, seats] = np.arange(self.size, self.size + count)
-        self.size += count
+        open_row[where] = np.arange(start, end)
+        self.size = end
 
     def record_outcome(self, ts: TimeStep) -> None:
         """Credit this step's rewards to the open transitions and close those of ended games.
@@ -288,20 +293,27 @@ class SeatTrajectoryBuilder:
         ts: the TimeStep returned by `VectorGame.step`. Rewards of seats with no open transition
         (unrecorded seats, or a seat rewarded before its first action) are not kept.
         """
-        is_open = self.open_row >= 0
-        self.rewards[self.open_row[is_open]] += ts.rewards[is_open]
-        if not ts.done.any():
+        # Only seats rewarded this step and slots whose game ended touch an open transition (a few
+        # percent of the slots in a board game): index those, not the whole [B, P] table.
+        step_rewards = ts.rewards.reshape(-1)
+        rewarded = np.flatnonzero(step_rewards)
+        rows = self.open_row.reshape(-1)[rewarded]
+        is_open = rows >= 0
+        self.rewards[rows[is_open]] += step_rewards[rewarded[is_open]]
+        ended_slots = np.flatnonzero(ts.done)
+        if not len(ended_slots):
             return
-        ended = is_open & ts.done[:, None]
-        rows = self.open_row[ended]
+        rows = self.open_row[ended_slots]
+        ended = rows >= 0
+        rows = rows[ended]
         self.dones[rows] = True
         self.closed[rows] = True
         # A terminal state is worth nothing more. A truncation is not an end by the game's rules:
         # bootstrap from the seat's own value estimate, the last state its critic saw (with
         # auto-reset the TimeStep already holds the next game's observation).
-        truncated = np.broadcast_to(ts.truncated[:, None], ended.shape)[ended]
+        truncated = np.broadcast_to(ts.truncated[ended_slots, None], ended.shape)[ended]
         self.next_values[rows] = np.where(truncated, self.values[rows], 0.0)
-        self.open_row[ended] = -1
+        self.open_row[ended_slots] = -1
 
     def end_game(self, slot: int, rewards: np.ndarray) -> None:
         """The game in `slot` ends now, outside the game's rules (a seat forfeited): credit
@@ -333,11 +345,14 @@ class SeatTrajectoryBuilder:
             self.closed[rows] = True
             self.open_row[cut] = -1
 
-        size = self.size
-        closed_rows = np.nonzero(self.closed[:size])[0]
-        # Group by (slot, seat), in time order within each (rows grow with time).
-        order = closed_rows[np.lexsort((closed_rows, self.seats[closed_rows], self.slots[closed_rows]))]
-        batch_columns = {name: getattr(self, name)[order] for name in self._columns}
+        closed_rows = np.flatnonzero(self.closed[:self.size])
+        # Group by (slot, seat), in time order within each: rows grow with time, so a stable sort
+        # on the (slot, seat) key keeps it (and on a 16-bit key numpy's stable sort is a radix sort).
+        key = self.slots[closed_rows] * self.num_players + self.seats[closed_rows]
+        if self.num_games * self.num_players <= np.iinfo(np.uint16).max:
+            key = key.astype(np.uint16)
+        order = closed_rows[np.argsort(key, kind="stable")]
+        batch_columns = {name: _take_rows(getattr(self, name), order) for name in self._columns}
 
         # One backward pass over all (slot, seat) sequences at once: a closed, not-done transition
         # is followed in its sequence by the turn that closed it, or, at the end of the sequence,
@@ -370,6 +385,12 @@ class SeatTrajectoryBuilder:
         new_row_of_old[old_rows] = np.arange(count)
         self.open_row[open_mask] = new_row_of_old[self.open_row[open_mask]]
         self.size = count
+
+
+def _take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """`array[rows]` for in-range row indices, as one np.take over a [N, -1] view: 2-3x faster here
+    than fancy indexing of [N, C, H, W] boards (mode="clip" skips the bounds check)."""
+    return np.take(array.reshape(len(array), -1), rows, axis=0, mode="clip").reshape(len(rows), *array.shape[1:])
 
 
 # ---------------------------------------------------------------------------------------------

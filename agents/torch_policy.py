@@ -133,12 +133,17 @@ class TorchPolicy:
         frozen = [i for i, (policy, _, _) in enumerate(requests)
                   if policy.dtype != torch.float32 and not policy.compute_values]
         # (one frozen net alone does not stack: its acting copy is fetched once, by masked_logits)
-        stack = _stack_of([requests[i][0].acting_net() for i in frozen]) if len(frozen) >= 2 else None
-        if stack is not None:
-            obs = [_as_tensor(requests[i][1].obs) for i in frozen]
-            mask = torch.from_numpy(np.concatenate([np.asarray(requests[i][1].mask, dtype=bool) for i in frozen]))
+        found = _stack_of([requests[i][0].acting_net() for i in frozen]) if len(frozen) >= 2 else None
+        if found is not None:
+            stack, positions = found
+            request_at = dict(zip(positions, frozen))  # stack position -> request
+            in_order = [request_at.get(g) for g in range(stack.num_nets)]  # None: a net with no rows now
+            obs = [_as_tensor(requests[i][1].obs) if i is not None else _NO_ROWS for i in in_order]
+            mask = torch.from_numpy(np.concatenate([np.asarray(requests[i][1].mask, dtype=bool)
+                                                    for i in in_order if i is not None]))
             logits = stack.policy_logits(obs, mask, PAD_ROWS)
-            for i, piece in zip(frozen, torch.split(logits, [len(o) for o in obs])):
+            rows = [len(requests[i][1].obs) for i in in_order if i is not None]
+            for i, piece in zip([i for i in in_order if i is not None], torch.split(logits, rows)):
                 parts[i] = (piece, torch.zeros(len(piece)))
         return [part or policy.masked_logits(batch) for part, (policy, batch, _) in zip(parts, requests)]
 
@@ -194,13 +199,29 @@ _STACKS: OrderedDict[tuple[int, ...], tuple[tuple[ActorCritic, ...], StackedActo
 """The last few groups of nets seen, by their ids (held, so that the ids stay theirs): their stack,
 or None where they cannot stack (`StackedActors.can_stack`)."""
 
+_NO_ROWS = torch.zeros(0)
+"""The observations of a stacked net that has no rows this step."""
 
-def _stack_of(nets: Sequence[ActorCritic]) -> StackedActors | None:
+
+def _stack_of(nets: Sequence[ActorCritic]) -> tuple[StackedActors, list[int]] | None:
+    """A stack that holds `nets`, and each net's position in it; None where they cannot stack.
+
+    A cached stack of up to twice as many nets serves too (the nets not asked get no rows): as a
+    task's last matches finish, the frozen nets that act change from step to step, and building
+    a stack of sixteen 256-wide nets took ~1.2 ms, more than running it on the last few rows.
+    """
     key = tuple(map(id, nets))
+    if key not in _STACKS and len(set(key)) == len(key):
+        for cached in reversed(_STACKS):
+            if _STACKS[cached][1] is not None and len(cached) <= 2 * len(key) and set(key) <= set(cached):
+                _STACKS.move_to_end(cached)
+                position = {net: g for g, net in enumerate(cached)}
+                return _STACKS[cached][1], [position[net] for net in key]
     if key in _STACKS:
         _STACKS.move_to_end(key)
     else:
         _STACKS[key] = (tuple(nets), StackedActors(nets) if StackedActors.can_stack(nets) else None)
         if len(_STACKS) > 8:
             _STACKS.popitem(last=False)
-    return _STACKS[key][1]
+    stack = _STACKS[key][1]
+    return None if stack is None else (stack, list(range(len(key))))

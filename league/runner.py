@@ -144,7 +144,7 @@ class Runner:
         # stored with its moves (learners' version, 0 for frozen players).
         player_ids: list[str] = sorted({p for a in queue for p in a.players})
         code_of = {pid: i for i, pid in enumerate(player_ids)}
-        match_codes = np.array([[code_of[p] for p in a.players] for a in queue], dtype=np.int64).reshape(
+        match_codes = np.array([code_of[p] for a in queue for p in a.players], dtype=np.int64).reshape(
             num_matches, num_players)
         match_seeds = np.array([a.seed for a in queue], dtype=np.uint64)
         policies = [policy_of(pid) for pid in player_ids]
@@ -206,7 +206,7 @@ class Runner:
         # (a forfeit sets the match's returns: the learners' last transitions get the difference).
         gave_up = np.zeros((num_slots, num_players), dtype=bool)
         rewarded = np.zeros((num_slots, num_players), dtype=np.float64)
-        played: list[PlayedMatch] = []
+        played: list[PlayedMatch | None] = [None] * num_matches  # by the match's place in the queue
         env_steps = 0
         learner_steps = {pid: 0 for pid, _ in learner_codes.values()}
         inference = 0.0
@@ -226,10 +226,10 @@ class Runner:
             starts = [0] + ends[:-1]
             versions = code_version[seat_codes[rows]].tolist()
             for i, match in enumerate(slot_match[rows].tolist()):
-                played.append(PlayedMatch(
+                played[match] = PlayedMatch(
                     assignment=queue[match], returns=tuple(returns[i]), length=lengths[i],
                     moves=tuple(moves[starts[i]:ends[i]]), player_versions=tuple(versions[i]),
-                    truncated=truncated[i], forfeited=forfeited[i] if forfeited else ()))
+                    truncated=truncated[i], forfeited=forfeited[i] if forfeited else ())
 
         # (a slot whose match was forfeited idles until its game ends, then takes the next match)
         while live_slots_count > 0 or next_match < num_matches:
@@ -336,6 +336,6 @@ class Runner:
         for code, builder in builders.items():
             # Every recorded game has ended, so every transition is closed.
             rollouts[learner_codes[code][0]] = builder.build(ts, None, task.gamma, task.gae_lambda)
-        played.sort(key=lambda m: m.assignment.match_id)
-        return PlayResult(task.task_id, tuple(played), rollouts, env_steps, learner_steps,
+        by_id = np.argsort(np.fromiter((a.match_id for a in queue), dtype=np.int64, count=num_matches), kind="stable")
+        return PlayResult(task.task_id, tuple(played[i] for i in by_id.tolist()), rollouts, env_steps, learner_steps,
                           time.perf_counter() - start, inference)

@@ -252,6 +252,49 @@ def test_frozen_bfloat16_nets_act_as_one_stack(monkeypatch, activation):
     np.testing.assert_allclose(stacked.numpy(), own.numpy(), rtol=0.02, atol=0.02)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_stacks_in_place_relu_is_relu(dtype):
+    """StackedActors' ReLU (in bf16 a clamp of the int16 view) equals torch.relu on finite values,
+    infinities and signed zeros, in place."""
+    from agents.nets import _relu_
+
+    x = torch.cat([torch.randn(1000) * 10, torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 1e-30, -1e-30])])
+    x = x.to(dtype)
+    expected = torch.relu(x)
+    out = _relu_(x)
+    assert out.data_ptr() == x.data_ptr() and out.dtype == dtype
+    assert torch.equal(out, expected) and not (out < 0).any()
+
+
+def test_a_stack_of_more_nets_serves_a_subset_of_them(monkeypatch):
+    """As a task's last matches finish, fewer frozen nets act from step to step: a cached stack
+    holding them (up to twice as many nets) answers, the others getting no rows, with the same
+    actions as a stack of just those nets; a subset of fewer than half builds its own."""
+    from collections import OrderedDict
+
+    import agents.torch_policy as torch_policy
+
+    monkeypatch.setattr(torch_policy, "_STACKS", OrderedDict())
+    policies = [TorchPolicy(_net(SPEC, seed=s), compute_values=False, dtype=torch.bfloat16) for s in range(5)]
+    rng = np.random.default_rng(3)
+    batches = [_batch(SPEC, rows, rng) for rows in (20, 70, 5, 9, 33)]
+    act_in_order([(p, b, False) for p, b in zip(policies, batches)], np.random.default_rng(0))
+    built, original = [], StackedActors.__init__
+    monkeypatch.setattr(StackedActors, "__init__", lambda self, nets: built.append(len(nets)) or original(self, nets))
+    subset = [(policies[i], batches[i], False) for i in (4, 1, 2)]  # out of the stack's order
+    reused = act_in_order(subset, np.random.default_rng(5))
+    assert built == []
+    torch_policy._STACKS.clear()
+    own = act_in_order(subset, np.random.default_rng(5))
+    assert built == [3]
+    for out, alone in zip(reused, own):
+        np.testing.assert_array_equal(out.actions, alone.actions)
+        np.testing.assert_allclose(out.log_probs, alone.log_probs, atol=1e-6)
+    act_in_order([(p, b, False) for p, b in zip(policies, batches)], np.random.default_rng(0))
+    act_in_order([(policies[i], batches[i], False) for i in (0, 3)], np.random.default_rng(0))
+    assert built == [3, 5, 2]
+
+
 @pytest.mark.parametrize("config", [NetConfig(hidden=(32, 32), activation="relu", shared_trunk=True),
                                     NetConfig(hidden=(32, 32), activation="tanh"),
                                     NetConfig(hidden=(32,), activation="tanh", head="regret_matching")],
