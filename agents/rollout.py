@@ -352,7 +352,7 @@ class SeatTrajectoryBuilder:
         if self.num_games * self.num_players <= np.iinfo(np.uint16).max:
             key = key.astype(np.uint16)
         order = closed_rows[np.argsort(key, kind="stable")]
-        batch_columns = {name: _take_rows(getattr(self, name), order) for name in self._columns}
+        batch_columns = {name: take_rows(getattr(self, name), order) for name in self._columns}
 
         # One backward pass over all (slot, seat) sequences at once: a closed, not-done transition
         # is followed in its sequence by the turn that closed it, or, at the end of the sequence,
@@ -387,7 +387,7 @@ class SeatTrajectoryBuilder:
         self.size = count
 
 
-def _take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """`array[rows]` for in-range row indices, as one np.take over a [N, -1] view: 2-3x faster here
     than fancy indexing of [N, C, H, W] boards (mode="clip" skips the bounds check)."""
     return np.take(array.reshape(len(array), -1), rows, axis=0, mode="clip").reshape(len(rows), *array.shape[1:])

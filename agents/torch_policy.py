@@ -67,7 +67,7 @@ class TorchPolicy:
         self.compute_values = compute_values
         self.dtype = dtype
         """float32: act with `net` itself; bfloat16: with a bf16 copy, remade when net's weights change."""
-        self._copy: tuple[tuple[int, ...], ActorCritic, FusedActing | None] | None = None
+        self._copy: tuple[list[int], ActorCritic, FusedActing | None] | None = None
         # nn.Module.parameters() walks the module tree (~0.1 ms, as long as a 100-row forward):
         # the parameters are listed once; load_state_dict and optimizers write into these same tensors.
         self._parameters = tuple(net.parameters())
@@ -83,7 +83,7 @@ class TorchPolicy:
             return self.net, None
         # Every in-place write to a parameter (an optimizer step, load_state_dict) bumps its
         # version counter: the copy is remade exactly when the weights it copies have changed.
-        versions = tuple(p._version for p in self._parameters)
+        versions = [p._version for p in self._parameters]
         if self._copy is None or self._copy[0] != versions:
             net = copy.deepcopy(self.net).to(self.dtype).eval()
             fused = FusedActing(net, self.compute_values) if FusedActing.can_fuse(net) else None
@@ -127,9 +127,11 @@ class TorchPolicy:
         return logits[:rows].float(), values[:rows].float()  # float(): a no-op in float32
 
     @staticmethod
-    def _logits_of(requests: Sequence[tuple["TorchPolicy", ActBatch, bool]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each request's (masked logits, values); frozen bf16 nets of one architecture in one stack."""
-        parts: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(requests)
+    def _logits_of(requests: Sequence[tuple["TorchPolicy", ActBatch, bool]]
+                   ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Each request's (masked logits, values or None for none); frozen bf16 nets of one
+        architecture in one stack."""
+        parts: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * len(requests)
         frozen = [i for i, (policy, _, _) in enumerate(requests)
                   if policy.dtype != torch.float32 and not policy.compute_values]
         # (one frozen net alone does not stack: its acting copy is fetched once, by masked_logits)
@@ -144,7 +146,7 @@ class TorchPolicy:
             logits = stack.policy_logits(obs, mask, PAD_ROWS)
             rows = [len(requests[i][1].obs) for i in in_order if i is not None]
             for i, piece in zip([i for i in in_order if i is not None], torch.split(logits, rows)):
-                parts[i] = (piece, torch.zeros(len(piece)))
+                parts[i] = (piece, None)
         return [part or policy.masked_logits(batch) for part, (policy, batch, _) in zip(parts, requests)]
 
     @staticmethod
@@ -162,7 +164,6 @@ class TorchPolicy:
         with torch.inference_mode():
             parts = TorchPolicy._logits_of(requests)
             logits = parts[0][0] if len(parts) == 1 else torch.cat([p[0] for p in parts])
-            values = parts[0][1] if len(parts) == 1 else torch.cat([p[1] for p in parts])
             # The softmax runs over dim 0 of the transposed logits [A, N]: with a handful of actions
             # and thousands of rows torch's kernels along the last dim are ~10x slower (~0.5 ms
             # for 4096 x 7 here). exp(-1e9 - max) is exactly 0 in float32, so these are the
@@ -189,8 +190,12 @@ class TorchPolicy:
         if not mask[np.arange(len(actions)), actions].all():
             # Only NaN logits can get here; a broken net is a bug, not a move.
             raise FloatingPointError("the net produced non-finite logits; an illegal action won the argmax")
-        log_probs, values = chosen_log_pi.numpy(), values.numpy().astype(np.float32, copy=False)
+        log_probs = chosen_log_pi.numpy()
         bounds = np.cumsum([0] + sizes)
+        values = np.zeros(len(actions), dtype=np.float32)
+        for (_, part_values), lo, hi in zip(parts, bounds[:-1], bounds[1:]):
+            if part_values is not None:
+                values[lo:hi] = part_values.numpy()
         return [ActOutput(actions=actions[lo:hi], log_probs=log_probs[lo:hi], values=values[lo:hi])
                 for lo, hi in zip(bounds[:-1], bounds[1:])]
 

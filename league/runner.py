@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from agents.policy import ActBatch, KeepsReadings, Policy, act_in_order
-from agents.rollout import RolloutBatch, SeatTrajectoryBuilder, side_critic_inputs
+from agents.rollout import RolloutBatch, SeatTrajectoryBuilder, side_critic_inputs, take_rows
 from games.core import VectorGame, forfeit_returns
 
 
@@ -196,6 +196,8 @@ class Runner:
 
         max_len = spec.max_length
         move_log = np.full((num_slots, max_len + 1, num_players), -1, dtype=np.int64)
+        log_rows = move_log.reshape(num_slots * (max_len + 1), num_players)  # a view: row (slot, step)
+        slot_log_start = np.arange(num_slots) * (max_len + 1)
         move_count = np.zeros(num_slots, dtype=np.int64)
         actions = np.zeros((num_slots, num_players), dtype=np.int64)
         log_probs = np.zeros((num_slots, num_players), dtype=np.float32)
@@ -221,15 +223,16 @@ class Runner:
             counts = move_count[rows]
             logged = move_log[rows, :int(counts.max(initial=0))]  # [E, steps, P]; past a slot's count: stale
             kept = (logged >= 0) & (np.arange(logged.shape[1])[None, :, None] < counts[:, None, None])
-            moves = logged[kept].tolist()  # row-major: each match's moves in order, match after match
+            moves = tuple(logged[kept].tolist())  # row-major: each match's moves in order, match after match
             ends = np.cumsum(kept.reshape(len(rows), -1).sum(axis=1)).tolist()
             starts = [0] + ends[:-1]
             versions = code_version[seat_codes[rows]].tolist()
-            for i, match in enumerate(slot_match[rows].tolist()):
+            for match, seat_returns, length, first, end, seat_versions, cut, forfeits in zip(
+                    slot_match[rows].tolist(), returns, lengths, starts, ends, versions, truncated,
+                    forfeited or [()] * len(slots)):
                 played[match] = PlayedMatch(
-                    assignment=queue[match], returns=tuple(returns[i]), length=lengths[i],
-                    moves=tuple(moves[starts[i]:ends[i]]), player_versions=tuple(versions[i]),
-                    truncated=truncated[i], forfeited=forfeited[i] if forfeited else ())
+                    assignment=queue[match], returns=tuple(seat_returns), length=length,
+                    moves=moves[first:end], player_versions=tuple(seat_versions), truncated=cut, forfeited=forfeits)
 
         # (a slot whose match was forfeited idles until its game ends, then takes the next match)
         while live_slots_count > 0 or next_match < num_matches:
@@ -240,19 +243,22 @@ class Runner:
             if idle.any():
                 actions[idle] = np.argmax(ts.mask[idle], axis=1)
             t0 = time.perf_counter()
-            slots_now, seats_now = np.nonzero(live)
-            codes_now = seat_codes[slots_now, seats_now]
-            # Group the rows by player with one stable sort, gather observations and masks once
-            # in that order, and give each policy a contiguous slice: one batched act() per policy.
-            order = np.argsort(codes_now, kind="stable")
-            codes_sorted = codes_now[order]
-            slots_sorted, seats_sorted = slots_now[order], seats_now[order]
-            obs_sorted = ts.obs[slots_sorted, seats_sorted]
-            mask_sorted = ts.mask[slots_sorted, seats_sorted]
+            # Group the live seats (flat index slot * num_players + seat) by player with one stable
+            # sort (a radix sort on 16-bit codes), gather observations and masks once in that
+            # order, and give each policy a contiguous slice: one batched act() per policy.
+            seats_flat = np.flatnonzero(live)
+            codes_now = seat_codes.reshape(-1)[seats_flat]
+            order = np.argsort(codes_now.astype(np.int16) if len(player_ids) <= np.iinfo(np.int16).max
+                               else codes_now, kind="stable")
+            codes_sorted, flat_sorted = codes_now[order], seats_flat[order]
+            slots_sorted, seats_sorted = np.divmod(flat_sorted, num_players)
+            obs_sorted = take_rows(ts.obs.reshape(num_slots * num_players, *ts.obs.shape[2:]), flat_sorted)
+            mask_sorted = take_rows(ts.mask.reshape(num_slots * num_players, -1), flat_sorted)
             acts = np.empty(len(order), dtype=np.int64)
             lps = np.empty(len(order), dtype=np.float32)
             vals = np.empty(len(order), dtype=np.float32)
-            group_codes, group_starts = np.unique(codes_sorted, return_index=True)
+            group_starts = np.flatnonzero(np.r_[True, codes_sorted[1:] != codes_sorted[:-1]]) if len(order) else order
+            group_codes = codes_sorted[group_starts]
             group_ends = np.append(group_starts[1:], len(order))
             critic_now = None  # only in steps where a centralised-critic side acts (its builder records nothing else)
             if not critic_codes.isdisjoint(group_codes.tolist()):
@@ -304,12 +310,12 @@ class Runner:
                 seat_codes[quit_slots] = -1
                 live_slots_count -= len(quit_slots)
                 gave_up[:] = False
-            # Log the moves of live games (simultaneous games log every acting seat of the step).
-            live_slots = np.flatnonzero(slot_match >= 0)
-            step_index = np.minimum(move_count[live_slots], max_len)
-            move_log[live_slots, step_index] = np.where(acting[live_slots], actions[live_slots], -1)
-            move_count[live_slots] += 1
-            env_steps += len(slots_now)
+            # Log the moves (simultaneous games log every acting seat of the step). Idle slots log
+            # too, cheaper than picking the live ones: nothing reads an idle slot's log, and its
+            # count restarts at 0 with its next match.
+            log_rows[slot_log_start + np.minimum(move_count, max_len)] = np.where(acting, actions, -1)
+            move_count += 1
+            env_steps += len(seats_flat)
 
             started.clear()
             ts = vec.step(actions)
