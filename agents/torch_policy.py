@@ -115,7 +115,9 @@ class TorchPolicy:
             # longer than the product itself at self-play's ever-changing batch sizes: padded
             # to a multiple of PAD_ROWS, the shapes repeat and the built kernels are reused.
             padded = -(-rows // PAD_ROWS) * PAD_ROWS
-            obs = torch.cat([obs, obs.new_zeros((padded - rows, *obs.shape[1:]))])
+            padded_obs = obs.new_zeros((padded, *obs.shape[1:]), dtype=self.dtype)  # converted as it is padded
+            padded_obs[:rows] = obs
+            obs = padded_obs
             mask = torch.cat([mask, mask.new_ones((padded - rows, mask.shape[1]))])
         if fused is not None:
             logits, values = fused(obs, mask)

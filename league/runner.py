@@ -226,13 +226,13 @@ class Runner:
             moves = tuple(logged[kept].tolist())  # row-major: each match's moves in order, match after match
             ends = np.cumsum(kept.reshape(len(rows), -1).sum(axis=1)).tolist()
             starts = [0] + ends[:-1]
-            versions = code_version[seat_codes[rows]].tolist()
+            versions = map(tuple, code_version[seat_codes[rows]].tolist())
             for match, seat_returns, length, first, end, seat_versions, cut, forfeits in zip(
-                    slot_match[rows].tolist(), returns, lengths, starts, ends, versions, truncated,
+                    slot_match[rows].tolist(), map(tuple, returns), lengths, starts, ends, versions, truncated,
                     forfeited or [()] * len(slots)):
                 played[match] = PlayedMatch(
-                    assignment=queue[match], returns=tuple(seat_returns), length=length,
-                    moves=moves[first:end], player_versions=tuple(seat_versions), truncated=cut, forfeited=forfeits)
+                    assignment=queue[match], returns=seat_returns, length=length, moves=moves[first:end],
+                    player_versions=seat_versions, truncated=cut, forfeited=forfeits)
 
         # (a slot whose match was forfeited idles until its game ends, then takes the next match)
         while live_slots_count > 0 or next_match < num_matches:
