@@ -229,9 +229,8 @@ class SeatTrajectoryBuilder:
             raise ValueError(f"slot {b} seat {p} acts unrecorded while its last transition is still open: "
                              f"keep a seat's `record` flag fixed for the whole game")
         # Flat (slot * num_players + seat) indices in row-major order: one gather per column
-        # (np.take on [B * P, ...] views, straight into the storage) instead of two-array fancy
-        # indexing, ~2x cheaper per step. The indices are in range by construction, and
-        # mode="clip" spares np.take the buffered copy that mode="raise" makes of `out`.
+        # (`take_rows` on [B * P, ...] views, straight into the storage) instead of two-array
+        # fancy indexing, ~2x cheaper per step.
         where = np.flatnonzero(record)
         count = len(where)
         if count == 0:
@@ -248,9 +247,8 @@ class SeatTrajectoryBuilder:
         self._reserve(count)
         start, end = self.size, self.size + count
         rows = slice(start, end)
-        np.take(ts.obs.reshape(len(open_row), -1), where, axis=0, out=self.obs.reshape(len(self.obs), -1)[rows],
-                mode="clip")
-        np.take(ts.mask.reshape(len(open_row), -1), where, axis=0, out=self.mask[rows], mode="clip")
+        take_rows(ts.obs.reshape(len(open_row), *self.observation_shape), where, out=self.obs[rows])
+        take_rows(ts.mask.reshape(len(open_row), -1), where, out=self.mask[rows])
         self.actions[rows] = np.asarray(actions).reshape(-1)[where]
         self.logprobs[rows] = np.asarray(log_probs).reshape(-1)[where]
         self.values[rows] = acting_values
@@ -387,10 +385,18 @@ class SeatTrajectoryBuilder:
         self.size = count
 
 
-def take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def take_rows(array: np.ndarray, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """`array[rows]` for in-range row indices, as one np.take over a [N, -1] view: 2-3x faster here
-    than fancy indexing of [N, C, H, W] boards (mode="clip" skips the bounds check)."""
-    return np.take(array.reshape(len(array), -1), rows, axis=0, mode="clip").reshape(len(rows), *array.shape[1:])
+    than fancy indexing of [N, C, H, W] boards. `out` (contiguous, [len(rows), ...]) receives the
+    rows in place. The indices are in range by construction: mode="clip" skips the bounds check,
+    and with it the buffered copy that mode="raise" makes of `out`."""
+    flat = array.reshape(len(array), -1)
+    if out is not None:
+        if not out.flags.c_contiguous:
+            raise ValueError("take_rows writes into a contiguous `out` only (a reshaped copy would lose the rows)")
+        np.take(flat, rows, axis=0, out=out.reshape(len(rows), -1), mode="clip")
+        return out
+    return np.take(flat, rows, axis=0, mode="clip").reshape(len(rows), *array.shape[1:])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -142,12 +142,11 @@ class TorchPolicy:
             stack, positions = found
             request_at = dict(zip(positions, frozen))  # stack position -> request
             in_order = [request_at.get(g) for g in range(stack.num_nets)]  # None: a net with no rows now
+            present = [i for i in in_order if i is not None]  # the requests in stack order
             obs = [_as_tensor(requests[i][1].obs) if i is not None else _NO_ROWS for i in in_order]
-            mask = torch.from_numpy(np.concatenate([np.asarray(requests[i][1].mask, dtype=bool)
-                                                    for i in in_order if i is not None]))
+            mask = torch.from_numpy(np.concatenate([np.asarray(requests[i][1].mask, dtype=bool) for i in present]))
             logits = stack.policy_logits(obs, mask, PAD_ROWS)
-            rows = [len(requests[i][1].obs) for i in in_order if i is not None]
-            for i, piece in zip([i for i in in_order if i is not None], torch.split(logits, rows)):
+            for i, piece in zip(present, torch.split(logits, [len(requests[i][1].obs) for i in present])):
                 parts[i] = (piece, None)
         return [part or policy.masked_logits(batch) for part, (policy, batch, _) in zip(parts, requests)]
 
