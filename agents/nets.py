@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from agents.kernels import grouped_linear_status
 from games.core import GameSpec
 
 MASKED_LOGIT = -1e9
@@ -312,32 +313,56 @@ class FusedActing:
 
 
 class StackedActors:
-    """The actors of several nets of one MLP architecture, evaluated as one: each layer is one
-    batched matmul (`torch.baddbmm`) over all the nets' rows, each group padded to the largest.
+    """The actors of several nets of one MLP architecture, evaluated as one.
 
     A self-play runner asks ~16 frozen snapshots for ~100 rows each per step; one call per net
-    is bound by per-call overhead, not arithmetic. In bfloat16 on a CPU with AMX tiles the
-    batched product is several times cheaper than sixteen small ones (benchmarks/inference_paths.py);
-    in float32 it is not, and the runner keeps one call per net there (agents.torch_policy).
+    is bound by per-call overhead, not arithmetic. In bfloat16 on a CPU with AMX tiles each layer
+    is one call of `torch.ops.ludus.grouped_linear` (agents/kernels.py): every net's rows times its
+    own weights, packed once at construction, ReLU fused. Where that kernel is not built, each
+    layer is one `torch.baddbmm` over all the nets with each group padded to the largest (~2x
+    the products at PFSP's uneven groups, and ~15 us per net and layer of weight re-layout; the
+    kernel computed the preset's 16-net stack 1.8-1.9x faster here, benchmarks/inference_paths.py). Both are several
+    times cheaper than sixteen small products in bfloat16; in float32 they are not, and the
+    runner keeps one call per net there (agents.torch_policy).
     The weights are copied once, at construction: build a new stack when a net's weights change.
     """
 
-    def __init__(self, nets: Sequence[ActorCritic]):
+    def __init__(self, nets: Sequence[ActorCritic], grouped: bool | None = None):
+        """`grouped`: use the grouped kernel (default: where `agents.kernels` has it ready)."""
         if not self.can_stack(nets):
             raise ValueError("StackedActors needs two or more 'mlp' nets of one config and dtype without layer norm")
         self.num_nets = len(nets)
         self.obs_dim = nets[0].obs_dim
         self.dtype = nets[0].policy_head.weight.dtype
         self.head = nets[0]._policy_from_head
+        if grouped is None:
+            grouped = self.dtype == torch.bfloat16 and grouped_linear_status() == "ready"
+        elif grouped and (self.dtype != torch.bfloat16 or grouped_linear_status() != "ready"):
+            raise ValueError(f"the grouped kernel runs bfloat16 nets only, and is {grouped_linear_status()} here")
+        self.grouped = grouped
+        self.in_dim = self.obs_dim + self.obs_dim % 2 if grouped else self.obs_dim
+        """Input width: the kernel reads its inputs in pairs (VNNI), so an odd one gets a zero column."""
         self.layers: list[tuple[torch.Tensor, torch.Tensor] | type[nn.Module]] = []
-        """Per layer: (weights [G, in, out], biases [G, 1, out]) of a Linear, or the activation's class."""
-        trunks = [list(net.actor_trunk) for net in nets]
-        for modules in zip(*trunks):
-            if isinstance(modules[0], nn.Linear):
-                self.layers.append(self._stack(modules))
-            else:
+        """baddbmm path, per layer: (weights [G, in, out], biases [G, 1, out]) of a Linear, or the
+        activation's class."""
+        self.grouped_layers: list[tuple[torch.Tensor, torch.Tensor, int, bool, type[nn.Module] | None]] = []
+        """Grouped path, per Linear: (packed weights, float32 biases [G, out], out width, ReLU fused,
+        the activation applied after it otherwise or None)."""
+        linears = [list(net.actor_trunk) + [net.policy_head] for net in nets]
+        for i, modules in enumerate(zip(*linears)):
+            if not isinstance(modules[0], nn.Linear):
                 self.layers.append(type(modules[0]))
-        self.layers.append(self._stack([net.policy_head for net in nets]))
+                continue
+            weights, biases = self._stack(modules)
+            self.layers.append((weights, biases))
+            if grouped:
+                after = type(linears[0][i + 1]) if i + 1 < len(linears[0]) else None
+                after = None if after is nn.Linear else after
+                if i == 0 and self.in_dim != self.obs_dim:
+                    weights = torch.cat([weights, weights.new_zeros(self.num_nets, self.in_dim - self.obs_dim,
+                                                                    weights.shape[2])], dim=1)
+                self.grouped_layers.append((torch.ops.ludus.pack_weights(weights), biases[:, 0].float().contiguous(),
+                                            weights.shape[2], after is nn.ReLU, None if after is nn.ReLU else after))
 
     @staticmethod
     def _stack(linears: Sequence[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,10 +382,24 @@ class StackedActors:
     def policy_logits(self, obs: Sequence[torch.Tensor], mask: torch.Tensor, pad_rows: int = 1) -> torch.Tensor:
         """Masked float32 logits [sum of rows, A] of net g on `obs[g]` (one tensor per net, in
         order; empty ones allowed), the groups' rows concatenated in order; `mask` is [sum of rows, A].
-        The groups are padded to a multiple of `pad_rows` rows (see agents.torch_policy.PAD_ROWS)."""
+        On the baddbmm path the groups are padded to a multiple of `pad_rows` rows (see
+        agents.torch_policy.PAD_ROWS); the grouped kernel needs no padding."""
         if len(obs) != self.num_nets:
             raise ValueError(f"{len(obs)} observation groups for {self.num_nets} stacked nets")
         sizes = [len(o) for o in obs]
+        if self.grouped:
+            x = torch.empty(sum(sizes), self.in_dim, dtype=self.dtype)
+            if self.in_dim != self.obs_dim:
+                x[:, self.obs_dim:] = 0
+            start = 0
+            for o, n in zip(obs, sizes):
+                x[start:start + n, :self.obs_dim] = o.reshape(n, self.obs_dim)  # converted as it is copied
+                start += n
+            for packed, biases, width, relu, after in self.grouped_layers:
+                x = torch.ops.ludus.grouped_linear(x, sizes, packed, biases, width, relu)
+                if after is not None:
+                    x = _IN_PLACE[after](x)
+            return self.head(x.float(), mask)
         x = torch.zeros(self.num_nets, -(-max(sizes) // pad_rows) * pad_rows, self.obs_dim, dtype=self.dtype)
         for g, o in enumerate(obs):
             x[g, :sizes[g]] = o.reshape(sizes[g], self.obs_dim)

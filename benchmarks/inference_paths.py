@@ -20,11 +20,13 @@ same masked logits for the same steps, interleaved round by round, one torch thr
   (AVX512-BF16 here);
 * `torch fp32/bf16, transposed weights, addmm` — weights stored [in, out], relu in place;
 * `torch bf16, fused, one call per policy` — each net alone through `agents.nets.FusedActing`;
-* `torch bf16, StackedActors` — the runner's path for frozen nets in bfloat16
-  (`agents.nets.StackedActors`: stacked weights, one baddbmm per layer, groups padded to a
-  multiple of `agents.torch_policy.PAD_ROWS`), with the learner's net as it is (`learner
-  unfused`) or as the runner runs it (`learner fused`: `agents.nets.FusedActing`, each
-  activation inside its product, the policy and value heads one product);
+* `torch bf16, StackedActors` — frozen nets in bfloat16 as one `agents.nets.StackedActors`,
+  either padded (`baddbmm`: stacked weights, one batched matmul per layer, groups padded to a
+  multiple of `agents.torch_policy.PAD_ROWS`) or grouped (the runner's path where the kernel
+  builds: `torch.ops.ludus.grouped_linear`, each net's rows only, weights packed once, see
+  agents/kernels.py), with the learner's net as it is (`learner unfused`) or as the runner runs
+  it (`learner fused`: `agents.nets.FusedActing`, each activation inside its product, the policy
+  and value heads one product);
 
 and prints each one's time per step relative to the first. The recorded steps repeat from
 round to round, and so do their batch sizes, which flatters bf16: oneDNN builds a bf16 matmul
@@ -61,6 +63,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from agents.kernels import grouped_linear_available, grouped_linear_status  # noqa: E402
 from agents.nets import ActorCritic, FusedActing, NetConfig, StackedActors, masked_logits  # noqa: E402
 from agents.policy import ActBatch, ActOutput, AskedAlone  # noqa: E402
 from agents.snapshot import load_snapshot  # noqa: E402
@@ -157,12 +160,13 @@ def torch_transposed(nets: list[ActorCritic], dtype: torch.dtype) -> Callable[[S
     return run
 
 
-def stacked_actors(nets: list[ActorCritic], dtype: torch.dtype, fuse_learner: bool) -> Callable[[Step], None]:
-    """The runner's path for frozen nets of one architecture (agents.nets.StackedActors): one
-    baddbmm per layer, groups padded to the largest (rounded up to PAD_ROWS); the learner alone,
-    with its activations fused into the products (agents.nets.FusedActing) or not."""
+def stacked_actors(nets: list[ActorCritic], dtype: torch.dtype, fuse_learner: bool,
+                   grouped: bool) -> Callable[[Step], None]:
+    """Frozen nets of one architecture as one agents.nets.StackedActors: the grouped kernel, or one
+    baddbmm per layer with groups padded to the largest (rounded up to PAD_ROWS); the learner
+    alone, with its activations fused into the products (agents.nets.FusedActing) or not."""
     copies = [copy.deepcopy(net).to(dtype) for net in nets]
-    stack = StackedActors(copies[1:])
+    stack = StackedActors(copies[1:], grouped=grouped)
     learner = FusedActing(copies[0], with_values=True) if fuse_learner else copies[0]
 
     def run(step: Step) -> None:
@@ -245,6 +249,7 @@ def main() -> int:
                         help="a connect_four run directory: also measure bf16's log-prob drift on its main snapshots")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    print(f"grouped kernel (agents/kernels.py): {grouped_linear_status()}")
     spec = game_spec("connect_four")
     config = NetConfig(hidden=(args.hidden, args.hidden), activation="relu", shared_trunk=True)
     nets = []
@@ -267,9 +272,12 @@ def main() -> int:
         "torch fp32, transposed weights, addmm": torch_transposed(nets, torch.float32),
         "torch bf16, transposed weights, addmm": torch_transposed(nets, torch.bfloat16),
         "torch bf16, fused, one call per policy": fused_per_policy(nets),
-        "torch bf16, StackedActors, learner unfused": stacked_actors(nets, torch.bfloat16, False),
-        "torch bf16, StackedActors, learner fused (the runner's path)": stacked_actors(nets, torch.bfloat16, True),
+        "torch bf16, StackedActors (baddbmm), learner unfused": stacked_actors(nets, torch.bfloat16, False, False),
+        "torch bf16, StackedActors (baddbmm), learner fused": stacked_actors(nets, torch.bfloat16, True, False),
     }
+    if grouped_linear_available():
+        candidates["torch bf16, StackedActors (grouped), learner fused (the runner's path)"] = stacked_actors(
+            nets, torch.bfloat16, True, True)
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for run in candidates.values():  # warm-up (and compilation)
         for step in steps[:3]:
@@ -283,7 +291,7 @@ def main() -> int:
     first = float(np.median(times["torch fp32, one call per policy"]))
     for name, values in times.items():
         median = float(np.median(values))
-        print(f"  {name:<62} {median * 1e3:6.2f} ms per step  {first / median:5.2f}x the first")
+        print(f"  {name:<72} {median * 1e3:6.2f} ms per step  {first / median:5.2f}x the first")
     runner_rates(nets, args.boards, args.rounds)
     if args.run is not None:
         bf16_drift(args.run, args.boards)

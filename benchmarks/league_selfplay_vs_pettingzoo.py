@@ -23,6 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from game_speed import PettingZooRun  # noqa: E402
 
+from agents.kernels import grouped_linear_status  # noqa: E402
 from agents.nets import ActorCritic  # noqa: E402
 from agents.pretrained import DTYPES  # noqa: E402
 from agents.torch_policy import TorchPolicy  # noqa: E402
@@ -72,7 +73,8 @@ def main() -> int:
     preset = load_config("connect_four")
     config = preset.net
     dtype = DTYPES[args.inference_dtype or preset.inference_dtype]
-    print(f"net {config.kind} {list(config.hidden)} {config.activation}, acting in {dtype}")
+    print(f"net {config.kind} {list(config.hidden)} {config.activation}, acting in {dtype}; "
+          f"the stack's grouped kernel (agents/kernels.py): {grouped_linear_status()}")
     policies = {}
     for i, pid in enumerate(["learner"] + [f"snap{i}" for i in range(args.snapshots)]):
         torch.manual_seed(i)

@@ -252,6 +252,59 @@ def test_frozen_bfloat16_nets_act_as_one_stack(monkeypatch, activation):
     np.testing.assert_allclose(stacked.numpy(), own.numpy(), rtol=0.02, atol=0.02)
 
 
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize("spec,hidden", [(SPEC, (32, 32)), (CONV_SPEC, (256, 256))])
+def test_the_grouped_kernel_gives_the_padded_stacks_logits(activation, spec, hidden):
+    """The stack's grouped kernel (agents/grouped_linear.cpp: each net's rows only, weights packed
+    once) gives the logits of the padded baddbmm stack: the same bf16 products, equal up to the
+    last bit of a rare sum accumulated in another order; uneven and empty groups, an odd input
+    width (27, padded with a zero column) and the connect-four preset's shape."""
+    from agents.kernels import grouped_linear_status
+
+    # Not a skip: CI's machine is this one (a C++ compiler, AMX tiles); if this fails there,
+    # self-play silently runs the slower baddbmm path.
+    assert grouped_linear_status() == "ready"
+    config = NetConfig(hidden=hidden, activation=activation)
+    nets = [_net(spec, config, seed=s).to(torch.bfloat16) for s in range(5)]
+    for net in nets:
+        with torch.no_grad():
+            net.policy_head.weight.div_(30.0)
+    rng = np.random.default_rng(7)
+    sizes = [33, 0, 1, 100, 64]
+    obs = [torch.from_numpy(rng.integers(0, 2, (n, *spec.observation_shape)).astype(np.float32)) for n in sizes]
+    mask = torch.from_numpy(rng.random((sum(sizes), spec.num_actions)) < 0.7)
+    mask[:, 0] = True
+    grouped, padded = StackedActors(nets), StackedActors(nets, grouped=False)
+    assert grouped.grouped and not padded.grouped
+    with torch.inference_mode():
+        got = grouped.policy_logits(obs, mask, pad_rows=64)
+        want = padded.policy_logits(obs, mask, pad_rows=64)
+    assert got.shape == want.shape == (sum(sizes), spec.num_actions) and got.dtype == torch.float32
+    legal = mask.numpy()
+    np.testing.assert_array_equal(got.numpy()[~legal], want.numpy()[~legal])  # the mask's -1e9
+    np.testing.assert_allclose(got.numpy()[legal], want.numpy()[legal], rtol=2 ** -7, atol=2 ** -7)
+    assert (got != want).float().mean() < 0.01
+
+
+def test_the_grouped_kernel_refuses_mismatched_rows():
+    """A row count that does not add up is a one-line error from the kernel, not a wild read."""
+    from agents.kernels import grouped_linear_status
+
+    assert grouped_linear_status() == "ready"
+    packed = torch.ops.ludus.pack_weights(torch.zeros(2, 8, 4, dtype=torch.bfloat16))
+    x = torch.zeros(5, 8, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="row counts sum to 6 for 5 rows"):
+        torch.ops.ludus.grouped_linear(x, [3, 3], packed, torch.zeros(2, 4), 4, True)
+    with pytest.raises(RuntimeError, match="rows of width 8 for weights of input width 6"):
+        torch.ops.ludus.grouped_linear(x, [2, 3], torch.ops.ludus.pack_weights(
+            torch.zeros(2, 6, 4, dtype=torch.bfloat16)), torch.zeros(2, 4), 4, True)
+    with pytest.raises(RuntimeError, match="contiguous bf16 rows"):
+        torch.ops.ludus.grouped_linear(x.float(), [2, 3], packed, torch.zeros(2, 4), 4, True)
+    np.testing.assert_array_equal(
+        torch.ops.ludus.grouped_linear(x + 1, [2, 3], packed, torch.arange(8.0).reshape(2, 4), 4, False).float(),
+        np.repeat([[0.0, 1, 2, 3], [4, 5, 6, 7]], [2, 3], axis=0))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_the_stacks_in_place_relu_is_relu(dtype):
     """StackedActors' ReLU (in bf16 a clamp of the int16 view) equals torch.relu on finite values,
