@@ -17,8 +17,9 @@
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
+#include <immintrin.h>
+
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 namespace {
@@ -32,7 +33,8 @@ constexpr int64_t kPanel = 32;
 
 int64_t padded_width(int64_t n) { return (n + kPanel - 1) / kPanel * kPanel; }
 
-bool could_pack() { return cpublas::could_pack(at::kBFloat16); }
+// oneDNN packs bf16 for AMX tiles; store_rows needs AVX512-BF16 (every CPU with AMX has it).
+bool could_pack() { return cpublas::could_pack(at::kBFloat16) && __builtin_cpu_supports("avx512bf16"); }
 
 // weights [G, K, N] bf16 (in x out) -> [G, padded N / kPanel, K, kPanel] in the ukernel's VNNI
 // layout, the columns past N zero.
@@ -55,19 +57,19 @@ at::Tensor pack_weights(const at::Tensor& weights) {
   return packed;
 }
 
-// float -> bf16, round to nearest even, as c10::BFloat16 (NaN stays a quiet NaN).
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void store_rows(
+// y[i, j] = bf16(act(c[i, j] + bias[j])) for a block of rows, 16 columns at a time: the float ->
+// bf16 conversion is the CPU's (round to nearest even; denormals flush to zero), and the ReLU
+// keeps a NaN and turns -0 into +0.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void store_rows(
     const float* c, int64_t rows, int64_t ldc, const float* bias, int64_t n, bool relu, uint16_t* y) {
+  const __m512 zero = _mm512_setzero_ps();
   for (int64_t i = 0; i < rows; ++i) {
-    const float* ci = c + i * ldc;
-    uint16_t* yi = y + i * n;
-    for (int64_t j = 0; j < n; ++j) {
-      float v = ci[j] + bias[j];
-      if (relu) v = v > 0.f ? v : (v != v ? v : 0.f);  // ReLU; NaN passes, as torch.relu
-      uint32_t u;
-      std::memcpy(&u, &v, 4);
-      const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-      yi[j] = v != v ? uint16_t(0x7FC0) : uint16_t(rounded);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 in = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+      __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(in, c + i * ldc + j), _mm512_maskz_loadu_ps(in, bias + j));
+      if (relu)
+        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+      _mm256_mask_storeu_epi16(y + i * n + j, in, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
     }
   }
 }
