@@ -285,7 +285,7 @@ def play_assignments(game_id: str, assignments: Sequence[MatchAssignment], polic
     runner = make_runner(game_id, max(1, min(num_envs, len(assignments))), sample_seed)
     task = PlayTask(task_id=0, assignments=tuple(assignments), sample_seed=sample_seed, greedy=tuple(greedy))
     with one_torch_thread():
-        return runner.play(task, policies.__getitem__).matches
+        return tuple(runner.play(task, policies.__getitem__).matches)
 
 
 def evaluate_policies(game_id: str, candidate: Policy, opponents: Mapping[str, Policy], games_per_opponent: int,

@@ -16,7 +16,7 @@ import contextlib
 import gc
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class PlayTask:
 @contextlib.contextmanager
 def gc_paused():
     """No cyclic garbage collection inside: playing a task and (un)pickling its result allocate
-    tens of thousands of small objects (a record per match), which trigger full collections that
+    tens of thousands of small objects (moves, match records as they are read), which trigger full collections that
     scan the whole heap (torch, the policy cache: ~0.1 s each, measured); reference counting still
     frees everything that is not in a cycle, and the collector resumes afterwards."""
     enabled = gc.isenabled()
@@ -105,12 +105,71 @@ class PlayedMatch:
     played, and `returns` follow `games.core.forfeit_returns`."""
 
 
+@dataclass(frozen=True, eq=False)
+class PlayedMatches(Sequence[PlayedMatch]):
+    """A task's finished matches, column by column; indexing or iterating gives `PlayedMatch`
+    records, in match-id order.
+
+    A task ends ~10^4 matches: a record object per match, built in the runner, pickled to the
+    manager and unpickled there, cost ~10% of a self-play task and ~0.1 s per 16k matches of
+    pickling (measured); columns cost a few array writes per step and pickle as a few buffers.
+    """
+
+    assignments: tuple[MatchAssignment, ...]
+    returns: np.ndarray
+    """[M, P] float64 final return per seat."""
+    lengths: np.ndarray
+    """[M] int64 number of steps each game took."""
+    move_starts: np.ndarray
+    """[M + 1] int64: match i's moves are `moves[move_starts[i]:move_starts[i + 1]]`."""
+    moves: np.ndarray
+    """int64 actions applied, match after match, in order."""
+    player_versions: np.ndarray
+    """[M, P] int64 policy version per seat."""
+    truncated: np.ndarray
+    """[M] bool: the game hit its step limit."""
+    forfeited: np.ndarray
+    """[M, P] bool: the seat gave up the match."""
+
+    def __len__(self) -> int:
+        return len(self.assignments)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        i = range(len(self))[index]  # negative indices, and IndexError past the end
+        return PlayedMatch(
+            assignment=self.assignments[i], returns=tuple(self.returns[i].tolist()), length=int(self.lengths[i]),
+            moves=tuple(self.moves[self.move_starts[i]:self.move_starts[i + 1]].tolist()),
+            player_versions=tuple(self.player_versions[i].tolist()), truncated=bool(self.truncated[i]),
+            forfeited=tuple(np.flatnonzero(self.forfeited[i]).tolist()))
+
+    def __iter__(self) -> Iterator[PlayedMatch]:
+        # Each column converted once (per-record numpy calls would cost more than the records).
+        moves, starts = self.moves.tolist(), self.move_starts.tolist()
+        forfeits = {i: tuple(np.flatnonzero(self.forfeited[i]).tolist())
+                    for i in np.flatnonzero(self.forfeited.any(axis=1)).tolist()}
+        for i, (assignment, returns, length, versions, cut) in enumerate(zip(
+                self.assignments, map(tuple, self.returns.tolist()), self.lengths.tolist(),
+                map(tuple, self.player_versions.tolist()), self.truncated.tolist())):
+            yield PlayedMatch(assignment=assignment, returns=returns, length=length,
+                              moves=tuple(moves[starts[i]:starts[i + 1]]), player_versions=versions,
+                              truncated=cut, forfeited=forfeits.get(i, ()))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (PlayedMatches, tuple, list)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # mutable arrays inside
+
+
 @dataclass(frozen=True)
 class PlayResult:
     """What a runner returns for a task."""
 
     task_id: int
-    matches: tuple[PlayedMatch, ...]
+    matches: PlayedMatches
     rollouts: dict[str, RolloutBatch] = field(default_factory=dict)
     """Trajectories per learner player_id."""
     env_steps: int = 0
@@ -208,31 +267,37 @@ class Runner:
         # (a forfeit sets the match's returns: the learners' last transitions get the difference).
         gave_up = np.zeros((num_slots, num_players), dtype=bool)
         rewarded = np.zeros((num_slots, num_players), dtype=np.float64)
-        played: list[PlayedMatch | None] = [None] * num_matches  # by the match's place in the queue
+        # The finished matches' columns, by the match's place in the queue (PlayedMatches); their
+        # moves come in chunks, one per finish() call: (queue places, moves in order, move counts).
+        match_returns = np.zeros((num_matches, num_players), dtype=np.float64)
+        match_lengths = np.zeros(num_matches, dtype=np.int64)
+        match_versions = np.zeros((num_matches, num_players), dtype=np.int64)
+        match_truncated = np.zeros(num_matches, dtype=bool)
+        match_forfeited = np.zeros((num_matches, num_players), dtype=bool)
+        finished = np.zeros(num_matches, dtype=bool)
+        move_chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         env_steps = 0
         learner_steps = {pid: 0 for pid, _ in learner_codes.values()}
         inference = 0.0
         live_slots_count = int((slot_match >= 0).sum())
 
-        def finish(slots: list[int], returns: list[list[float]], lengths: list[int], truncated: list[bool],
-                   forfeited: list[tuple[int, ...]] | None = None) -> None:
-            # The matches these slots play are over (by the game's rules, or a forfeit). One array
-            # pass for all of them: a task ends ~10^4 matches, and per-slot numpy calls were a tenth
-            # of its time.
-            rows = np.asarray(slots, dtype=np.int64)
+        def finish(rows: np.ndarray, returns: np.ndarray, lengths: np.ndarray, truncated: np.ndarray,
+                   forfeited: np.ndarray | None = None) -> None:
+            # The matches these slots play are over (by the game's rules, or a forfeit): their
+            # columns are written, and their moves taken from the log in one array pass (a task
+            # ends ~10^4 matches; per-slot numpy calls were a tenth of its time).
+            places = slot_match[rows]
             counts = move_count[rows]
             logged = move_log[rows, :int(counts.max(initial=0))]  # [E, steps, P]; past a slot's count: stale
             kept = (logged >= 0) & (np.arange(logged.shape[1])[None, :, None] < counts[:, None, None])
-            moves = tuple(logged[kept].tolist())  # row-major: each match's moves in order, match after match
-            ends = np.cumsum(kept.reshape(len(rows), -1).sum(axis=1)).tolist()
-            starts = [0] + ends[:-1]
-            versions = map(tuple, code_version[seat_codes[rows]].tolist())
-            for match, seat_returns, length, first, end, seat_versions, cut, forfeits in zip(
-                    slot_match[rows].tolist(), map(tuple, returns), lengths, starts, ends, versions, truncated,
-                    forfeited or [()] * len(slots)):
-                played[match] = PlayedMatch(
-                    assignment=queue[match], returns=seat_returns, length=length, moves=moves[first:end],
-                    player_versions=seat_versions, truncated=cut, forfeited=forfeits)
+            move_chunks.append((places, logged[kept], kept.reshape(len(rows), -1).sum(axis=1)))
+            match_returns[places] = returns
+            match_lengths[places] = lengths
+            match_truncated[places] = truncated
+            match_versions[places] = code_version[seat_codes[rows]]
+            if forfeited is not None:
+                match_forfeited[places] = forfeited
+            finished[places] = True
 
         # (a slot whose match was forfeited idles until its game ends, then takes the next match)
         while live_slots_count > 0 or next_match < num_matches:
@@ -301,8 +366,7 @@ class Runner:
                 # idles, as slots past the end of the queue do) and the slot then takes the next match.
                 quit_slots = np.flatnonzero(gave_up.any(axis=1)).tolist()
                 quit_returns = [forfeit_returns(spec, gave_up[slot].tolist()) for slot in quit_slots]
-                finish(quit_slots, quit_returns, move_count[quit_slots].tolist(), [False] * len(quit_slots),
-                       [tuple(np.flatnonzero(gave_up[slot]).tolist()) for slot in quit_slots])
+                finish(np.array(quit_slots), np.array(quit_returns), move_count[quit_slots], False, gave_up[quit_slots])
                 for slot, returns in zip(quit_slots, quit_returns):
                     for builder in builders.values():
                         builder.end_game(slot, np.asarray(returns) - rewarded[slot])
@@ -330,8 +394,7 @@ class Runner:
             was_live = slot_match[ended] >= 0
             over = ended[was_live]
             if len(over):
-                finish(over.tolist(), ts.final_returns[over].tolist(), ts.final_lengths[over].tolist(),
-                       ts.truncated[over].tolist())
+                finish(over, ts.final_returns[over], ts.final_lengths[over], ts.truncated[over])
             new = np.array(started, dtype=np.int64)
             slot_match[ended] = new
             seat_codes[ended] = np.where((new >= 0)[:, None], match_codes[np.maximum(new, 0)], -1)
@@ -342,6 +405,23 @@ class Runner:
         for code, builder in builders.items():
             # Every recorded game has ended, so every transition is closed.
             rollouts[learner_codes[code][0]] = builder.build(ts, None, task.gamma, task.gae_lambda)
+        if not finished.all():
+            raise RuntimeError(f"task {task.task_id}: {int((~finished).sum())} matches never finished")
+        # The columns in match-id order; each match's moves gathered from its chunk.
         by_id = np.argsort(np.fromiter((a.match_id for a in queue), dtype=np.int64, count=num_matches), kind="stable")
-        return PlayResult(task.task_id, tuple(played[i] for i in by_id.tolist()), rollouts, env_steps, learner_steps,
-                          time.perf_counter() - start, inference)
+        places, moves, counts = (np.concatenate(column) for column in zip(*move_chunks)) if move_chunks else (
+            np.zeros(0, dtype=np.int64),) * 3
+        first_move = np.zeros(num_matches, dtype=np.int64)  # by queue place: where its moves start in `moves`
+        first_move[places] = np.cumsum(counts) - counts
+        move_counts = np.zeros(num_matches, dtype=np.int64)
+        move_counts[places] = counts
+        move_starts = np.zeros(num_matches + 1, dtype=np.int64)
+        np.cumsum(move_counts[by_id], out=move_starts[1:])
+        gather = np.repeat(first_move[by_id] - move_starts[:-1], move_counts[by_id]) + np.arange(move_starts[-1])
+        matches = PlayedMatches(
+            assignments=tuple(queue[i] for i in by_id.tolist()), returns=match_returns[by_id],
+            lengths=match_lengths[by_id], move_starts=move_starts, moves=moves[gather],
+            player_versions=match_versions[by_id], truncated=match_truncated[by_id],
+            forfeited=match_forfeited[by_id])
+        return PlayResult(task.task_id, matches, rollouts, env_steps, learner_steps, time.perf_counter() - start,
+                          inference)

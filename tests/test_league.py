@@ -383,6 +383,46 @@ def test_a_seat_that_forfeits_ends_its_match_and_the_runner_goes_on():
     assert steady_rows.dones.sum() == 10 and np.all(steady_rows.rewards[steady_rows.dones] == 1.0)
 
 
+def test_played_matches_are_columns_that_read_as_records():
+    """A task's matches come back as columns (PlayedMatches) in match-id order, whatever order they
+    were queued and finished in: each record's moves replay to its returns, indexing and iterating
+    agree, and the columns survive pickling (how process and Ray runners send them)."""
+    import pickle
+
+    import numpy as np
+    from agents.bots import make_bot
+    from games import registry
+    from games.registry import make_vector
+    from league.replay import replay_moves
+    from league.runner import MatchAssignment, PlayedMatch, PlayedMatches, PlayTask, Runner
+
+    spec = registry.make("tic_tac_toe").spec
+    players = {"a": make_bot("random", spec), "b": make_bot("random", spec)}
+    ids = [17, 3, 9, 1, 12, 5, 30, 2, 8]  # queued out of id order; 3 slots finish them out of queue order
+    assignments = tuple(MatchAssignment(i, 100 + i, ("a", "b") if k % 2 else ("b", "a")) for k, i in enumerate(ids))
+    result = Runner(lambda n: make_vector("tic_tac_toe", n, seed=0), 3).play(
+        PlayTask(0, assignments, sample_seed=4, learners=("a",), learner_versions=(6,)), players.__getitem__)
+    matches = result.matches
+    assert isinstance(matches, PlayedMatches) and len(matches) == len(ids)
+    records = list(matches)
+    assert [m.assignment.match_id for m in records] == sorted(ids)
+    assert records == [matches[i] for i in range(len(ids))] and matches[-1] == records[-1]
+    assert matches[2:4] == tuple(records[2:4])
+    with pytest.raises(IndexError):
+        matches[len(ids)]
+    for match in records:
+        assert isinstance(match, PlayedMatch) and len(match.moves) == match.length
+        assert all(type(a) is int for a in match.moves) and type(match.returns[0]) is float
+        assert match.player_versions == tuple(6 if p == "a" else 0 for p in match.assignment.players)
+        assert match.forfeited == () and match.truncated is False
+        returns, _ = replay_moves(registry.make("tic_tac_toe"), match.assignment.seed, match.moves)
+        assert tuple(returns.tolist()) == match.returns
+    again = pickle.loads(pickle.dumps(matches))
+    assert again == matches and again == records and list(again) == records
+    assert matches != records[:-1]
+    np.testing.assert_array_equal(matches.move_starts[1:] - matches.move_starts[:-1], matches.lengths)
+
+
 def test_gc_paused_pauses_the_collector_and_restores_it():
     import gc
 
