@@ -63,10 +63,11 @@ class PlayTask:
 
 @contextlib.contextmanager
 def gc_paused():
-    """No cyclic garbage collection inside: playing a task and (un)pickling its result allocate
-    tens of thousands of small objects (moves, match records as they are read), which trigger full collections that
-    scan the whole heap (torch, the policy cache: ~0.1 s each, measured); reference counting still
-    frees everything that is not in a cycle, and the collector resumes afterwards."""
+    """No cyclic garbage collection inside: playing a task and reading its result allocate tens of
+    thousands of small objects (moves, match records as they are read), which trigger full
+    collections that scan the whole heap (torch, the policy cache: ~0.1 s each, measured);
+    reference counting still frees everything that is not in a cycle, and the collector resumes
+    afterwards."""
     enabled = gc.isenabled()
     gc.disable()
     try:
