@@ -320,10 +320,10 @@ class StackedActors:
     is one call of `torch.ops.ludus.grouped_linear` (agents/kernels.py): every net's rows times its
     own weights, packed once at construction, ReLU fused. Where that kernel is not built, each
     layer is one `torch.baddbmm` over all the nets with each group padded to the largest (~2x
-    the products at PFSP's uneven groups, and ~15 us per net and layer of weight re-layout; the
-    kernel computed the preset's 16-net stack 1.8-1.9x faster here, benchmarks/inference_paths.py). Both are several
-    times cheaper than sixteen small products in bfloat16; in float32 they are not, and the
-    runner keeps one call per net there (agents.torch_policy).
+    the products at PFSP's uneven groups, and ~15 us per net and layer of weight re-layout): the
+    kernel ran the preset's 16-net stack 1.8-1.9x faster here (docs/scale_out.md). Both are
+    several times cheaper than sixteen small products in bfloat16; in float32 they are not, and
+    the runner keeps one call per net there (agents.torch_policy).
     The weights are copied once, at construction: build a new stack when a net's weights change.
     """
 

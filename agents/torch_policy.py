@@ -16,7 +16,7 @@ by (the behaviour policy).
 
 A runner asks ~17 policies per step. `TorchPolicy.act_together` answers a run of them in one
 pass: each net computes its logits (frozen bf16 nets of one architecture as one
-`agents.nets.StackedActors`, one batched matmul per layer), then one softmax and one sampling
+`agents.nets.StackedActors`, one grouped product per layer), then one softmax and one sampling
 pass over all rows, drawing from the Generator exactly as the policies' own `act` calls would in
 turn. In connect-four self-play on this CPU (AMX bf16 tiles) that made `Runner.play` 1.18x faster
 in float32 and 1.77x in bfloat16 than one `act` per policy in float32 (benchmarks/inference_paths.py;
