@@ -499,10 +499,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # tactics. PFSP sends the main agent to whichever it still loses to. Measured in 15 minutes:
     # with anchors random + mcts-25 only, 0.35 against MCTS-100; with mcts-100 added, 0.74.
     # The nets act in bfloat16 (frozen snapshots stacked, agents.nets.StackedActors): self-play
-    # ~1.9x faster than float32 on a CPU with AMX tiles (benchmarks/inference_paths.py). Acting in bf16 moves a trained net's
-    # log-probs by 0.002 on average (PPO's clip is 0.2); 15-minute runs scored 0.557-0.647 against
-    # MCTS-100 in bf16 and 0.599-0.734 in float32 (docs/scale_out.md). On a CPU without bf16
-    # instructions set inference_dtype=float32.
+    # ~1.9x faster than float32 on a CPU with AMX tiles (benchmarks/inference_paths.py). Acting
+    # in bf16 moves a trained net's log-probs by 0.002 on average (PPO's clip is 0.2); 15-minute
+    # runs scored 0.557-0.647 against MCTS-100 in bf16 and 0.599-0.734 in float32
+    # (docs/scale_out.md). On a CPU without bf16 instructions set inference_dtype=float32.
     "connect_four": {
         "game": "connect_four", "iterations": 1100, "matches_per_iteration": 1024, "num_envs": 512,
         "backend": "process", "num_runners": 2, "pipeline_depth": 2, "inference_dtype": "bfloat16",
