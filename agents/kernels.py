@@ -1,9 +1,9 @@
 """Ludus's one native kernel, `torch.ops.ludus.grouped_linear` (agents/grouped_linear.cpp): the
 bfloat16 layers of many small nets in one call, on the BRGeMM micro-kernels inside libtorch.
 
-It is built on first use with torch's own extension builder (`torch.utils.cpp_extension` and ninja, ~5 s
-with a C++ compiler; then cached under `TORCH_EXTENSIONS_DIR`, ~/.cache/torch_extensions by
-default, and loaded in ~0.1 s). Without a compiler, or on a CPU whose oneDNN cannot pack bf16
+It is built on first use with torch's own extension builder (`torch.utils.cpp_extension`, with
+ninja and a C++ compiler: ~5 s; then cached under `TORCH_EXTENSIONS_DIR`,
+~/.cache/torch_extensions by default, and loaded in ~0.1 s). Without a compiler, or on a CPU whose oneDNN cannot pack bf16
 weights for its tiles (no AMX), `grouped_linear_available()` is False and
 `agents.nets.StackedActors` keeps its `torch.baddbmm` path, which gives the same logits up to
 a rare last bit (tests/test_policy.py). The self-play benchmarks print which path ran.
