@@ -343,26 +343,28 @@ class StackedActors:
         self.in_dim = self.obs_dim + self.obs_dim % 2 if grouped else self.obs_dim
         """Input width: the kernel reads its inputs in pairs (VNNI), so an odd one gets a zero column."""
         self.layers: list[tuple[torch.Tensor, torch.Tensor] | type[nn.Module]] = []
-        """baddbmm path, per layer: (weights [G, in, out], biases [G, 1, out]) of a Linear, or the
-        activation's class."""
+        """baddbmm path (empty on the grouped one), per layer: (weights [G, in, out], biases
+        [G, 1, out]) of a Linear, or the activation's class."""
         self.grouped_layers: list[tuple[torch.Tensor, torch.Tensor, int, bool, type[nn.Module] | None]] = []
-        """Grouped path, per Linear: (packed weights, float32 biases [G, out], out width, ReLU fused,
-        the activation applied after it otherwise or None)."""
-        linears = [list(net.actor_trunk) + [net.policy_head] for net in nets]
-        for i, modules in enumerate(zip(*linears)):
+        """Grouped path (empty on the baddbmm one), per Linear: (packed weights, float32 biases
+        [G, out], out width, ReLU fused, the activation applied after it otherwise or None)."""
+        modules_in_order = [list(net.actor_trunk) + [net.policy_head] for net in nets]
+        for i, modules in enumerate(zip(*modules_in_order)):
             if not isinstance(modules[0], nn.Linear):
-                self.layers.append(type(modules[0]))
+                if not grouped:
+                    self.layers.append(type(modules[0]))
                 continue
             weights, biases = self._stack(modules)
-            self.layers.append((weights, biases))
-            if grouped:
-                after = type(linears[0][i + 1]) if i + 1 < len(linears[0]) else None
-                after = None if after is nn.Linear else after
-                if i == 0 and self.in_dim != self.obs_dim:
-                    weights = torch.cat([weights, weights.new_zeros(self.num_nets, self.in_dim - self.obs_dim,
-                                                                    weights.shape[2])], dim=1)
-                self.grouped_layers.append((torch.ops.ludus.pack_weights(weights), biases[:, 0].float().contiguous(),
-                                            weights.shape[2], after is nn.ReLU, None if after is nn.ReLU else after))
+            if not grouped:
+                self.layers.append((weights, biases))
+                continue
+            after = type(modules_in_order[0][i + 1]) if i + 1 < len(modules_in_order[0]) else None
+            after = None if after is nn.Linear else after
+            if i == 0 and self.in_dim != self.obs_dim:
+                weights = torch.cat([weights, weights.new_zeros(self.num_nets, self.in_dim - self.obs_dim,
+                                                                weights.shape[2])], dim=1)
+            self.grouped_layers.append((torch.ops.ludus.pack_weights(weights), biases[:, 0].float().contiguous(),
+                                        weights.shape[2], after is nn.ReLU, None if after is nn.ReLU else after))
 
     @staticmethod
     def _stack(linears: Sequence[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor]:
