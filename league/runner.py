@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from agents.policy import ActBatch, KeepsReadings, Policy, act_in_order
-from agents.rollout import RolloutBatch, SeatTrajectoryBuilder, side_critic_inputs, take_rows
+from agents.rollout import RolloutBatch, SeatTrajectoryBuilder, side_critic_inputs, stable_order, take_rows
 from games.core import VectorGame, forfeit_returns
 
 
@@ -314,8 +314,7 @@ class Runner:
             # order, and give each policy a contiguous slice: one batched act() per policy.
             seats_flat = np.flatnonzero(live)
             codes_now = seat_codes.reshape(-1)[seats_flat]
-            order = np.argsort(codes_now.astype(np.int16) if len(player_ids) <= np.iinfo(np.int16).max
-                               else codes_now, kind="stable")
+            order = stable_order(codes_now, len(player_ids))
             codes_sorted, flat_sorted = codes_now[order], seats_flat[order]
             slots_sorted, seats_sorted = np.divmod(flat_sorted, num_players)
             obs_sorted = take_rows(ts.obs.reshape(num_slots * num_players, *ts.obs.shape[2:]), flat_sorted)
