@@ -69,7 +69,9 @@ def test_the_lm_league_negotiates_in_english(tiny_bases, tmp_path):
     config = load_config("llm_negotiation", [f"text_lm.model.base={tiny_bases[0]}", "iterations=1",
                                              "matches_per_iteration=12", "num_envs=12", "log.wandb=disabled",
                                              "log.tensorboard=false", "log.progress=false",
-                                             "text_lm.ppo.minibatch_size=64", "text_lm.ppo.micro_batch_size=32"])
+                                             "text_lm.ppo.minibatch_size=64", "text_lm.ppo.micro_batch_size=32",
+                                             # the preset adapts the top 8 of SmolLM2's 30 layers; the tiny Llama has 2
+                                             "text_lm.model.lora.layers=1"])
     league = League.create(config, tmp_path / "run")
     league.run()
     assert league.learners["main"].version == 1 and "anchor:base" in league.ratings
