@@ -594,12 +594,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # proposal is ~12 tokens after the opening "[" (24 allowed: the base often adds "for me" or
     # more before closing); the random mover and the untrained base pin the scale. TrueSkill:
     # higher own score wins, equal scores draw. LoRA on the attention and MLP projections of the
-    # top 8 layers, 16-turn minibatches at 5e-4: an iteration of 32 matches takes 90-170 s here, so
-    # 30 minutes make 16-19 updates of ~8 Adam steps; valid first responses reach 0.91-0.99 by the
-    # seventh, 0.96-1.0 at the end (seeds 0-2). (Attention-only adapters in every layer with one 64-turn step at 2e-4 per
-    # iteration made 2-3 updates in 30 minutes and left the format half learnt; docs/llm.md has
-    # the runs.) Prompts are ~300 tokens and all distinct: 16-turn micro-batches read with
-    # gradients in the top 8 layers peak near 7 GB (32 turns through all 30 layers passed 24 GB).
+    # top 8 layers, 16-turn minibatches at 5e-4: an iteration of 32 matches takes 120-180 s here at
+    # first and 65-110 s once the answers are valid, so 30 minutes make 16-19 updates of ~8 Adam
+    # steps; valid first responses reach 0.91-0.99 by the seventh, 0.96-1.0 at the end (seeds 0-2).
+    # (Attention-only adapters in every layer with 64-turn steps at 2e-4 made 2-3 updates of two or
+    # three steps in 30 minutes and left the format half learnt; docs/llm.md has the runs.) Prompts
+    # are ~300 tokens and all distinct: 16-turn micro-batches read with gradients in the top 8
+    # layers peak near 7 GB (32 turns through all 30 layers passed 24 GB).
     "llm_negotiation": {
         "game": "negotiation_turns", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 32,
         "torch_threads": 2, "runner_threads": 2,
