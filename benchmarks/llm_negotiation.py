@@ -12,6 +12,11 @@ beside it.
 
     python benchmarks/llm_negotiation.py                 # seed 0, 1800 s, 200 contexts x 2 seats
     python benchmarks/llm_negotiation.py --seed 3 --budget 600 --contexts 100
+    python benchmarks/llm_negotiation.py --evaluate RUN_DIR     # a finished run's learner, no training
+
+With `--evaluate` the learner is the one in the run's last checkpoint and the base is its first
+snapshot ('main@0', the adapters as initialised), so a run of this script (`--run-dir`, whose
+budget it enforced) can be measured again on more contexts.
 
 Ends with ``goal llm_negotiation_gain: <gain> [low, high] (target lower bound >= 0.5) PASS|FAIL``.
 """
@@ -35,7 +40,7 @@ TARGET_LOWER = 0.5
 GAME = "negotiation_turns"
 
 
-def paired_scores(trained, base, contexts: int, seed: int) -> dict[str, np.ndarray]:
+def paired_scores(trained, base, contexts: int, seed: int, threads: int) -> dict[str, np.ndarray]:
     """Own scores per (context, seat): 'trained' (trained LM vs base) and 'base' (base vs base, the
     same contexts and seats), plus whether each game ended in a deal."""
     from evaluation.evaluate import pair_seed, paired_assignments, play_assignments
@@ -45,12 +50,29 @@ def paired_scores(trained, base, contexts: int, seed: int) -> dict[str, np.ndarr
     out = {}
     for name in ("trained", "base_seat"):
         assignments = paired_assignments(name, ["partner"], 2 * contexts, 2, seed)
-        matches = play_assignments(GAME, assignments, players, sample_seed=pair_seed(seed, 1 << 30), num_envs=256)
+        matches = play_assignments(GAME, assignments, players, sample_seed=pair_seed(seed, 1 << 30), num_envs=256,
+                                   threads=threads)
         matches = sorted(matches, key=lambda m: m.assignment.match_id)
         seats = [m.assignment.players.index(name) for m in matches]
         out[name] = np.array([m.returns[s] for m, s in zip(matches, seats)], dtype=np.float64)
         out[name + "_deal"] = np.array([bool(m.moves) and m.moves[-1] == DEAL for m in matches])
     return out
+
+
+def finished_run(run_dir: Path):
+    """(league, initial adapters) of a finished run: the league as of its last checkpoint (closed
+    again at once: only its learner is used) and the tensors of its first snapshot."""
+    from agents.snapshot import read_adapter_snapshot
+    from league.api import League
+    from league.rundata import read_run
+
+    league = League.resume(run_dir)
+    league.close()
+    first = read_run(run_dir).member("main@0")
+    if first is None or first.snapshot_path is None:
+        raise SystemExit(f"{run_dir}: no snapshot 'main@0' (the learner's initial adapters) in this run")
+    initial = read_adapter_snapshot(Path(run_dir) / first.snapshot_path).tensors
+    return league, initial
 
 
 def main() -> None:
@@ -60,6 +82,8 @@ def main() -> None:
     parser.add_argument("--contexts", type=int, default=200, help="evaluation contexts (each played in both seats)")
     parser.add_argument("--run-dir", type=Path, default=None)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--evaluate", type=Path, default=None, metavar="RUN_DIR",
+                        help="evaluate this finished run's learner (its seed is the run's) instead of training")
     args = parser.parse_args()
 
     import torch
@@ -67,29 +91,38 @@ def main() -> None:
     from agents.pretrained import trained_state
     from agents.text_policy import TextLMPolicy
 
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-negotiation-")) / "run"
-    league = budget_league("llm_negotiation", args.seed, run_dir, args.overrides)
+    if args.evaluate is None:
+        run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-negotiation-")) / "run"
+        league = budget_league("llm_negotiation", args.seed, run_dir, args.overrides)
+        initial = {k: v.clone() for k, v in trained_state(league.learners["main"].impl.lm.model).items()}
+        try:
+            trained_seconds, iterations = train_within(league, args.budget)
+        finally:
+            league.close()
+    else:
+        league, initial = finished_run(args.evaluate)
+        trained_seconds, iterations = float("nan"), league.iteration
+        args.seed = league.config.seed
     torch.set_num_threads(league.config.torch_threads)
     learner = league.learners["main"].impl
     lm = learner.lm
-    initial = {k: v.clone() for k, v in trained_state(lm.model).items()}
-    try:
-        trained_seconds, iterations = train_within(league, args.budget)
-    finally:
-        league.close()
     final = {k: v.clone() for k, v in trained_state(lm.model).items()}
+    if set(initial) != set(final):
+        raise SystemExit("the first snapshot's tensors are not the learner's adapters (another preset's run?)")
     play = learner.text.play
     trained = TextLMPolicy(lm.model, lm.tokenizer, learner.view, play, adapters=final)
     base = TextLMPolicy(lm.model, lm.tokenizer, learner.view, play, adapters=initial)
     start = time.perf_counter()
-    scores = paired_scores(trained, base, args.contexts, seed=1000 + args.seed)
+    scores = paired_scores(trained, base, args.contexts, seed=1000 + args.seed, threads=league.config.torch_threads)
     gains = scores["trained"] - scores["base_seat"]
     mean = float(gains.mean())
     half = 1.96 * float(gains.std(ddof=1)) / np.sqrt(len(gains))
     print(f"trained vs base: own score {scores['trained'].mean():.3f}, deals {scores['trained_deal'].mean():.3f}")
     print(f"base vs base:    own score {scores['base_seat'].mean():.3f}, deals {scores['base_seat_deal'].mean():.3f}")
-    print(f"{len(gains)} pairs evaluated in {time.perf_counter() - start:.0f} s; {iterations} iterations in "
-          f"{trained_seconds:.0f} s of training (load {os.getloadavg()[0]:.1f})")
+    trained_for = (f"{iterations} iterations in {trained_seconds:.0f} s of training" if args.evaluate is None else
+                   f"the learner of {args.evaluate} after {iterations} iterations")
+    print(f"{len(gains)} pairs evaluated in {time.perf_counter() - start:.0f} s; {trained_for} "
+          f"(load {os.getloadavg()[0]:.1f})")
     ok = mean - half >= TARGET_LOWER
     print(f"goal llm_negotiation_gain: {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] "
           f"(target lower bound >= {TARGET_LOWER}) {'PASS' if ok else 'FAIL'}")

@@ -30,14 +30,14 @@ TARGET_SCORE, TARGET_LEGAL = 0.85, 0.99
 GAME = "tic_tac_toe"
 
 
-def score_vs_random(policy, games_per_seat: int, seed: int) -> tuple[float, float, float, float]:
+def score_vs_random(policy, games_per_seat: int, seed: int, threads: int) -> tuple[float, float, float, float]:
     """(score, Wilson low, Wilson high, legal-response rate) of `policy` against the random mover."""
     from agents.policy import RandomPolicy
     from evaluation.evaluate import evaluate_policies
 
     policy.counts = {key: 0 for key in policy.counts}
     (result,) = evaluate_policies(GAME, policy, {"random": RandomPolicy()}, 2 * games_per_seat, seed=seed,
-                                  num_envs=200)
+                                  num_envs=200, threads=threads)
     legal = policy.counts["first_valid"] / max(policy.counts["turns"], 1)
     return result.score, result.lower, result.upper, legal
 
@@ -65,9 +65,10 @@ def main() -> None:
         trained_seconds, iterations = train_within(league, args.budget)
     finally:
         league.close()
-    trained = score_vs_random(policy, args.games, seed=1000 + args.seed)
+    threads = league.config.torch_threads
+    trained = score_vs_random(policy, args.games, seed=1000 + args.seed, threads=threads)
     with adapter_disabled(learner.lm.model):
-        base = score_vs_random(policy, args.games, seed=1000 + args.seed)
+        base = score_vs_random(policy, args.games, seed=1000 + args.seed, threads=threads)
     for name, (score, low, high, legal) in (("trained", trained), ("base", base)):
         print(f"{name}: score {score:.3f} [{low:.3f}, {high:.3f}] over {2 * args.games} games, legal {legal:.4f}")
     print(f"{iterations} iterations in {trained_seconds:.0f} s of training (load {os.getloadavg()[0]:.1f})")

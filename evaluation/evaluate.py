@@ -263,36 +263,41 @@ def overall(results: Sequence[OpponentResult]) -> tuple[int, float, float, float
 
 
 @contextlib.contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """Run torch on one thread inside the block, as the league's runners do: the small matrices
-    of board-game nets gain nothing from a second thread, and two threads contending for two
-    busy cores made PPO updates 10-40x slower here (measured 0.08 s vs 1-4 s per update)."""
+def torch_threads(threads: int = 1) -> Iterator[None]:
+    """Run torch on one thread (or `threads`) inside the block, as the league's runners do: the
+    small matrices of board-game nets gain nothing from a second thread, and two threads
+    contending for two busy cores made PPO updates 10-40x slower here (measured 0.08 s vs 1-4 s
+    per update). A pretrained LM's matrices do gain: its benchmarks pass their preset's threads."""
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
 def play_assignments(game_id: str, assignments: Sequence[MatchAssignment], policies: Mapping[str, Policy],
-                     sample_seed: int, greedy: Sequence[str] = (), num_envs: int = 64) -> tuple[PlayedMatch, ...]:
-    """Play matches in this process on one league `Runner` (batched across games and seats)."""
+                     sample_seed: int, greedy: Sequence[str] = (), num_envs: int = 64,
+                     threads: int = 1) -> tuple[PlayedMatch, ...]:
+    """Play matches in this process on one league `Runner` (batched across games and seats), torch
+    on `threads` threads."""
     from league.backends import make_runner
 
     runner = make_runner(game_id, max(1, min(num_envs, len(assignments))), sample_seed)
     task = PlayTask(task_id=0, assignments=tuple(assignments), sample_seed=sample_seed, greedy=tuple(greedy))
-    with one_torch_thread():
+    with torch_threads(threads):
         return tuple(runner.play(task, policies.__getitem__).matches)
 
 
 def evaluate_policies(game_id: str, candidate: Policy, opponents: Mapping[str, Policy], games_per_opponent: int,
-                      seed: int = 0, greedy: bool = False, num_envs: int = 64) -> tuple[OpponentResult, ...]:
+                      seed: int = 0, greedy: bool = False, num_envs: int = 64,
+                      threads: int = 1) -> tuple[OpponentResult, ...]:
     """`candidate` against each named opponent policy, duplicate-seated as `evaluate_checkpoint` does.
 
-    `greedy` makes the candidate and the opponents act greedily (bots ignore it).
+    `greedy` makes the candidate and the opponents act greedily (bots ignore it); torch runs on
+    `threads` threads.
     """
     from games.registry import spec as game_spec
 
@@ -301,7 +306,7 @@ def evaluate_policies(game_id: str, candidate: Policy, opponents: Mapping[str, P
                                      sides=spec.sides)
     policies = {CANDIDATE: candidate, **opponents}
     matches = play_assignments(game_id, assignments, policies, sample_seed=pair_seed(seed, 1 << 30),
-                               greedy=tuple(policies) if greedy else (), num_envs=num_envs)
+                               greedy=tuple(policies) if greedy else (), num_envs=num_envs, threads=threads)
     return tally_matches(matches, CANDIDATE, spec.team_of_seat)
 
 

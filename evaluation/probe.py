@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents.ppo import PPOConfig
-from evaluation.evaluate import EvaluationError, OpponentResult, evaluate_policies, one_torch_thread, pair_seed
+from evaluation.evaluate import EvaluationError, OpponentResult, evaluate_policies, pair_seed, torch_threads
 from league.runner import MatchAssignment, PlayTask
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def probe_checkpoint(checkpoint_path: str | os.PathLike, steps: int | None = Non
 
     initial = measure()
     runner = make_runner(spec.id, config.num_envs, seed)
-    with one_torch_thread():
+    with torch_threads():
         trained, updates, games = _train(runner, learner, policies, spec.num_players, total_steps, seed, config)
     net.eval()
     final = measure()
