@@ -77,14 +77,18 @@ def finished_run(run_dir: Path):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--budget", type=float, default=1800.0, help="training seconds")
+    parser.add_argument("--seed", type=int, default=None, help="training seed (default 0)")
+    parser.add_argument("--budget", type=float, default=None, help="training seconds (default 1800)")
     parser.add_argument("--contexts", type=int, default=200, help="evaluation contexts (each played in both seats)")
     parser.add_argument("--run-dir", type=Path, default=None)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--evaluate", type=Path, default=None, metavar="RUN_DIR",
                         help="evaluate this finished run's learner (its seed is the run's) instead of training")
     args = parser.parse_args()
+    training = {"--seed": args.seed, "--budget": args.budget, "--run-dir": args.run_dir, "--set": args.overrides}
+    if args.evaluate is not None and any(v not in (None, []) for v in training.values()):
+        parser.error(f"--evaluate measures a finished run as it was trained; drop "
+                     f"{', '.join(k for k, v in training.items() if v not in (None, []))}")
 
     import torch
 
@@ -93,16 +97,16 @@ def main() -> None:
 
     if args.evaluate is None:
         run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-negotiation-")) / "run"
-        league = budget_league("llm_negotiation", args.seed, run_dir, args.overrides)
+        seed = 0 if args.seed is None else args.seed
+        league = budget_league("llm_negotiation", seed, run_dir, args.overrides)
         initial = {k: v.clone() for k, v in trained_state(league.learners["main"].impl.lm.model).items()}
         try:
-            trained_seconds, iterations = train_within(league, args.budget)
+            trained_seconds, iterations = train_within(league, 1800.0 if args.budget is None else args.budget)
         finally:
             league.close()
     else:
         league, initial = finished_run(args.evaluate)
-        trained_seconds, iterations = float("nan"), league.iteration
-        args.seed = league.config.seed
+        iterations, seed = league.iteration, league.config.seed
     torch.set_num_threads(league.config.torch_threads)
     learner = league.learners["main"].impl
     lm = learner.lm
@@ -113,7 +117,7 @@ def main() -> None:
     trained = TextLMPolicy(lm.model, lm.tokenizer, learner.view, play, adapters=final)
     base = TextLMPolicy(lm.model, lm.tokenizer, learner.view, play, adapters=initial)
     start = time.perf_counter()
-    scores = paired_scores(trained, base, args.contexts, seed=1000 + args.seed, threads=league.config.torch_threads)
+    scores = paired_scores(trained, base, args.contexts, seed=1000 + seed, threads=league.config.torch_threads)
     gains = scores["trained"] - scores["base_seat"]
     mean = float(gains.mean())
     half = 1.96 * float(gains.std(ddof=1)) / np.sqrt(len(gains))
