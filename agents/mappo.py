@@ -50,6 +50,7 @@ from agents.nets import layer_init, masked_logits, mlp_trunk
 from agents.policy import ActBatch, ActOutput, Policy
 from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms, prefixed
 from agents.rollout import compute_gae, side_critic_inputs, side_critic_size
+from agents.threads import torch_threads as threads_for
 from games.core import GameError, GameSpec, TimeStep, VectorGame
 
 CRITIC_INPUTS = ("global", "local")
@@ -775,13 +776,8 @@ def train_cooperative(game_id: str, config: MAPPOConfig = MAPPOConfig(), total_s
     The nets are tiny: a second thread saves nothing, and when the cores are busy torch's thread
     pool makes an update ~20x slower (measured on a loaded 2-core machine).
     """
-    previous_threads = torch.get_num_threads()
-    if torch_threads is not None:
-        torch.set_num_threads(torch_threads)
-    try:
+    with threads_for(torch_threads):
         return _train_cooperative(game_id, config, total_steps, seed, critic_input)
-    finally:
-        torch.set_num_threads(previous_threads)
 
 
 def _train_cooperative(game_id: str, config: MAPPOConfig, total_steps: int, seed: int,

@@ -29,18 +29,18 @@ while the run trains.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from agents.mixture import component_paths, is_mixture, read_mixture
 from agents.policy import Policy
+from agents.threads import torch_threads
 from league.ledger import outcomes_from_returns
 from league.population import Member
 from league.ratings import Rating, fit_placement
@@ -260,22 +260,6 @@ def overall(results: Sequence[OpponentResult]) -> tuple[int, float, float, float
 
 # ---------------------------------------------------------------------------------------------
 # In-memory policies (bots, probes, tests)
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int = 1) -> Iterator[None]:
-    """Run torch on one thread (or `threads`) inside the block, as the league's runners do: the
-    small matrices of board-game nets gain nothing from a second thread, and two threads
-    contending for two busy cores made PPO updates 10-40x slower here (measured 0.08 s vs 1-4 s
-    per update). A pretrained LM's matrices do gain: its benchmarks pass their preset's threads."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def play_assignments(game_id: str, assignments: Sequence[MatchAssignment], policies: Mapping[str, Policy],

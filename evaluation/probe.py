@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents.ppo import PPOConfig
-from evaluation.evaluate import EvaluationError, OpponentResult, evaluate_policies, pair_seed, torch_threads
+from agents.threads import torch_threads
+from evaluation.evaluate import EvaluationError, OpponentResult, evaluate_policies, pair_seed
 from league.runner import MatchAssignment, PlayTask
 
 if TYPE_CHECKING:

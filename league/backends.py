@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 
 from agents.policy import Policy
+from agents.threads import torch_threads
 from games.core import GameSpec
 from league.learners import PolicyArchitecture
 from league.population import Member, PolicyCache, load_member_policy
@@ -116,19 +117,6 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def _play_with_threads(runner: Runner, task: PlayTask, provider: PolicyProvider, runner_threads: int) -> PlayResult:
-    # Workers run `runner_threads` torch threads each; the serial backend does the same so both
-    # compute the exact same floats (thread count changes reduction order in matmuls).
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(runner_threads)
-    try:
-        return runner.play(task, provider.policy_of)
-    finally:
-        torch.set_num_threads(threads)
-
-
 class SerialBackend:
     """Runs tasks in this process, one after another, at submit time."""
 
@@ -146,7 +134,9 @@ class SerialBackend:
     def submit(self, tasks: list[PlayTask], weights: list[LearnerWeights]) -> list[PlayResult]:
         for w in weights:
             self.provider.set_learner(w)
-        return [_play_with_threads(self.runner, task, self.provider, self.runner_threads) for task in tasks]
+        # as the workers, which run `runner_threads` torch threads each: the same floats either way
+        with torch_threads(self.runner_threads):
+            return [self.runner.play(task, self.provider.policy_of) for task in tasks]
 
     def collect(self, handle: list[PlayResult]) -> list[PlayResult]:
         return handle

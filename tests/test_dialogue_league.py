@@ -16,6 +16,7 @@ from agents.lm import LMPolicy
 from agents.policy import ActBatch
 from agents.rollout import RolloutBatch
 from agents.snapshot import SnapshotError, load_lm_snapshot, policy_from_snapshot, read_manifest
+from agents.threads import torch_threads
 from games import registry
 from games.core import GameError
 from league.api import League, load_config
@@ -28,10 +29,8 @@ from league.ledger import Store
 @pytest.fixture(autouse=True, scope="module")
 def one_torch_thread():
     """Tiny models: a second intra-op thread only spins (and the serial runner uses one anyway)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 # -- RolloutBatch -> dialogues ------------------------------------------------------------------

@@ -24,6 +24,7 @@ from agents.lm import (
     load_hf_causal_lm,
 )
 from agents.policy import ActBatch, Policy
+from agents.threads import torch_threads
 
 VOCAB = 40
 PAD = 0
@@ -32,10 +33,8 @@ STOP = 7
 def one_torch_thread():
     """These models are tiny: per-call overhead dominates and a second intra-op thread only spins
     (badly so when other tests load the 2 cores). Restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 SMALL = TinyLMConfig(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4)

@@ -29,6 +29,7 @@ from agents.mpe_scripted import (
 from agents.policy import RandomPolicy
 from agents.ppo_core import weighted_mean
 from agents.rollout import compute_gae
+from agents.threads import torch_threads
 from games.core import GameSpec, TimeStep
 from games.registry import make_vector
 
@@ -42,10 +43,8 @@ TEAM = TINY_SPEC.team_of_seat
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     """Tiny nets: with busy cores a second torch thread makes each update ~20x slower."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+    with torch_threads(1):
+        yield
 
 
 def literal_obs(batch: int = 2) -> np.ndarray:

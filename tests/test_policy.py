@@ -12,6 +12,7 @@ import torch
 
 from agents.nets import ActorCritic, FusedActing, NetConfig, StackedActors
 from agents.policy import ActBatch, AskedAlone, Policy, RandomPolicy, act_in_order
+from agents.threads import torch_threads
 from agents.torch_policy import TorchPolicy
 from games.core import GameSpec
 
@@ -456,3 +457,15 @@ def test_a_runner_plays_the_same_matches_acting_together(dtype):
     np.testing.assert_array_equal(together.rollouts["main"].actions, in_turn.rollouts["main"].actions)
     np.testing.assert_allclose(together.rollouts["main"].logprobs, in_turn.rollouts["main"].logprobs,
                                atol=0 if dtype == torch.float32 else 0.05)
+
+
+def test_torch_threads_sets_the_count_and_restores_it_even_on_an_error():
+    before = torch.get_num_threads()
+    other = 2 if before == 1 else 1
+    with pytest.raises(RuntimeError, match="inside"):
+        with torch_threads(other):
+            assert torch.get_num_threads() == other
+            raise RuntimeError("inside")
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from agents.lm import LMPolicy, TinyLMConfig, build_tiny_lm
+from agents.threads import torch_threads
 from agents.token_ppo import (
     AdaptiveKLController,
     TokenBatch,
@@ -26,10 +27,8 @@ from agents.token_ppo import (
 def one_torch_thread():
     """These models are tiny: per-call overhead dominates and a second intra-op thread only spins
     (badly so when other tests load the 2 cores). Restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 # Row 0: context, own, partner, own, partner, own.  Row 1: context, partner, own, padding...
