@@ -25,6 +25,7 @@ from agents.nets import ActorCritic, NetConfig
 from agents.ppo import PPOConfig, PPOLearner
 from agents.ppo_core import TorchAdam
 from agents.rollout import RolloutBatch
+from agents.threads import torch_threads
 from games.registry import spec as game_spec
 from ludus.errors import UserError
 
@@ -41,14 +42,12 @@ def one_rank_on_loopback():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny nets: a second thread only spins
-    with pytest.MonkeyPatch.context() as patch:
+    # tiny nets: a second torch thread only spins
+    with torch_threads(1), pytest.MonkeyPatch.context() as patch:
         for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "LOCAL_RANK": "0",
                            "WORLD_SIZE": "1", "GLOO_SOCKET_IFNAME": "lo"}.items():
             patch.setenv(key, value)
         yield
-    torch.set_num_threads(threads)
 
 
 def deepspeed(stage: int = 0, **settings) -> LearnerBackendConfig:
