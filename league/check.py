@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from agents.rollout import RolloutBatch
+from agents.threads import torch_threads
 from games.registry import spec as game_spec
 from league.backends import SerialBackend
 from league.config import LeagueConfig
@@ -78,14 +79,15 @@ def check_learner(config: LeagueConfig, seed: int = 0) -> LearnerCheckReport:
     from safetensors.torch import save as save_bytes
 
     spec = game_spec(config.game)
-    torch.set_num_threads(1)
-    original = make_learner(spec, config, 0, seed=seed, init_seed=seed + 1)
-    first, second = self_play_batches(original, config, 2, seed=seed)
-    original.update(first, progress=0.0)
-    saved = save_bytes({k: v.contiguous() for k, v in original.state_dict().items()})
-    restored = make_learner(spec, config, 0, seed=seed + 2, init_seed=seed + 3)  # other seeds: all must come from the save
-    restored.load_state_dict(load_bytes(saved))
-    stats = [learner.update(second, progress=0.5) for learner in (original, restored)]
+    with torch_threads(1):  # the caller's count is restored after: the check runs inside tests and the CLI
+        original = make_learner(spec, config, 0, seed=seed, init_seed=seed + 1)
+        first, second = self_play_batches(original, config, 2, seed=seed)
+        original.update(first, progress=0.0)
+        saved = save_bytes({k: v.contiguous() for k, v in original.state_dict().items()})
+        # other seeds: all must come from the save
+        restored = make_learner(spec, config, 0, seed=seed + 2, init_seed=seed + 3)
+        restored.load_state_dict(load_bytes(saved))
+        stats = [learner.update(second, progress=0.5) for learner in (original, restored)]
     if not _same_numbers(stats[0], stats[1]):
         raise LearnerCheckError(f"learner {config.learner!r}: the restored learner's update reported {stats[1]}, "
                                 f"the original's {stats[0]}")
