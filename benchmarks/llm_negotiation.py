@@ -37,6 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.lm_training import budget_league, train_within  # noqa: E402
 
 TARGET_LOWER = 0.5
+SEED = 0
+BUDGET = 1800.0
+"""Training defaults: seed, and seconds of training (the goal's 30 minutes)."""
 GAME = "negotiation_turns"
 
 
@@ -77,8 +80,9 @@ def finished_run(run_dir: Path):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seed", type=int, default=None, help="training seed (default 0)")
-    parser.add_argument("--budget", type=float, default=None, help="training seconds (default 1800)")
+    # None = not given: --evaluate refuses them, training falls back to the defaults
+    parser.add_argument("--seed", type=int, default=None, help=f"training seed (default {SEED})")
+    parser.add_argument("--budget", type=float, default=None, help=f"training seconds (default {BUDGET:.0f})")
     parser.add_argument("--contexts", type=int, default=200, help="evaluation contexts (each played in both seats)")
     parser.add_argument("--run-dir", type=Path, default=None)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
@@ -97,11 +101,11 @@ def main() -> None:
 
     if args.evaluate is None:
         run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-negotiation-")) / "run"
-        seed = 0 if args.seed is None else args.seed
+        seed = SEED if args.seed is None else args.seed
         league = budget_league("llm_negotiation", seed, run_dir, args.overrides)
         initial = {k: v.clone() for k, v in trained_state(league.learners["main"].impl.lm.model).items()}
         try:
-            trained_seconds, iterations = train_within(league, 1800.0 if args.budget is None else args.budget)
+            trained_seconds, iterations = train_within(league, BUDGET if args.budget is None else args.budget)
         finally:
             league.close()
     else:
