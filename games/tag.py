@@ -17,6 +17,14 @@ The winner, as for every game, is the team with the higher mean return
 The step rewards still sum to the returns, so `check_game` holds. The step limit (`max_cycles`)
 ends the game by these rules, so it is a terminal step, not a truncation: learners do not
 bootstrap past it.
+
+Those rules make the step count and whether a tag has happened part of the game's state: what is
+left to win depends on both (the end pays -10 per predator only if nobody has tagged yet), and
+neither is in mpe2's observations or its `state()`. So the global state, which a centralised
+critic reads (MAPPO, Yu et al. 2022), is mpe2's state followed by the fraction of the steps left
+and a 0/1 flag for "tagged already"; without them the state is not Markov and a value function
+on it cannot tell the last step from the first (Pardo et al. 2018, "Time Limits in Reinforcement
+Learning", arXiv 1712.00378). The seats' observations stay mpe2's.
 """
 
 from __future__ import annotations
@@ -28,6 +36,9 @@ from games.registry import GameEntry
 
 SURVIVAL_BONUS = 10.0
 """Reward to the prey (and minus it to each predator) for an episode without a tag."""
+
+CLOCK_FIELDS = ("steps_left_fraction", "tagged")
+"""What the global state adds after mpe2's state (see the module docstring)."""
 
 
 class SimpleTag:
@@ -45,12 +56,15 @@ class SimpleTag:
             num_players=4, num_actions=inner.num_actions, observation_shape=inner.observation_shape,
             teams=(0, 0, 0, 1), zero_sum=False, utility_sum=None, min_utility=-np.inf, max_utility=np.inf,
             max_length=inner.max_length, simultaneous=True, has_chance=True, perfect_information=True,
-            state_shape=inner.state_shape)
+            state_shape=(inner.state_shape[0] + len(CLOCK_FIELDS),))
+        self._max_cycles = max_cycles
         self._tags = 0
+        self._steps = 0
 
     def reset(self, seed: int) -> None:
         self._game.reset(seed)
         self._tags = 0
+        self._steps = 0
         self._returns = np.zeros(4)
 
     def to_move(self) -> tuple[int, ...]:
@@ -63,13 +77,15 @@ class SimpleTag:
         return self._game.legal_mask(seat)
 
     def global_state(self) -> np.ndarray:
-        return self._game.global_state()
+        clock = np.array([1.0 - self._steps / self._max_cycles, float(self._tags > 0)], dtype=np.float32)
+        return np.concatenate([self._game.global_state(), clock])
 
     def step(self, actions: dict[int, int]) -> np.ndarray:
         rewards = np.asarray(self._game.step(actions), dtype=np.float64).copy()
         # Every predator gets +10 per predator-prey collision this step and nothing else
         # (mpe2 simple_tag `adversary_reward`, unshaped), so its reward counts the tags.
         self._tags += int(round(rewards[0] / 10.0))
+        self._steps += 1
         if is_over(self._game) and self._tags == 0:
             rewards[:3] -= SURVIVAL_BONUS
             rewards[3] += SURVIVAL_BONUS
@@ -103,4 +119,7 @@ SIMPLE_TAG_ENTRY = GameEntry(
            "positions relative to it (2 each), the other agents' relative positions (2 each, seat order), then "
            "for a predator the prey's velocity (2); the prey's 14 entries are zero-padded to 16.\n"
            "actions: 0 stay, 1 left, 2 right, 3 down, 4 up (all seats move at once).\n"
-           "seats 0-2 are the predators (team 0), seat 3 the prey (team 1).")
+           "seats 0-2 are the predators (team 0), seat 3 the prey (team 1).\n"
+           "global state: float32 [64]: mpe2's state (the four observations side by side, the prey's 14 unpadded), "
+           "then the fraction of the steps left (1 at the start, 0 at the end) and 1 if a predator has tagged the "
+           "prey already, else 0.")

@@ -166,3 +166,25 @@ def test_simple_tag_ends_by_its_rules_at_the_step_limit_and_pays_the_winner_ther
     assert untagged.any() and (~untagged).any()
     assert np.allclose(predators[untagged], -SURVIVAL_BONUS)
     assert np.all(prey[~untagged] <= -10.0)
+
+
+def test_simple_tag_global_state_carries_the_clock_and_whether_the_prey_was_tagged():
+    # What is left to win depends on the steps left and on whether anyone has tagged yet (the end
+    # pays -10 per predator only then), so the state a centralised critic reads holds both.
+    from games.registry import make_vector
+    from games.tag import CLOCK_FIELDS
+
+    games = make_vector("simple_tag", 32, seed=5)
+    ts = games.reset(games.seed_source(32))
+    assert games.spec.state_shape == (62 + len(CLOCK_FIELDS),)  # mpe2's state: 3 x 16 + 14
+    rng = np.random.default_rng(1)
+    tagged = np.zeros(32, dtype=bool)
+    for step in range(games.spec.max_length - 1):
+        clock = games.global_states()[:, -2:]
+        assert np.allclose(clock[:, 0], 1.0 - step / games.spec.max_length)
+        assert np.array_equal(clock[:, 1] == 1.0, tagged)
+        ts = games.step(rng.integers(0, games.spec.num_actions, size=(32, 4)))
+        tagged |= ts.rewards[:, 0] > 0  # a predator's step reward is +10 per tag
+        assert not ts.done.any()
+    assert tagged.any() and not tagged.all()
+    assert np.array_equal(games.global_states()[:, -1] == 1.0, tagged)
