@@ -57,7 +57,6 @@ class SimpleTag:
             teams=(0, 0, 0, 1), zero_sum=False, utility_sum=None, min_utility=-np.inf, max_utility=np.inf,
             max_length=inner.max_length, simultaneous=True, has_chance=True, perfect_information=True,
             state_shape=(inner.state_shape[0] + len(CLOCK_FIELDS),))
-        self._max_cycles = max_cycles
         self._tags = 0
         self._steps = 0
 
@@ -77,7 +76,7 @@ class SimpleTag:
         return self._game.legal_mask(seat)
 
     def global_state(self) -> np.ndarray:
-        clock = np.array([1.0 - self._steps / self._max_cycles, float(self._tags > 0)], dtype=np.float32)
+        clock = np.array([1.0 - self._steps / self.spec.max_length, float(self._tags > 0)], dtype=np.float32)
         return np.concatenate([self._game.global_state(), clock])
 
     def step(self, actions: dict[int, int]) -> np.ndarray:
