@@ -188,3 +188,38 @@ def test_simple_tag_global_state_carries_the_clock_and_whether_the_prey_was_tagg
         assert not ts.done.any()
     assert tagged.any() and not tagged.all()
     assert np.array_equal(games.global_states()[:, -1] == 1.0, tagged)
+
+
+@pytest.mark.parametrize("num_obstacles", [2, 0, 3])
+def test_simple_tag_world_is_mpe2s_bit_for_bit(num_obstacles):
+    # games/tag.py batches mpe2's simple_tag world in numpy; the same seeds and actions must give
+    # mpe2's observations, state and rewards exactly, game after game (32 games at once here,
+    # against mpe2 stepped one game at a time through the PettingZoo adapter).
+    from games.pz import make_pettingzoo_game
+    from games.tag import SURVIVAL_BONUS, SimpleTagVector
+
+    games = SimpleTagVector(32, max_cycles=25, num_obstacles=num_obstacles)
+    seeds = np.array([0, 1, 2**63 + 5, 2**64 - 1] + [int(s) for s in np.random.default_rng(7).integers(0, 2**62, 28)],
+                     dtype=np.uint64)
+    ts = games.reset(seeds)
+    reference = []
+    for seed in seeds:
+        game = make_pettingzoo_game(f"mpe2.simple_tag_v3(num_good=1,num_adversaries=3,"
+                                    f"num_obstacles={num_obstacles},max_cycles=25)")
+        game.reset(int(seed))
+        reference.append(game)
+    rng = np.random.default_rng(3)
+    tagged = np.zeros(32, dtype=bool)
+    for step in range(25):
+        for b, game in enumerate(reference):
+            assert np.array_equal(ts.obs[b], np.stack([game.observation(s) for s in range(4)])), (step, b)
+            assert np.array_equal(games.global_states()[b, :-2], game.global_state()), (step, b)
+        actions = rng.integers(0, 5, size=(32, 4))
+        ts = games.step(actions)
+        for b, game in enumerate(reference):
+            want = game.step({s: int(actions[b, s]) for s in range(4)})
+            tagged[b] |= want[0] > 0
+            if step == 24 and not tagged[b]:
+                want = want + np.float32(SURVIVAL_BONUS) * np.array([-1, -1, -1, 1], np.float32)
+            assert np.array_equal(ts.rewards[b], want), (step, b, ts.rewards[b], want)
+    assert ts.done.all() and tagged.any()
