@@ -330,9 +330,14 @@ class League:
             self.recorder.restore(state.population, state.payoff, state.ratings)
             for index, role in enumerate(self.config.roles):
                 impl = self._make_learner_impl(index)
-                impl.load_state_dict(read_learner_tensors(directory, role.name))
+                stored = read_learner_tensors(directory, role.name)
+                _check_tensor_shapes(stored, impl.state_dict(), f"checkpoint {directory}, learner {role.name}:",
+                                     self.spec.id)
+                impl.load_state_dict(stored)
                 self.learners[role.name] = Learner(role, impl, state.learners[role.name])
             self._in_flight = PendingPlay.load(directory)
+        except RunError:
+            raise
         except Exception as exc:  # a damaged file of any kind (safetensors, arrays of the wrong shape, JSON)
             detail = str(exc).splitlines()[0] if str(exc) else "no detail"
             raise RunError(f"checkpoint {directory} is damaged ({type(exc).__name__}: {detail}); cannot resume") from None
@@ -348,3 +353,14 @@ class League:
             self.metrics.close()
             self.metrics = None
         self.store.close()
+
+
+def _check_tensor_shapes(stored: dict, fresh: dict, owner: str, game_id: str) -> None:
+    """A learner's checkpointed tensors against the ones this version builds for the run's game and
+    config: a shape that differs means the game's observation or global state (or the learner)
+    changed since the run was made, not a damaged file; say so."""
+    for key, tensor in stored.items():
+        if key in fresh and tuple(tensor.shape) != tuple(fresh[key].shape):
+            raise RunError(f"{owner} tensor {key} has shape {tuple(tensor.shape)}, but {game_id} and the run's config now "
+                           f"give {tuple(fresh[key].shape)}: the run was made by a version of Ludus whose game or "
+                           f"learner differed (e.g. a changed global state); start a new run")

@@ -135,6 +135,21 @@ def damage_weights_truncated(run: Path, other: Path) -> None:
     weights.write_bytes(weights.read_bytes()[:100])
 
 
+def damage_weights_reshaped(run: Path, other: Path) -> None:
+    # What a run made by an older version of its game holds (e.g. simple_tag's global state grew
+    # by two entries): well-formed tensors of another shape.
+    from safetensors.torch import load, save
+
+    import torch
+
+    pointer = json.loads((run / "checkpoint.json").read_text())
+    path = run / pointer["path"] / "learner-main.safetensors"
+    tensors = load(path.read_bytes())
+    key = next(k for k, t in tensors.items() if t.ndim == 2)
+    tensors[key] = torch.cat([tensors[key], tensors[key][:, :2]], dim=1)
+    path.write_bytes(save(tensors))
+
+
 def damage_config_changed(run: Path, other: Path) -> None:
     config = json.loads((run / "config.json").read_text())
     config["seed"] = 5
@@ -153,6 +168,7 @@ def damage_state_garbage(run: Path, other: Path) -> None:
     (damage_snapshot_swapped, "not the"),
     (damage_checkpoint_empty, "damaged run files"),
     (damage_weights_truncated, "is damaged"),
+    (damage_weights_reshaped, "start a new run"),
     (damage_config_changed, "differs from the config the checkpoint was written with"),
     (damage_state_garbage, "unreadable"),
 ])
