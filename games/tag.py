@@ -302,7 +302,6 @@ class SimpleTagVector:
         self.spec = self._games.spec
         self.num_games = num_games
         self.seed_source: SeedSource = fast_counter_seed_source(seed)
-        self._lengths = np.zeros(num_games, dtype=np.int64)
 
     def reset(self, seeds: Sequence[int] | np.ndarray) -> TimeStep:
         seeds = np.asarray(seeds)
