@@ -2,7 +2,7 @@
 
 For each seed, two leagues train the `simple_tag` preset (predators and prey, each a rated
 population; the predators draw prey snapshots by PFSP, the prey draws predator snapshots
-uniformly) for its 150 iterations of 256 matches (4.8M steps, ~14 min with two at a time):
+uniformly) for its 300 iterations of 256 matches (9.6M steps, ~5 min with two at a time):
 one with `learner=mappo` (centralised critics on the seat's own observation and the game's
 global state), one with `learner=ippo` (the same learner, each critic on the row's own
 observation). Each run is a process with one torch thread, two at a time.

@@ -415,13 +415,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     # predators win the arms race: with equal rows the prey's later snapshots scored 0.04-0.14
     # against the later predators and its ratings stopped rising on some seeds. 40% rating
     # matches: a side's snapshots differ by little, and at 20% their ratings' sigma (0.6-1.2) was
-    # as large as the spread of their mu. 150 iterations of 256 matches (4.8M steps): the prey's
-    # ratings rise too slowly for half of that (docs/league.md has the figures). The prey's actor
+    # as large as the spread of their mu. 300 iterations of 256 matches (9.6M steps, ~5 minutes
+    # with two runs at a time on games/tag.py's batched world): the prey's ratings rise too slowly
+    # for half of that on some seeds (seed 2's prey: Spearman 0.792 after 150, 0.926 after 300;
+    # docs/league.md has the figures). The prey's actor
     # is twice as wide as the predators' ([128, 128] against [64, 64]): with the predators' width
     # its later snapshots stopped getting stronger on some seeds (prey Spearman 0.756 on seed 4,
     # 0.944 with the wider net; seed 1 0.841 -> 0.903).
     "simple_tag": {
-        "game": "simple_tag", "learner": "mappo", "iterations": 150, "matches_per_iteration": 256, "num_envs": 128,
+        "game": "simple_tag", "learner": "mappo", "iterations": 300, "matches_per_iteration": 256, "num_envs": 128,
         "snapshot_every_steps": 12000, "anchors": ["random"], "rating_share": 0.4, "draw_probability": 0.05,
         "net": {"hidden": [64, 64], "activation": "relu"}, "critic": {"own_observation": True},
         "ppo": {"learning_rate": 7e-4, "anneal_lr": False, "adam_eps": 1e-5, "gamma": 0.99, "num_minibatches": 4,
