@@ -330,16 +330,19 @@ class League:
             self.recorder.restore(state.population, state.payoff, state.ratings)
             for index, role in enumerate(self.config.roles):
                 impl = self._make_learner_impl(index)
-                stored = read_learner_tensors(directory, role.name)
-                _check_tensor_shapes(stored, impl.state_dict(), f"checkpoint {directory}, learner {role.name}:",
-                                     self.spec.id)
-                impl.load_state_dict(stored)
+                impl.load_state_dict(read_learner_tensors(directory, role.name))
                 self.learners[role.name] = Learner(role, impl, state.learners[role.name])
             self._in_flight = PendingPlay.load(directory)
-        except RunError:
-            raise
         except Exception as exc:  # a damaged file of any kind (safetensors, arrays of the wrong shape, JSON)
-            detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+            text = str(exc)
+            if "size mismatch for" in text:
+                # Well-formed weights of another shape (torch's load_state_dict says which): the
+                # game's observation or global state, or the learner's net, is not what it was
+                # when the run was made, e.g. simple_tag's global state grew by its clock.
+                which = "size mismatch for" + text.split("size mismatch for", 1)[1].splitlines()[0].rstrip(".")
+                raise RunError(f"checkpoint {directory} holds weights of another shape ({which}): the run was made by "
+                               f"a version of Ludus whose game or learner differed; start a new run") from None
+            detail = text.splitlines()[0] if text else "no detail"
             raise RunError(f"checkpoint {directory} is damaged ({type(exc).__name__}: {detail}); cannot resume") from None
 
     def close(self) -> None:
@@ -354,13 +357,3 @@ class League:
             self.metrics = None
         self.store.close()
 
-
-def _check_tensor_shapes(stored: dict, fresh: dict, owner: str, game_id: str) -> None:
-    """A learner's checkpointed tensors against the ones this version builds for the run's game and
-    config: a shape that differs means the game's observation or global state (or the learner)
-    changed since the run was made, not a damaged file; say so."""
-    for key, tensor in stored.items():
-        if key in fresh and tuple(tensor.shape) != tuple(fresh[key].shape):
-            raise RunError(f"{owner} tensor {key} has shape {tuple(tensor.shape)}, but {game_id} and the run's config now "
-                           f"give {tuple(fresh[key].shape)}: the run was made by a version of Ludus whose game or "
-                           f"learner differed (e.g. a changed global state); start a new run")

@@ -145,7 +145,7 @@ def damage_weights_reshaped(run: Path, other: Path) -> None:
     pointer = json.loads((run / "checkpoint.json").read_text())
     path = run / pointer["path"] / "learner-main.safetensors"
     tensors = load(path.read_bytes())
-    key = next(k for k, t in tensors.items() if t.ndim == 2)
+    key = "net.actor_trunk.0.weight"  # the layer that reads the observation
     tensors[key] = torch.cat([tensors[key], tensors[key][:, :2]], dim=1)
     path.write_bytes(save(tensors))
 
