@@ -356,4 +356,3 @@ class League:
             self.metrics.close()
             self.metrics = None
         self.store.close()
-

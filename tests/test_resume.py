@@ -138,9 +138,8 @@ def damage_weights_truncated(run: Path, other: Path) -> None:
 def damage_weights_reshaped(run: Path, other: Path) -> None:
     # What a run made by an older version of its game holds (e.g. simple_tag's global state grew
     # by two entries): well-formed tensors of another shape.
-    from safetensors.torch import load, save
-
     import torch
+    from safetensors.torch import load, save
 
     pointer = json.loads((run / "checkpoint.json").read_text())
     path = run / pointer["path"] / "learner-main.safetensors"
