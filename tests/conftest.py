@@ -14,7 +14,13 @@ import pytest
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 # Node ids (prefixes) allowed to skip in CI, each with the reason.
-SKIP_ALLOWLIST: dict[str, str] = {}
+SKIP_ALLOWLIST: dict[str, str] = {
+    # The grouped kernel's numerics need AMX tiles (agents/kernels.py); on a CPU without them the
+    # kernel is not used, and test_the_grouped_kernel_is_built_and_used_where_the_cpu_has_tiles
+    # checks that (and fails if the CPU has tiles but the kernel is not ready).
+    "tests/test_policy.py::test_the_grouped_kernel_gives_the_padded_stacks_logits": "no AMX tiles on this CPU",
+    "tests/test_policy.py::test_the_grouped_kernel_refuses_mismatched_rows": "no AMX tiles on this CPU",
+}
 
 _disallowed_skips: list[str] = []
 

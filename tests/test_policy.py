@@ -253,6 +253,44 @@ def test_frozen_bfloat16_nets_act_as_one_stack(monkeypatch, activation):
     np.testing.assert_allclose(stacked.numpy(), own.numpy(), rtol=0.02, atol=0.02)
 
 
+def _cpu_has_amx() -> bool:
+    """Whether this CPU has AMX bf16 tiles, from /proc/cpuinfo's flags: independent of the
+    kernel's own check (oneDNN's `could_pack`), which the test below holds it to."""
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
+    return "amx_bf16" in flags and "amx_tile" in flags
+
+
+def _kernel_runs_here() -> None:
+    """The grouped kernel's tests need AMX tiles; on a CPU without them the kernel is built but
+    not used, which test_the_grouped_kernel_is_built_and_used_where_the_cpu_has_tiles checks.
+    Skips for this reason are on tests/conftest.py's allowlist (a missing CPU feature, not a
+    missing package)."""
+    if not _cpu_has_amx():
+        pytest.skip("this CPU has no AMX tiles: the grouped kernel is not used here, the baddbmm stack is")
+
+
+def test_the_grouped_kernel_is_built_and_used_where_the_cpu_has_tiles():
+    """The kernel always builds (CI's machine has a C++ compiler), and is used exactly where the
+    CPU has AMX bf16 tiles: there the stack picks it; elsewhere the stack keeps its baddbmm path,
+    asking for the kernel is a one-line error naming why, and so is packing weights."""
+    from agents.kernels import grouped_linear_status
+
+    status = grouped_linear_status()
+    assert not status.startswith("not built"), status
+    nets = [_net(SPEC, seed=s).to(torch.bfloat16) for s in range(2)]
+    if _cpu_has_amx():
+        assert status == "ready"
+        assert StackedActors(nets).grouped
+    else:
+        assert status == "not used (this CPU's oneDNN cannot pack bf16 weights for AMX tiles)"
+        assert not StackedActors(nets).grouped
+        with pytest.raises(ValueError, match="the grouped kernel runs bfloat16 nets only, and is not used"):
+            StackedActors(nets, grouped=True)
+        with pytest.raises(RuntimeError, match="this CPU has no bf16 BRGeMM packing"):
+            torch.ops.ludus.pack_weights(torch.zeros(2, 8, 4, dtype=torch.bfloat16))
+
+
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 @pytest.mark.parametrize("spec,hidden", [(SPEC, (32, 32)), (CONV_SPEC, (256, 256))])
 def test_the_grouped_kernel_gives_the_padded_stacks_logits(activation, spec, hidden):
@@ -262,8 +300,7 @@ def test_the_grouped_kernel_gives_the_padded_stacks_logits(activation, spec, hid
     width (27, padded with a zero column) and the connect-four preset's shape."""
     from agents.kernels import grouped_linear_status
 
-    # Not a skip: CI's machine is this one (a C++ compiler, AMX tiles); if this fails there,
-    # self-play silently runs the slower baddbmm path.
+    _kernel_runs_here()
     assert grouped_linear_status() == "ready"
     config = NetConfig(hidden=hidden, activation=activation)
     nets = [_net(spec, config, seed=s).to(torch.bfloat16) for s in range(5)]
@@ -291,6 +328,7 @@ def test_the_grouped_kernel_refuses_mismatched_rows():
     """A row count that does not add up is a one-line error from the kernel, not a wild read."""
     from agents.kernels import grouped_linear_status
 
+    _kernel_runs_here()
     assert grouped_linear_status() == "ready"
     packed = torch.ops.ludus.pack_weights(torch.zeros(2, 8, 4, dtype=torch.bfloat16))
     x = torch.zeros(5, 8, dtype=torch.bfloat16)
