@@ -22,8 +22,9 @@ whose one role 'main' plays both sides).
 
     python benchmarks/team_leagues.py [--seeds 0 1 ... 15] [--games 40] [--set K=V] [--set-2v2 K=V]
 
-Sixteen seeds by default (~85 min on two cores): a seed's figure has a spread of ~5 catch reward
-over seeds against a mean MAPPO lead of ~4, so fewer seeds leave the interval over seeds wide.
+Sixteen seeds by default (~88 min alone on two cores; 112 min with CI beside for most of it): a
+seed's figure has a spread of ~5-6 catch reward over seeds against a mean MAPPO lead of ~2.5-4, so
+fewer seeds leave the interval over seeds wide (docs/league.md).
 
 Ends with ``goal mappo_vs_ippo_tag: <diff> [low, high] (target: interval above 0) PASS|FAIL`` and
 ``goal team_rating_progress: <worst side's Spearman> (target 0.8) PASS|FAIL``.
