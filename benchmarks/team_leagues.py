@@ -22,7 +22,8 @@ whose one role 'main' plays both sides).
 
     python benchmarks/team_leagues.py [--seeds 0 1 ... 15] [--games 40] [--set K=V] [--set-2v2 K=V]
 
-Sixteen seeds by default (~88 min alone on two cores; 112 min with CI beside for most of it): a
+Sixteen seeds by default: ~88 min alone on two cores with AMX tiles (twice the 2639 s of an
+eight-seed run there), 112 min on a host without them with CI beside it for most of the run. A
 seed's figure has a spread of ~5-6 catch reward over seeds against a mean MAPPO lead of ~2.5-4, so
 fewer seeds leave the interval over seeds wide (docs/league.md).
 
