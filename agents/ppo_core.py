@@ -211,10 +211,19 @@ def flat_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, torch.Te
 
 
 def load_flat_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, torch.Tensor]) -> None:
+    """Restore `flat_optimizer_state` output. Every per-parameter tensor must have its parameter's
+    shape (scalars such as Adam's step aside): torch's `load_state_dict` does not check, and a
+    moment of another shape would fail only at the next step, far from the file that held it."""
+    params = optimizer.param_groups[0]["params"]
     param_state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in state.items():
         if key.startswith("state."):
             _, index, name = key.split(".", 2)
+            if not 0 <= int(index) < len(params):
+                raise ValueError(f"optimizer state {key!r} names parameter {index}; the optimizer has {len(params)}")
+            if value.ndim > 0 and value.shape != params[int(index)].shape:
+                raise ValueError(f"optimizer state {key!r} has shape {tuple(value.shape)}, its parameter "
+                                 f"{tuple(params[int(index)].shape)}")
             param_state.setdefault(int(index), {})[name] = value.clone()
     template = optimizer.state_dict()
     template["param_groups"][0]["lr"] = float(state["lr"])

@@ -225,6 +225,23 @@ def test_state_dict_resumes_exactly_through_safetensors():
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), resumed.net.parameters()))
 
 
+def test_optimizer_state_of_another_shape_is_refused_when_loaded():
+    # torch's Optimizer.load_state_dict takes moments of any shape; the wrong one would surface
+    # only at the next step, so the flat loader checks each against its parameter.
+    learner = PPOLearner(make_net(), PPOConfig(), seed=0)
+    learner.update(make_batch(make_net(), ADVANTAGES, ACTIONS))
+    state = learner.state_dict()
+    name = next(k for k in state if k.startswith("optimizer.state.") and k.endswith(".exp_avg"))
+    bad = dict(state, **{name: torch.zeros(*state[name].shape, 2)})
+    with pytest.raises(ValueError, match=f"optimizer state '{name.removeprefix('optimizer.')}' has shape"):
+        PPOLearner(make_net(), PPOConfig(), seed=0).load_state_dict(bad)
+    index = max(int(k.split(".")[2]) for k in state if k.startswith("optimizer.state.")) + 1
+    extra = dict(state, **{f"optimizer.state.{index}.exp_avg": torch.zeros(3)})
+    with pytest.raises(ValueError, match=f"names parameter {index}; the optimizer has {index}"):
+        PPOLearner(make_net(), PPOConfig(), seed=0).load_state_dict(extra)
+    PPOLearner(make_net(), PPOConfig(), seed=0).load_state_dict(state)  # the saved state itself loads
+
+
 def test_backend_is_the_seam_for_the_optimizer_step():
     class CountingBackend(TorchAdam):
         steps = 0
