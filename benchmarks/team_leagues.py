@@ -20,12 +20,13 @@ side's snapshot index k and its TrueSkill mu from the run's rating matches, for 
 simple_tag ('predators@k', 'prey@k') and for `tic_tac_toe_2v2` (2v2 tic-tac-toe, games/teams.py,
 whose one role 'main' plays both sides).
 
-    python benchmarks/team_leagues.py [--seeds 0 1 ... 15] [--games 40] [--set K=V] [--set-2v2 K=V]
+    python benchmarks/team_leagues.py [--seeds 0 1 ... 31] [--games 40] [--set K=V] [--set-2v2 K=V]
 
-Sixteen seeds by default: ~88 min alone on two cores with AMX tiles (twice the 2639 s of an
-eight-seed run there), 112 min on a host without them with CI beside it for most of the run. A
-seed's figure has a spread of ~5-6 catch reward over seeds against a mean MAPPO lead of ~2.5-4, so
-fewer seeds leave the interval over seeds wide (docs/league.md).
+Thirty-two seeds by default: ~3.7 hours on two cores, measured as two sixteen-seed runs (6696 s
+and 6794 s on a host without AMX tiles, each with CI beside it for 45-75 minutes; less alone).
+The training run is the unit of chance: a seed's figure spreads by ~6 catch reward over seeds against a mean MAPPO lead of
+~2.5-4, so the t interval's half-width, ~2.04 x 6 / sqrt(seeds), is ~3.2 at sixteen seeds and ~2.2
+at thirty-two (docs/league.md).
 
 Ends with ``goal mappo_vs_ippo_tag: <diff> [low, high] (target: interval above 0) PASS|FAIL`` and
 ``goal team_rating_progress: <worst side's Spearman> (target 0.8) PASS|FAIL``.
@@ -133,7 +134,7 @@ def seed_interval(per_seed: list[float]) -> tuple[float, float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(16)))
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(32)))
     parser.add_argument("--games", type=int, default=40, help="games per (prey snapshot, predators)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--set", dest="overrides", action="append", default=[],
