@@ -24,9 +24,9 @@ whose one role 'main' plays both sides).
 
 Thirty-two seeds by default: ~3.7 hours on two cores, measured as two sixteen-seed runs (6696 s
 and 6794 s on a host without AMX tiles, each with CI beside it for 45-75 minutes; less alone).
-The training run is the unit of chance: a seed's figure spreads by ~6 catch reward over seeds against a mean MAPPO lead of
-~2.5-4, so the t interval's half-width, ~2.04 x 6 / sqrt(seeds), is ~3.2 at sixteen seeds and ~2.2
-at thirty-two (docs/league.md).
+The training run is the unit of chance: a seed's figure spreads by ~6 catch reward over seeds
+against a mean MAPPO lead of ~2.5-4, so the t interval's half-width, ~2.04 x 6 / sqrt(seeds), is
+~3.2 at sixteen seeds and ~2.2 at thirty-two (docs/league.md).
 
 Ends with ``goal mappo_vs_ippo_tag: <diff> [low, high] (target: interval above 0) PASS|FAIL`` and
 ``goal team_rating_progress: <worst side's Spearman> (target 0.8) PASS|FAIL``.
