@@ -218,13 +218,14 @@ def load_flat_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str,
     param_state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in state.items():
         if key.startswith("state."):
-            _, index, name = key.split(".", 2)
-            if not 0 <= int(index) < len(params):
+            _, digits, name = key.split(".", 2)
+            index = int(digits)
+            if not 0 <= index < len(params):
                 raise ValueError(f"optimizer state {key!r} names parameter {index}; the optimizer has {len(params)}")
-            if value.ndim > 0 and value.shape != params[int(index)].shape:
+            if value.ndim > 0 and value.shape != params[index].shape:
                 raise ValueError(f"optimizer state {key!r} has shape {tuple(value.shape)}, its parameter "
-                                 f"{tuple(params[int(index)].shape)}")
-            param_state.setdefault(int(index), {})[name] = value.clone()
+                                 f"{tuple(params[index].shape)}")
+            param_state.setdefault(index, {})[name] = value.clone()
     template = optimizer.state_dict()
     template["param_groups"][0]["lr"] = float(state["lr"])
     optimizer.load_state_dict({"state": param_state, "param_groups": template["param_groups"]})
