@@ -131,11 +131,23 @@ class LMWithValueHead(nn.Module):
 
     def trunk(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
               past_key_values: Any = None, position_ids: torch.Tensor | None = None,
-              use_cache: bool = False) -> tuple[torch.Tensor, Any]:
-        """Last hidden states [B, T, H] (after the final norm) and the KV cache (None unless use_cache)."""
-        out = self.lm.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                                 past_key_values=past_key_values, position_ids=position_ids,
-                                 use_cache=use_cache)
+              use_cache: bool = False, shared_prefix: Any = None) -> tuple[torch.Tensor, Any]:
+        """Last hidden states [B, T, H] (after the final norm) and the KV cache (None unless use_cache).
+
+        `shared_prefix`: per layer (keys, values) [1, kv heads, P, dim] of a prefix that every row
+        continues, held once (agents/kv_cache.py `shared_prefix_attention`); `past_key_values` and
+        a 4-D `attention_mask` then cover each row's own columns after it. Generation only."""
+        if shared_prefix is None:
+            out = self.lm.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                     past_key_values=past_key_values, position_ids=position_ids,
+                                     use_cache=use_cache)
+        else:
+            from agents.kv_cache import attention_over_shared_prefix
+
+            with attention_over_shared_prefix(self.lm):
+                out = self.lm.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                         past_key_values=past_key_values, position_ids=position_ids,
+                                         use_cache=use_cache, shared_prefix=shared_prefix)
         return out.last_hidden_state, (out.past_key_values if use_cache else None)
 
     def heads(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -356,7 +368,10 @@ class LMPolicy:
         uniforms = None if greedy else rng.random((batch, max_new_tokens))
         out = _GenerationBuffers(batch, max_new_tokens, self.pad_id)
         with torch.inference_mode():
-            cache = SharedPromptCache(self.model, rows, share=reuse_prefix, store=store if reuse_prefix else None)
+            cache = SharedPromptCache(self.model, rows, share=reuse_prefix, store=store if reuse_prefix else None,
+                                      prefix_once=reuse_prefix)
+            # every step appends at most one column per row of an entry
+            cache.reserve(max_new_tokens * int(np.bincount(cache.entry_of).max()))
             hidden = cache.prompt_hidden[torch.from_numpy(cache.entry_of)]
             live = np.arange(batch)  # rows still generating
             for step in range(max_new_tokens):
@@ -503,6 +518,11 @@ class SharedPromptCache:
     `rows_per_entry` rows is split over several entries (its prompt computed once, its cache
     copied), so that the packed columns of the entries stay balanced.
 
+    With `prefix_once` (generation: no gradients, an `LMWithValueHead`), the common prefix is not
+    even copied into every entry: it is held once (`prefix`, per layer [1, kv heads, P, dim]) and
+    read by all rows' queries together (agents/kv_cache.py `shared_prefix_attention`); `past` and
+    the masks then cover each entry's columns after it.
+
     Position ids count the real tokens before a token in its own row, so each row is computed
     exactly as if it were alone. Gradients flow through the shared prompt as if each row had its
     own copy (training reads responses this way). With a `store` (no gradients), prompts read
@@ -510,7 +530,7 @@ class SharedPromptCache:
     """
 
     def __init__(self, model: "LMWithValueHead", rows: Sequence[Sequence[int]], rows_per_entry: int | None = None,
-                 share: bool = True, store: PromptStore | None = None):
+                 share: bool = True, store: PromptStore | None = None, prefix_once: bool = False):
         self.model = model
         batch = len(rows)
         if share:
@@ -533,9 +553,10 @@ class SharedPromptCache:
                 entry_prompt.append(d)
         self.num_entries = len(entry_prompt)
         if store is None:
-            past, hidden_last, real = self._read(model, distinct, share)
+            past, hidden_last, real, self.prefix = self._read(model, distinct, share, prefix_once and share)
         else:
-            past, hidden_last, real = self._read_with_store(model, distinct, store)
+            past, hidden_last, real, self.prefix = self._read_with_store(model, distinct, store, prefix_once)
+        self.prefix_length = 0 if self.prefix is None else int(self.prefix[0][0].shape[2])
         count = len(distinct)
         owner = np.where(real, -1, -2)
         to_entries = torch.from_numpy(np.array(entry_prompt, dtype=np.int64))
@@ -545,24 +566,28 @@ class SharedPromptCache:
         self.owner = owner[entry_prompt]
         self.prompt_hidden = hidden_last[to_entries]
         """[entries, H] hidden state of each entry's last prompt token."""
-        self.prompt_length = real.sum(axis=1)[entry_prompt]
+        self.prompt_length = real.sum(axis=1)[entry_prompt] + self.prefix_length
         """[entries] real tokens of each entry's prompt."""
 
     @classmethod
-    def _read(cls, model: "LMWithValueHead", distinct: list[list[int]], share: bool
-              ) -> tuple[Any, torch.Tensor, np.ndarray]:
+    def _read(cls, model: "LMWithValueHead", distinct: list[list[int]], share: bool, prefix_once: bool = False
+              ) -> tuple[Any, torch.Tensor, np.ndarray, list[tuple[torch.Tensor, torch.Tensor]] | None]:
         """Read the prompts: their common prefix once, then each one's rest, LEFT-padded so that
         every prompt ends in the last column. Returns (KV cache [D, ...], last hidden [D, H],
-        real [D, T]: which cache columns hold prompt tokens)."""
+        real [D, T]: which cache columns hold prompt tokens, the prefix's keys and values per
+        layer if `prefix_once` holds them apart from the cache, else None)."""
         count = len(distinct)
         # every distinct prompt keeps at least one token after the shared prefix: its last
         # token's hidden state gives its rows' first logits
         shared = min(common_prefix_length(distinct), min(len(r) for r in distinct) - 1) if share and count > 1 else 0
-        past = None
+        past, held = None, None
         if shared > 0:
             prefix = torch.tensor([distinct[0][:shared]], dtype=torch.int64)
             _, past = model.trunk(prefix, None, None, torch.arange(shared)[None], use_cache=True)
-            past.batch_repeat_interleave(count)
+            if prefix_once:
+                held, past = [(layer.keys, layer.values) for layer in past.layers], None
+            else:
+                past.batch_repeat_interleave(count)
         suffixes = [row[shared:] for row in distinct]
         longest = max(len(r) for r in suffixes)
         ids = np.zeros((count, longest), dtype=np.int64)
@@ -571,19 +596,24 @@ class SharedPromptCache:
         for i, row in enumerate(suffixes):
             ids[i, longest - len(row):] = row
             real[i, shared + longest - len(row):] = True
-        positions = np.maximum(np.cumsum(real, axis=1) - 1, 0)
+        positions = torch.from_numpy(np.maximum(np.cumsum(real, axis=1) - 1, 0)[:, shared:])
         owner = np.where(real, -1, -2)
-        mask = cls._mask(owner[:, :shared], owner[:, shared:])
-        hidden, past = model.trunk(torch.from_numpy(ids), mask, past, torch.from_numpy(positions[:, shared:]),
-                                   use_cache=True)
-        return past, hidden[:, -1], real
+        if held is None:
+            mask = cls._mask(owner[:, :shared], owner[:, shared:])
+            hidden, past = model.trunk(torch.from_numpy(ids), mask, past, positions, use_cache=True)
+            return past, hidden[:, -1], real, None
+        mask = cls._mask(owner[:, :0], owner[:, shared:])
+        hidden, past = model.trunk(torch.from_numpy(ids), mask, None, positions, use_cache=True, shared_prefix=held)
+        return past, hidden[:, -1], real[:, shared:], held
 
     @classmethod
-    def _read_with_store(cls, model: "LMWithValueHead", distinct: list[list[int]], store: PromptStore
-                         ) -> tuple[Any, torch.Tensor, np.ndarray]:
+    def _read_with_store(cls, model: "LMWithValueHead", distinct: list[list[int]], store: PromptStore,
+                         prefix_once: bool = False
+                         ) -> tuple[Any, torch.Tensor, np.ndarray, list[tuple[torch.Tensor, torch.Tensor]] | None]:
         """`_read` for the prompts the store lacks (added to it); the others come from the store.
         A missing prompt that shares leading tokens with a stored one reads only the rest
-        (`_read_after`). The cache is assembled LEFT-padded from each prompt's own columns."""
+        (`_read_after`). The cache is assembled LEFT-padded from each prompt's own columns (after
+        the prompts' common prefix, held apart, with `prefix_once`)."""
         keys = [tuple(r) for r in distinct]
         # this call's entries are held here: the store may evict some of them while others are added
         entries = [store.get(key) for key in keys]
@@ -591,7 +621,7 @@ class SharedPromptCache:
         stems = {i: store.longest_shared(distinct[i]) for i in missing}
         fresh = [i for i in missing if stems[i] is None]
         if fresh:
-            past, hidden, real = cls._read(model, [distinct[i] for i in fresh], share=True)
+            past, hidden, real, _ = cls._read(model, [distinct[i] for i in fresh], share=True)
             for j, i in enumerate(fresh):
                 entries[i] = (cls._own_columns(past, real, j), hidden[j].clone())
         extended = [i for i in missing if stems[i] is not None]
@@ -601,16 +631,21 @@ class SharedPromptCache:
                 entries[i] = entry
         for i in missing:
             store.put(keys[i], *entries[i])
-        cache, real = cls._assemble([layers for layers, _ in entries])
-        return cache, torch.stack([hidden for _, hidden in entries]), real
+        shared, held = 0, None
+        if prefix_once and len(distinct) > 1:
+            shared = min(common_prefix_length(distinct), min(len(r) for r in distinct) - 1)
+            if shared > 0:
+                held = [(k[:, :, :shared], v[:, :, :shared]) for k, v in entries[0][0]]
+        cache, real = cls._assemble([layers for layers, _ in entries], skip=shared)
+        return cache, torch.stack([hidden for _, hidden in entries]), real, held
 
     @staticmethod
-    def _assemble(prompts: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> tuple[Any, np.ndarray]:
-        """A cache of the prompts' per-layer keys and values ([1, heads, n, d] each), LEFT-padded
-        to the longest, and which of its columns are real."""
+    def _assemble(prompts: list[list[tuple[torch.Tensor, torch.Tensor]]], skip: int = 0) -> tuple[Any, np.ndarray]:
+        """A cache of the prompts' per-layer keys and values ([1, heads, n, d] each) after their
+        first `skip` columns, LEFT-padded to the longest, and which of its columns are real."""
         from transformers import DynamicCache
 
-        lengths = [layers[0][0].shape[2] for layers in prompts]
+        lengths = [layers[0][0].shape[2] - skip for layers in prompts]
         longest = max(lengths)
         real = np.zeros((len(prompts), longest), dtype=bool)
         for i, n in enumerate(lengths):
@@ -622,8 +657,8 @@ class SharedPromptCache:
             v = v0.new_zeros((len(prompts), v0.shape[1], longest, v0.shape[3]))
             for i, layers in enumerate(prompts):
                 n = lengths[i]
-                k[i, :, longest - n:] = layers[layer][0][0]
-                v[i, :, longest - n:] = layers[layer][1][0]
+                k[i, :, longest - n:] = layers[layer][0][0, :, skip:]
+                v[i, :, longest - n:] = layers[layer][1][0, :, skip:]
             cache.update(k, v, layer)
         return cache, real
 
@@ -687,12 +722,20 @@ class SharedPromptCache:
         self.entry_of = new_index[self.entry_of]
         self.num_entries = len(entries)
 
+    def reserve(self, columns: int) -> None:
+        """Make room for `columns` more columns per entry, so that `extend` writes its columns in
+        place rather than copying the cache each time (agents/kv_cache.py; generation only)."""
+        from agents.kv_cache import reserve_columns
+
+        reserve_columns(self.past, columns)
+
     def extend(self, tokens: np.ndarray, owner: np.ndarray, positions: np.ndarray) -> torch.Tensor:
         """Append K columns per entry: tokens [E, K] of the rows in slots `owner` [E, K] (-2 for
         padding), at `positions` [E, K]; returns their hidden states [E, K, H]."""
         mask = self._mask(self.owner, owner)
+        prefix = {} if self.prefix is None else {"shared_prefix": self.prefix}
         hidden, self.past = self.model.trunk(torch.from_numpy(tokens), mask, self.past, torch.from_numpy(positions),
-                                             use_cache=True)
+                                             use_cache=True, **prefix)
         self.owner = np.concatenate([self.owner, owner], axis=1)
         return hidden
 

@@ -10,8 +10,10 @@ stopping at the tokenizer's end-of-turn token. The figure counts the tokens each
 streams), so their lengths differ by chance, which the repeats average out.
 
 (a) Ludus: `agents.lm.LMPolicy.generate` — one batch, KV cache, the shared prompt prefix and each
-    distinct prompt read once (`agents.lm.SharedPromptCache`), finished rows adding no more
-    columns and leaving the cache with their entry, sampling with the caller's Generator;
+    distinct prompt read once (`agents.lm.SharedPromptCache`), the prefix held once and read by
+    all rows' queries together (agents/kv_cache.py), new columns written in place, finished rows
+    adding no more columns and leaving the cache with their entry, sampling with the caller's
+    Generator;
 (b) Hugging Face: `model.generate(do_sample=True, top_k=0, top_p=1.0)` on the same left-padded
     batch with its attention mask (KV cache on, every prompt read in full, finished rows padded
     until the last one stops).

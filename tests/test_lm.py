@@ -267,3 +267,59 @@ def test_load_local_hf_model_offline_with_tokenizer(model, tmp_path):
         load_hf_causal_lm(tmp_path / "pickled")
     with pytest.raises(LMError, match="no model directory"):
         load_hf_causal_lm(tmp_path / "missing")
+
+
+def test_reserved_cache_layer_appends_like_a_dynamic_one():
+    """agents/kv_cache.py: appends written in place (within the reserve and beyond it), batch
+    selection and repetition give the tensors `DynamicLayer`'s concatenation gives; reading with
+    gradients through it is refused (a later append would overwrite what autograd saved)."""
+    from transformers.cache_utils import DynamicLayer
+
+    from agents.kv_cache import ReservedLayer
+
+    gen = torch.Generator().manual_seed(0)
+    def states(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = plain.keys.shape[0] if plain.is_initialized else 3
+        return torch.randn(batch, 2, n, 4, generator=gen), torch.randn(batch, 2, n, 4, generator=gen)
+
+    plain = DynamicLayer()
+    plain.update(*states(5))
+    reserved = ReservedLayer(plain.keys, plain.values, reserve=3)
+    for step, n in enumerate([1, 2, 1, 4, 1]):  # 9 columns: past the reserve of 3, so it grows
+        new = states(n)
+        expected, got = plain.update(*new), reserved.update(*new)
+        for a, b in zip(expected, got):
+            assert torch.equal(a, b)
+        assert reserved.get_seq_length() == plain.get_seq_length()
+        if step == 2:
+            for layer in (plain, reserved):
+                layer.batch_select_indices(torch.tensor([2, 0]))
+        if step == 3:
+            for layer in (plain, reserved):
+                layer.batch_repeat_interleave(2)
+    assert torch.equal(reserved.keys, plain.keys) and torch.equal(reserved.values, plain.values)
+    with pytest.raises(RuntimeError, match="generation only"):
+        reserved.update(torch.randn(4, 2, 1, 4, requires_grad=True), torch.randn(4, 2, 1, 4))
+
+
+def test_attention_over_a_shared_prefix_equals_attention_over_each_rows_copy():
+    """agents/kv_cache.py: one copy of the prefix read by every row's queries, merged with each
+    row's own masked columns, equals SDPA over the prefix copied into every row (grouped-query
+    heads, several query columns, a mask that hides some own columns)."""
+    from agents.kv_cache import shared_prefix_attention
+
+    gen = torch.Generator().manual_seed(1)
+    rows, heads, kv_heads, queries, own, prefix, dim = 3, 6, 2, 4, 7, 5, 8
+    query = torch.randn(rows, heads, queries, dim, generator=gen)
+    key, value = (torch.randn(rows, kv_heads, own, dim, generator=gen) for _ in range(2))
+    prefix_kv = [tuple(torch.randn(1, kv_heads, prefix, dim, generator=gen) for _ in range(2))]
+    sees = torch.rand(rows, 1, queries, own, generator=gen) < 0.6
+    layer = type("Layer", (), {"layer_idx": 0, "num_key_value_groups": heads // kv_heads})()
+    got, _ = shared_prefix_attention(layer, query, key, value, sees, scaling=0.3, shared_prefix=prefix_kv)
+
+    full_key = torch.cat([prefix_kv[0][0].expand(rows, -1, -1, -1), key], dim=2).repeat_interleave(3, dim=1)
+    full_value = torch.cat([prefix_kv[0][1].expand(rows, -1, -1, -1), value], dim=2).repeat_interleave(3, dim=1)
+    full_mask = torch.cat([torch.ones(rows, 1, queries, prefix, dtype=torch.bool), sees], dim=3)
+    expected = torch.nn.functional.scaled_dot_product_attention(query, full_key, full_value, attn_mask=full_mask,
+                                                                scale=0.3)
+    torch.testing.assert_close(got, expected.transpose(1, 2), atol=1e-6, rtol=1e-5)
