@@ -1,15 +1,17 @@
-"""A KV cache layer that appends in place, for generation.
+"""KV caches for generation: columns appended in place, and a prefix that every row shares held once.
 
 Hugging Face's `DynamicLayer` appends a decode step's keys and values with `torch.cat`, which
 copies the whole layer every step: on SmolLM2-135M with 32 rows of ~260 columns that copying was
-~20% of a rollout's time here (benchmarks/llm_rollout.py, profiled). `ReservedLayer` keeps the
-keys and values at the front of buffers with room for the columns still to come (a decode step
-knows how many: at most one per row per new token), so an append writes only the new columns, as
-the static caches of vLLM and Hugging Face's `StaticCache` do, while the layer still exposes the
-exact [batch, heads, columns, dim] tensors that attention reads (views of the buffers).
+9% of a rollout's time under torch's profiler (benchmarks/llm_rollout.py). `ReservedLayer` keeps
+the keys and values at the front of buffers with room for the columns still to come (a decode
+step knows how many: at most one per row per new token), so an append writes only the new
+columns, as the static caches of vLLM and Hugging Face's `StaticCache` do, while the layer still
+exposes the exact [batch, heads, columns, dim] tensors that attention reads (views of the
+buffers). For generation only (`torch.inference_mode`): a later append writes into the buffer
+that earlier returned views share, which autograd would (rightly) refuse for tensors it saved.
 
-For generation only (`torch.inference_mode`): a later append writes into the buffer that earlier
-returned views share, which autograd would (rightly) refuse for tensors it saved.
+`shared_prefix_attention` reads a prefix common to all rows (a game's rules) from one copy
+instead of one per row (below).
 """
 
 from __future__ import annotations
