@@ -278,11 +278,12 @@ def test_reserved_cache_layer_appends_like_a_dynamic_one():
     from agents.kv_cache import ReservedLayer
 
     gen = torch.Generator().manual_seed(0)
+    plain = DynamicLayer()
+
     def states(n: int) -> tuple[torch.Tensor, torch.Tensor]:
         batch = plain.keys.shape[0] if plain.is_initialized else 3
         return torch.randn(batch, 2, n, 4, generator=gen), torch.randn(batch, 2, n, 4, generator=gen)
 
-    plain = DynamicLayer()
     plain.update(*states(5))
     reserved = ReservedLayer(plain.keys, plain.values, reserve=3)
     for step, n in enumerate([1, 2, 1, 4, 1]):  # 9 columns: past the reserve of 3, so it grows
