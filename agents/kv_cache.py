@@ -16,6 +16,9 @@ instead of one per row (below).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 from transformers.cache_utils import DynamicLayer
 
@@ -140,19 +143,16 @@ def shared_prefix_attention(module, query: torch.Tensor, key: torch.Tensor, valu
     return out.transpose(1, 2).contiguous(), None
 
 
-class attention_over_shared_prefix:
+@contextmanager
+def attention_over_shared_prefix(model) -> Iterator[None]:
     """Within this context `model` (a transformers model) attends with `shared_prefix_attention`;
     its own attention implementation is restored on exit."""
-
-    def __init__(self, model):
-        self.config = model.config
-
-    def __enter__(self) -> None:
-        self.saved = self.config._attn_implementation
-        self.config._attn_implementation = SHARED_PREFIX_ATTENTION
-
-    def __exit__(self, *exc) -> None:
-        self.config._attn_implementation = self.saved
+    saved = model.config._attn_implementation
+    model.config._attn_implementation = SHARED_PREFIX_ATTENTION
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = saved
 
 
 def _register() -> None:
