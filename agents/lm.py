@@ -27,6 +27,7 @@ for pretrained models, the tokenizer's JSON/text files: never pickle (`lm_state_
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -137,17 +138,15 @@ class LMWithValueHead(nn.Module):
         `shared_prefix`: per layer (keys, values) [1, kv heads, P, dim] of a prefix that every row
         continues, held once (agents/kv_cache.py `shared_prefix_attention`); `past_key_values` and
         a 4-D `attention_mask` then cover each row's own columns after it. Generation only."""
-        if shared_prefix is None:
-            out = self.lm.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                                     past_key_values=past_key_values, position_ids=position_ids,
-                                     use_cache=use_cache)
-        else:
+        extra, attention = {}, contextlib.nullcontext()
+        if shared_prefix is not None:
             from agents.kv_cache import attention_over_shared_prefix
 
-            with attention_over_shared_prefix(self.lm):
-                out = self.lm.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                                         past_key_values=past_key_values, position_ids=position_ids,
-                                         use_cache=use_cache, shared_prefix=shared_prefix)
+            extra, attention = {"shared_prefix": shared_prefix}, attention_over_shared_prefix(self.lm)
+        with attention:
+            out = self.lm.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                     past_key_values=past_key_values, position_ids=position_ids,
+                                     use_cache=use_cache, **extra)
         return out.last_hidden_state, (out.past_key_values if use_cache else None)
 
     def heads(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -556,7 +555,7 @@ class SharedPromptCache:
             past, hidden_last, real, self.prefix = self._read(model, distinct, share, prefix_once and share)
         else:
             past, hidden_last, real, self.prefix = self._read_with_store(model, distinct, store, prefix_once)
-        self.prefix_length = 0 if self.prefix is None else int(self.prefix[0][0].shape[2])
+        prefix_length = 0 if self.prefix is None else int(self.prefix[0][0].shape[2])
         count = len(distinct)
         owner = np.where(real, -1, -2)
         to_entries = torch.from_numpy(np.array(entry_prompt, dtype=np.int64))
@@ -566,8 +565,17 @@ class SharedPromptCache:
         self.owner = owner[entry_prompt]
         self.prompt_hidden = hidden_last[to_entries]
         """[entries, H] hidden state of each entry's last prompt token."""
-        self.prompt_length = real.sum(axis=1)[entry_prompt] + self.prefix_length
+        self.prompt_length = real.sum(axis=1)[entry_prompt] + prefix_length
         """[entries] real tokens of each entry's prompt."""
+
+    @staticmethod
+    def _shared_length(distinct: list[list[int]]) -> int:
+        """Leading tokens that all the distinct prompts share and that are read once for them (0
+        for a single prompt). Every prompt keeps at least one token after them: its last token's
+        hidden state gives its rows' first logits."""
+        if len(distinct) < 2:
+            return 0
+        return min(common_prefix_length(distinct), min(len(r) for r in distinct) - 1)
 
     @classmethod
     def _read(cls, model: "LMWithValueHead", distinct: list[list[int]], share: bool, prefix_once: bool = False
@@ -577,9 +585,7 @@ class SharedPromptCache:
         real [D, T]: which cache columns hold prompt tokens, the prefix's keys and values per
         layer if `prefix_once` holds them apart from the cache, else None)."""
         count = len(distinct)
-        # every distinct prompt keeps at least one token after the shared prefix: its last
-        # token's hidden state gives its rows' first logits
-        shared = min(common_prefix_length(distinct), min(len(r) for r in distinct) - 1) if share and count > 1 else 0
+        shared = cls._shared_length(distinct) if share else 0
         past, held = None, None
         if shared > 0:
             prefix = torch.tensor([distinct[0][:shared]], dtype=torch.int64)
@@ -631,11 +637,8 @@ class SharedPromptCache:
                 entries[i] = entry
         for i in missing:
             store.put(keys[i], *entries[i])
-        shared, held = 0, None
-        if prefix_once and len(distinct) > 1:
-            shared = min(common_prefix_length(distinct), min(len(r) for r in distinct) - 1)
-            if shared > 0:
-                held = [(k[:, :, :shared], v[:, :, :shared]) for k, v in entries[0][0]]
+        shared = cls._shared_length(distinct) if prefix_once else 0
+        held = [(k[:, :, :shared], v[:, :, :shared]) for k, v in entries[0][0]] if shared > 0 else None
         cache, real = cls._assemble([layers for layers, _ in entries], skip=shared)
         return cache, torch.stack([hidden for _, hidden in entries]), real, held
 
