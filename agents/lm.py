@@ -111,6 +111,15 @@ class LMWithValueHead(nn.Module):
     only.
     """
 
+    activation_tokens: int = 0
+    """Activated LoRA (agents/pretrained.py `LoRAConfig.activation_tokens`): the adapters act on a
+    prompt's last `activation_tokens` tokens and on what follows, the base alone on the rest. The
+    readers of prompts (`SharedPromptCache`, `LMPolicy.generate_naive`) honour it; 0: adapters
+    (if any) on every token."""
+    base_identity: Any = None
+    """What makes two models the same base function (agents/pretrained.py: its content hash, dtype
+    and device), so that they share the base's readings (`base_readings`); None: unknown."""
+
     def __init__(self, lm: nn.Module):
         super().__init__()
         self.lm = lm
@@ -310,6 +319,8 @@ class LMPolicy:
     def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
         """Next token of every row: sampled (one uniform per row from `rng`) or greedy."""
         obs = np.asarray(batch.obs)
+        if self.model.activation_tokens:
+            raise LMError("a model with activated adapters reads prompts through generate, not act")
         if obs.ndim != 2 or not np.issubdtype(obs.dtype, np.integer):
             raise ValueError(f"LMPolicy reads [N, L] integer token rows, got {obs.dtype} {obs.shape}")
         lengths = self.row_lengths(obs)
@@ -351,14 +362,15 @@ class LMPolicy:
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, rng: np.random.Generator,
                  stop_token: int | Sequence[int] | None, legal_mask_fn: LegalMaskFn | None = None,
                  greedy: bool = False, reuse_prefix: bool = True, temperature: float = 1.0,
-                 store: PromptStore | None = None) -> Generation:
+                 store: PromptStore | BaseReadings | None = None) -> Generation:
         """Continue every prompt by up to `max_new_tokens`, all rows in one batch per step.
 
         The prompts are read into a `SharedPromptCache`: with `reuse_prefix`, their common prefix
         (a game's rules) and each distinct prompt are read once, and every row's tokens are packed
         after its prompt; without, every row is read alone (the reference). Each step costs one
         token per row. A row stops after emitting `stop_token` (or any of several stop tokens) and
-        adds no more columns. `store`: prompts read by earlier calls with the same weights. Tokens are drawn from
+        adds no more columns. `store`: prompts read by earlier calls with the same weights (or, for
+        activated adapters, `BaseReadings`: the base's readings, for any weights). Tokens are drawn from
         softmax(logits / temperature); the log-probs returned are of that distribution.
         """
         rows = self._check_prompts(prompts, max_new_tokens)
@@ -411,10 +423,21 @@ class LMPolicy:
         rows = self._check_prompts(prompts, max_new_tokens)
         uniforms = None if greedy else rng.random((len(rows), max_new_tokens))
         out = _GenerationBuffers(len(rows), max_new_tokens, self.pad_id)
+        activated = self.model.activation_tokens
         with torch.inference_mode():
             for i, row in enumerate(rows):
-                hidden, past = self.model.trunk(torch.tensor([row], dtype=torch.int64), None, None, None,
-                                                use_cache=True)
+                past = None
+                if activated:  # the prompt before its activation tokens: the base's reading
+                    from agents.pretrained import adapter_disabled
+
+                    head = len(_split_activated(row, activated)[0])
+                    with adapter_disabled(self.model):
+                        _, past = self.model.trunk(torch.tensor([row[:head]]), None, None, torch.arange(head)[None],
+                                                   use_cache=True)
+                    row = row[head:]
+                start = 0 if past is None else past.get_seq_length()
+                hidden, past = self.model.trunk(torch.tensor([row], dtype=torch.int64), None, past,
+                                                torch.arange(start, start + len(row))[None], use_cache=True)
                 for step in range(max_new_tokens):
                     logits, values = self.model.heads(hidden[:, -1])
                     mask = None
@@ -425,7 +448,7 @@ class LMPolicy:
                     out.record(np.array([i]), step, tokens, log_probs, values.numpy())
                     if (stop_token is not None and tokens[0] == stop_token) or step == max_new_tokens - 1:
                         break
-                    position = torch.tensor([[len(row) + step]])
+                    position = torch.tensor([[start + len(row) + step]])
                     hidden, past = self.model.trunk(torch.from_numpy(tokens[:, None]), None, past, position,
                                                     use_cache=True)
         return out.freeze()
@@ -504,6 +527,99 @@ class PromptStore:
         self.bytes = 0
 
 
+class BaseReadings:
+    """The base model's keys and values of the prompts that activated adapters read, each the same
+    floats however it came to be read, kept for the whole run (LRU, bounded in bytes).
+
+    With activated adapters (`LMWithValueHead.activation_tokens`) a prompt up to its activation
+    tokens is read by the base alone, so its keys and values hold for every version of the
+    adapters, and a league asks the same positions iteration after iteration (tic-tac-toe's
+    openings, Kuhn poker's twelve states). A `PromptStore` must be emptied at every runner task
+    and learner update all the same, because a batched reading's rounding depends on what else is
+    in the batch, so a kept reading would differ in the last bits from the one a resumed run makes
+    afresh. Here every prompt is read alone, in blocks of `block` tokens, each block from its own
+    tokens and the keys and values of the blocks before it: always the same shapes, so the same
+    floats at any time and in any company (for the process's torch thread count), and a resumed run
+    computes exactly what was kept. A block is keyed by all the tokens up to its end (as vLLM's
+    prefix caching chains its block hashes), so prompts that begin alike (the rules) share theirs,
+    and an evicted block is simply read again.
+
+    Tensors are kept out of inference mode, so that a learner's gradient pass can read them."""
+
+    def __init__(self, capacity_mb: float = 3072.0, block: int = 64):
+        if block < 1:
+            raise ValueError(f"block must be >= 1, got {block}")
+        self.block = block
+        self.capacity_bytes = int(capacity_mb * 2**20)
+        self.bytes = 0
+        self.blocks: "OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]]" = OrderedDict()
+        self.computed = 0
+        """Blocks read by the model (the rest came from the store)."""
+
+    def read(self, model: "LMWithValueHead", prompt: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (keys, values) [1, kv heads, len(prompt), dim] of `prompt`, read by `model` as
+        the caller has it (the base alone: `SharedPromptCache` switches the adapters off)."""
+        tokens = tuple(int(t) for t in prompt)
+        blocks: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+        for start in range(0, len(tokens), self.block):
+            end = min(start + self.block, len(tokens))
+            layers = self.blocks.get(tokens[:end])
+            if layers is None:
+                layers = self._read_block(model, tokens[start:end], start, blocks)
+                self._put(tokens[:end], layers)
+            else:
+                self.blocks.move_to_end(tokens[:end])
+            blocks.append(layers)
+        return self._joined(blocks)
+
+    @staticmethod
+    def _joined(blocks: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(torch.cat([b[layer][0] for b in blocks], dim=2), torch.cat([b[layer][1] for b in blocks], dim=2))
+                for layer in range(len(blocks[0]))]
+
+    def _read_block(self, model: "LMWithValueHead", tokens: tuple[int, ...], start: int,
+                    before: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        from transformers import DynamicCache
+
+        self.computed += 1
+        with torch.inference_mode(False), torch.no_grad():
+            cache = None
+            if before:
+                cache = DynamicCache()
+                for layer, (keys, values) in enumerate(self._joined(before)):
+                    cache.update(keys, values, layer)
+            positions = torch.arange(start, start + len(tokens))[None]
+            _, past = model.trunk(torch.tensor([tokens], dtype=torch.int64), None, cache, positions, use_cache=True)
+            return [(layer.keys[:, :, start:].clone(), layer.values[:, :, start:].clone()) for layer in past.layers]
+
+    def _put(self, key: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.blocks[key] = layers
+        self.bytes += sum(k.nbytes + v.nbytes for k, v in layers)
+        while self.bytes > self.capacity_bytes and len(self.blocks) > 1:  # the newest stays
+            _, evicted = self.blocks.popitem(last=False)
+            self.bytes -= sum(k.nbytes + v.nbytes for k, v in evicted)
+
+
+_BASE_READINGS: dict[tuple[Any, int], BaseReadings] = {}
+
+
+def base_readings(model: "LMWithValueHead") -> BaseReadings:
+    """The `BaseReadings` of `model`'s base at this torch thread count (a reading is the same floats
+    for one thread count), shared by every model of the same base in the process
+    (`LMWithValueHead.base_identity`): a learner trains on the positions that the runners in its
+    process have just read for play, and frozen members share their base's. A model without an
+    identity has its own."""
+    threads = torch.get_num_threads()
+    if model.base_identity is None:
+        table, key = model.__dict__.setdefault("_ludus_base_readings", {}), (None, threads)
+    else:
+        table, key = _BASE_READINGS, (model.base_identity, threads)
+    readings = table.get(key)
+    if readings is None:
+        readings = table[key] = BaseReadings()
+    return readings
+
+
 class SharedPromptCache:
     """A KV cache in which rows that share a prompt share its keys and values.
 
@@ -526,12 +642,24 @@ class SharedPromptCache:
     exactly as if it were alone. Gradients flow through the shared prompt as if each row had its
     own copy (training reads responses this way). With a `store` (no gradients), prompts read
     before are taken from it and new ones are added to it.
+
+    Activated adapters (`LMWithValueHead.activation_tokens`, or `activated` per row: how many of
+    its last tokens the adapters read): each prompt is read by the base alone up to those tokens
+    (adapters off, no gradients: the store's readings then hold for every version of the
+    adapters), and they are then read as the rows' common columns with the adapters as the caller
+    has them, gradients flowing if enabled. Their prompts' readings then come from a `store` that
+    is a `BaseReadings` (kept for the run) or a `PromptStore`, or are read here.
     """
 
     def __init__(self, model: "LMWithValueHead", rows: Sequence[Sequence[int]], rows_per_entry: int | None = None,
-                 share: bool = True, store: PromptStore | None = None, prefix_once: bool = False):
+                 share: bool = True, store: PromptStore | BaseReadings | None = None, prefix_once: bool = False,
+                 activated: Sequence[int] | None = None):
         self.model = model
         batch = len(rows)
+        if activated is None:
+            activated = [getattr(model, "activation_tokens", 0)] * batch
+        if any(activated) and not all(activated):
+            raise LMError("a batch of prompts reads activated adapters on every row or on none")
         if share:
             index: dict[tuple[int, ...], int] = {}
             prompt_of = np.array([index.setdefault(tuple(r), len(index)) for r in rows], dtype=np.int64)
@@ -551,11 +679,31 @@ class SharedPromptCache:
                 self.slot_of[chunk] = np.arange(len(chunk))
                 entry_prompt.append(d)
         self.num_entries = len(entry_prompt)
-        if store is None:
-            past, hidden_last, real, self.prefix = self._read(model, distinct, share, prefix_once and share)
-        else:
-            past, hidden_last, real, self.prefix = self._read_with_store(model, distinct, store, prefix_once)
+        tails: list[list[int]] = []
+        with contextlib.ExitStack() as base_alone:
+            if activated[0]:
+                from agents.pretrained import adapter_disabled
+
+                count_of: dict[int, int] = {}
+                for d, n in zip(prompt_of.tolist(), activated):
+                    if count_of.setdefault(d, int(n)) != n:
+                        raise LMError("rows with the same prompt read it with different activation tokens")
+                split = [_split_activated(distinct[d], count_of[d]) for d in range(len(distinct))]
+                distinct, tails = [head for head, _ in split], [tail for _, tail in split]
+                base_alone.enter_context(torch.no_grad())
+                base_alone.enter_context(adapter_disabled(model))
+            if isinstance(store, BaseReadings):
+                if not tails:
+                    raise LMError("BaseReadings hold the prompts of activated adapters only (lora.activation_tokens)")
+                past, hidden_last, real, self.prefix = self._read_from_base_readings(model, distinct, store,
+                                                                                      prefix_once)
+            elif store is None:
+                past, hidden_last, real, self.prefix = self._read(model, distinct, share, prefix_once and share)
+            else:
+                past, hidden_last, real, self.prefix = self._read_with_store(model, distinct, store, prefix_once)
         prefix_length = 0 if self.prefix is None else int(self.prefix[0][0].shape[2])
+        if tails:
+            past, hidden_last, real = self._read_tails(model, past, real, self.prefix, tails)
         count = len(distinct)
         owner = np.where(real, -1, -2)
         to_entries = torch.from_numpy(np.array(entry_prompt, dtype=np.int64))
@@ -641,6 +789,40 @@ class SharedPromptCache:
         held = [(k[:, :, :shared], v[:, :, :shared]) for k, v in entries[0][0]] if shared > 0 else None
         cache, real = cls._assemble([layers for layers, _ in entries], skip=shared)
         return cache, torch.stack([hidden for _, hidden in entries]), real, held
+
+    @classmethod
+    def _read_from_base_readings(cls, model: "LMWithValueHead", heads: list[list[int]], readings: BaseReadings,
+                                 prefix_once: bool) -> tuple[Any, None, np.ndarray,
+                                                             list[tuple[torch.Tensor, torch.Tensor]] | None]:
+        """`_read` of prompts before their activation tokens, from `readings` (no last hidden state:
+        their activation tokens give it)."""
+        layers = [readings.read(model, head) for head in heads]
+        shared = cls._shared_length(heads) if prefix_once else 0
+        held = [(k[:, :, :shared], v[:, :, :shared]) for k, v in layers[0]] if shared > 0 else None
+        cache, real = cls._assemble(layers, skip=shared)
+        return cache, None, real, held
+
+    @classmethod
+    def _read_tails(cls, model: "LMWithValueHead", past: Any, real: np.ndarray,
+                    prefix: list[tuple[torch.Tensor, torch.Tensor]] | None, tails: list[list[int]]
+                    ) -> tuple[Any, torch.Tensor, np.ndarray]:
+        """Append each prompt's activation tokens (LEFT-padded, so that every prompt still ends in
+        the last column) after its base reading `past`; returns the cache, each prompt's last
+        hidden state and the real columns, as `_read` does."""
+        count, longest = len(tails), max(len(t) for t in tails)
+        ids = np.zeros((count, longest), dtype=np.int64)
+        owner = np.full((count, longest), -2, dtype=np.int64)
+        positions = np.zeros((count, longest), dtype=np.int64)
+        read = real.sum(axis=1) + (0 if prefix is None else int(prefix[0][0].shape[2]))
+        for i, tail in enumerate(tails):
+            ids[i, longest - len(tail):] = tail
+            owner[i, longest - len(tail):] = -1
+            positions[i, longest - len(tail):] = read[i] + np.arange(len(tail))
+        mask = cls._mask(np.where(real, -1, -2), owner)
+        extra = {} if prefix is None else {"shared_prefix": prefix}
+        hidden, past = model.trunk(torch.from_numpy(ids), mask, past, torch.from_numpy(positions), use_cache=True,
+                                   **extra)
+        return past, hidden[:, -1], np.concatenate([real, owner == -1], axis=1)
 
     @staticmethod
     def _assemble(prompts: list[list[tuple[torch.Tensor, torch.Tensor]]], skip: int = 0) -> tuple[Any, np.ndarray]:
@@ -743,6 +925,14 @@ class SharedPromptCache:
         return hidden
 
 
+def _split_activated(row: Sequence[int], activated: int) -> tuple[list[int], list[int]]:
+    """A prompt's part read by the base alone and its last `activated` tokens (read with the adapters)."""
+    if not 0 < activated < len(row):
+        raise LMError(f"a prompt of {len(row)} tokens cannot end in {activated} activation tokens: "
+                      f"lora.activation_tokens must be shorter than every prompt")
+    return list(row[:-activated]), list(row[-activated:])
+
+
 def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
     """Number of leading tokens all rows share."""
     first, n = rows[0], min(len(r) for r in rows)
@@ -790,6 +980,9 @@ class SplitTrunk:
     tests/test_text_games.py."""
 
     def __init__(self, model: LMWithValueHead, split: int):
+        if model.activation_tokens:
+            raise LMError("a trunk cut at a frozen layer reads every token with the adapters; activated "
+                          "adapters read the prompt without them (SharedPromptCache)")
         depth = len(model.lm.base_model.layers)
         if not 0 < split < depth:
             raise LMError(f"a trunk of {depth} layers is cut between layers 1 and {depth - 1}, not at {split}")

@@ -75,6 +75,14 @@ class LoRAConfig:
     trained, so a learner's backward pass stops at the lowest adapted layer: with 8 of SmolLM2's
     30 layers a 32-turn micro-batch's backward took 2.6 s instead of 10.3 s here (forward
     unchanged), the whole gradient pass 1.8x faster."""
+    activation_tokens: int = 0
+    """Activated LoRA (Greenewald et al. 2025, "Activated LoRA: Fine-tuned LLMs for Intrinsics"):
+    the adapters act only on the prompt's last `activation_tokens` tokens (the chat template's
+    generation prompt and any response prefix: SmolLM2's "assistant\n[" is 4 tokens) and
+    on the response; the rest of the prompt is read by the base alone. Its keys and values then
+    hold for every version of the adapters, so a prompt is read once, without gradients, however
+    often the adapters change (agents/lm.py `SharedPromptCache`), and a learner's step reads with
+    gradients only those few tokens and the response. 0: classic LoRA, adapters on every token."""
 
     def __post_init__(self) -> None:
         if self.rank < 1:
@@ -87,13 +95,18 @@ class LoRAConfig:
             raise LMError("lora.target_modules must name at least one module, e.g. q_proj")
         if self.layers is not None and self.layers < 1:
             raise LMError(f"lora.layers must be >= 1 (or null: every layer), got {self.layers}")
+        if self.activation_tokens < 0:
+            raise LMError(f"lora.activation_tokens must be >= 0 (0: adapters on every token), got "
+                          f"{self.activation_tokens}")
 
     def record(self) -> dict:
-        """The adapters as JSON, for snapshots: `layers` only when set, so that snapshots written
-        before it existed still name the same adapters."""
+        """The adapters as JSON, for snapshots: `layers` and `activation_tokens` only when set, so
+        that snapshots written before they existed still name the same adapters."""
         record = {**asdict(self), "target_modules": list(self.target_modules)}
         if self.layers is None:
             del record["layers"]
+        if not self.activation_tokens:
+            del record["activation_tokens"]
         return record
 
 
@@ -229,8 +242,11 @@ def load_pretrained_lm(config: PretrainedLMConfig = PretrainedLMConfig(), seed: 
         torch.nn.init.zeros_(model.value_head.bias)
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(_is_trained(name))
+    model.activation_tokens = config.lora.activation_tokens
     model.to(device=config.device, dtype=DTYPES[config.dtype])
-    return PretrainedLM(model.eval(), loaded.tokenizer, base_content_hash(directory), config)
+    base_hash = base_content_hash(directory)
+    model.base_identity = (base_hash, config.dtype, config.device)
+    return PretrainedLM(model.eval(), loaded.tokenizer, base_hash, config)
 
 
 @functools.lru_cache(maxsize=2)
@@ -259,19 +275,22 @@ def trained_state(model: LMWithValueHead) -> dict[str, torch.Tensor]:
 
 @contextlib.contextmanager
 def adapter_disabled(model: LMWithValueHead) -> Iterator[None]:
-    """Run the base model alone (the KL reference): every LoRA layer switched off, then back on."""
+    """Run the base model alone (the KL reference): every LoRA layer switched off, then back as it
+    was (so that contexts nest: activated adapters switch off for the prompt inside a reading that
+    may itself be the reference's)."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
     if not layers:
         raise LMError("this model has no adapters to disable")
+    were_disabled = [layer.disable_adapters for layer in layers]
     for layer in layers:
         layer.enable_adapters(False)
     try:
         yield
     finally:
-        for layer in layers:
-            layer.enable_adapters(True)
+        for layer, disabled in zip(layers, were_disabled):
+            layer.enable_adapters(not disabled)
 
 
 # ------------------------------------------------------------------------------ adapter snapshots

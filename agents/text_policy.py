@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from agents.lm import LMError, LMPolicy, LMWithValueHead, PromptStore
+from agents.lm import BaseReadings, LMError, LMPolicy, LMWithValueHead, PromptStore, base_readings
 from agents.policy import ActBatch, ActOutput, sample_legal_uniform
 from games.text import ParsedResponse, TextView, normal_answer, parse_response
 
@@ -185,10 +185,18 @@ class TextLMPolicy:
         self.stop_tokens = [self.stop_token] + (closing_bracket_tokens(tokenizer) if play.prompt.response_prefix else [])
         self.first_answer = bool(play.prompt.response_prefix)
         self.generator = LMPolicy(model, pad_id=self.stop_token)
-        self.prompts = PromptStore() if adapters is not None else None
+        # the prompts' readings by one set of adapters (a frozen snapshot's, or a runner copy's until
+        # its next weights), kept for one task; activated adapters read the base's instead, kept for
+        # the run (`readings`)
+        self.prompts = PromptStore() if adapters is not None and not model.activation_tokens else None
         self.last_turns: TextTurns | None = None
         self.counts = {"turns": 0, "first_valid": 0, "fallback": 0}
         """Turns played, turns whose first response counted, turns played by the random fallback."""
+
+    def readings(self) -> PromptStore | BaseReadings | None:
+        """Where prompts read before are found: with activated adapters the base's readings, shared
+        in the process and kept for the run (agents/lm.py `BaseReadings`), else `prompts`."""
+        return base_readings(self.model) if self.model.activation_tokens else self.prompts
 
     def activate(self) -> None:
         """Put this policy's adapters into the (shared) model before it computes anything."""
@@ -201,7 +209,8 @@ class TextLMPolicy:
             self.prompts.clear()
 
     def forget_readings(self) -> None:
-        """`agents.policy.KeepsReadings`: the runner starts every task with an empty prompt store."""
+        """`agents.policy.KeepsReadings`: the runner starts every task with an empty prompt store
+        (the base's readings of activated adapters are the same floats however read: kept)."""
         self.weights_changed()
 
     def action_probabilities(self, batch: ActBatch) -> np.ndarray:
@@ -230,7 +239,7 @@ class TextLMPolicy:
 
     def _generate(self, prompts: list[list[int]], rng: np.random.Generator, greedy: bool):
         gen = self.generator.generate(prompts, self.play.max_new_tokens, rng, stop_token=self.stop_tokens,
-                                      greedy=greedy, temperature=self.play.temperature, store=self.prompts)
+                                      greedy=greedy, temperature=self.play.temperature, store=self.readings())
         return gen, [self.response_text(gen.row(i)) for i in range(len(prompts))]
 
     def act(self, batch: ActBatch, rng: np.random.Generator, greedy: bool = False) -> ActOutput:
@@ -376,11 +385,20 @@ def response_action_probabilities(policy: TextLMPolicy, obs: np.ndarray, seat: i
     probs = np.zeros(len(mask), dtype=np.float64)
     frontier: list[tuple[tuple[int, ...], str, float]] = [((), "", 1.0)]
 
+    # activated adapters read the prompt's activation tokens and the response so far; the rest, the
+    # base's reading, is read once for every step (the policy's store)
+    activated = policy.model.activation_tokens
     with torch.inference_mode():
         for step in range(policy.play.max_new_tokens):
             if not frontier:
                 break
-            hidden = SharedPromptCache(policy.model, [prompt + list(node) for node, _, _ in frontier]).prompt_hidden
+            rows = [prompt + list(node) for node, _, _ in frontier]
+            if activated:
+                cache = SharedPromptCache(policy.model, rows, store=policy.readings(),
+                                          activated=[activated + len(node) for node, _, _ in frontier])
+            else:
+                cache = SharedPromptCache(policy.model, rows)
+            hidden = cache.prompt_hidden
             logits, _ = policy.model.heads(hidden)
             log_pi = torch.log_softmax(logits.float() / policy.play.temperature, dim=-1)[:, torch.from_numpy(candidates)]
             token_probs = log_pi.exp().double().numpy()

@@ -27,7 +27,10 @@ same prompt (in Kuhn poker most of a batch: 12 positions, a few answers each) ar
 turns, not all of them. Micro-batches accumulate gradients into one optimizer step per minibatch
 (`TorchAdam.apply`), so memory is bounded by `micro_batch_size`. With adapters in the top layers
 only (`LoRAConfig.layers`), the reference and the policy are the same function below them: those
-layers are read once per micro-batch for both (`SplitTrunk`).
+layers are read once per micro-batch for both (`SplitTrunk`). With activated adapters
+(`LoRAConfig.activation_tokens`), a prompt up to its activation tokens is the base's, read once per
+run for the runners and the learner alike (agents/lm.py `BaseReadings`), and only the activation
+tokens and the response are read with gradients.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from typing import Any, Literal, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from agents.lm import LMWithValueHead, PromptStore, SharedPromptCache, SplitTrunk, frozen_lower_layers
+from agents.lm import (BaseReadings, LMWithValueHead, PromptStore, SharedPromptCache, SplitTrunk, base_readings,
+                       frozen_lower_layers)
 from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms
 from agents.pretrained import adapter_disabled, adapter_parameters
 
@@ -181,7 +185,8 @@ class ResponseReading(NamedTuple):
 
 
 def response_log_probs(model: LMWithValueHead | Any, prompts: Sequence[Sequence[int]],
-                       responses: Sequence[Sequence[int]], temperature: float, store: PromptStore | None = None
+                       responses: Sequence[Sequence[int]], temperature: float,
+                       store: PromptStore | BaseReadings | None = None
                        ) -> ResponseReading:
     """Log-probs of each response token given its prompt, and the entropy of each of those
     distributions, under softmax(logits / temperature), and each prompt's last hidden state (what
@@ -205,12 +210,15 @@ def response_log_probs(model: LMWithValueHead | Any, prompts: Sequence[Sequence[
 
 
 def read_responses(model: LMWithValueHead | Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                   store: PromptStore | None = None) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+                   store: PromptStore | BaseReadings | None = None) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     """The trunk's hidden state [B, W, H] from which each response token is predicted (the
     prompt's last one for the first token), the responses right-padded [B, W] and their lengths
     [B]: the trunk calls of `response_log_probs`, without the heads."""
     batch = len(prompts)
-    cache = SharedPromptCache(model, [list(p) for p in prompts], store=store)
+    # activated adapters: the prompts' common prefix (the base's, without gradients) is held once and
+    # read by every row's queries together, as generation reads it (agents/kv_cache.py)
+    cache = SharedPromptCache(model, [list(p) for p in prompts], store=store,
+                              prefix_once=bool(getattr(model, "activation_tokens", 0)))
     lengths = np.array([len(r) for r in responses])
     width = int(lengths.max())
     tokens = np.zeros((batch, width), dtype=np.int64)
@@ -325,11 +333,14 @@ class TextPPOLearner:
         self.value_backend = TorchAdam(model.value_head.parameters(), config.value_learning_rate, config.adam_eps,
                                        max_grad_norm=float("inf"), fused=False)
         self.baselines = np.zeros(num_roles, dtype=np.float64)
-        # the base's readings of the prompts an update repeats (Kuhn poker's twelve positions)
+        # the base's readings of the prompts an update repeats (Kuhn poker's twelve positions; with
+        # activated adapters, `base_readings` instead)
         self.reference_prompts = PromptStore(capacity_mb=512)
-        # below the lowest adapted layer, the reference and the policy are the same function
+        # below the lowest adapted layer, the reference and the policy are the same function (with
+        # activated adapters, the prompts before their activation tokens: `base_readings`)
         frozen = frozen_lower_layers(model)
-        self.frozen_layers = frozen if 0 < frozen < len(model.lm.base_model.layers) else 0
+        self.frozen_layers = (frozen if 0 < frozen < len(model.lm.base_model.layers) and not model.activation_tokens
+                              else 0)
         self.rng = np.random.default_rng(seed)
         self.updates = 0
 
@@ -406,17 +417,23 @@ class TextPPOLearner:
                     ) -> tuple[dict[str, float], torch.Tensor]:
         prompts, responses, pair_of_row = distinct_turns([batch.prompts[i] for i in rows],
                                                          [batch.responses[i] for i in rows])
+        policy_store = None
         if self.frozen_layers:
             # adapters in the top layers only: the layers below are read once for both readings
             trunk = SplitTrunk(self.model, self.frozen_layers)
             read_responses(trunk.below(), prompts, responses)
             policy_model, reference_model, store = trunk.above(), trunk.above(), None
+        elif self.model.activation_tokens:
+            # activated adapters: both readings continue the base's readings of the prompts, kept for
+            # the run and shared with the runners in this process (agents/lm.py `BaseReadings`)
+            policy_model, reference_model, store = self.model, self.model, base_readings(self.model)
+            policy_store = store
         else:
             policy_model, reference_model, store = self.model, self.model, self.reference_prompts
         with torch.no_grad(), adapter_disabled(self.model):
             reference = response_log_probs(reference_model, prompts, responses, self.temperature,
                                            store=store).log_probs[pair_of_row]
-        reading = response_log_probs(policy_model, prompts, responses, self.temperature)
+        reading = response_log_probs(policy_model, prompts, responses, self.temperature, store=policy_store)
         log_probs, entropy, mask, features, first_log_pi = (part[pair_of_row] for part in reading)
         width = log_probs.shape[1]
         behaviour = torch.zeros((len(rows), width))

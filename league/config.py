@@ -587,9 +587,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         # 92 -> 50-70 s of learning per iteration) and an iteration's ~530 turns make ~8 Adam steps
         # of 64 turns, not one of 512 (docs/llm.md has the runs, three seeds); temperature 0.5 plays the
         # learnt preferences more sharply than 0.7.
-        "text_lm": {"model": {"lora": {"layers": 8}},
+        "text_lm": {"model": {"lora": {"rank": 16, "alpha": 32.0, "activation_tokens": 4,
+                                       "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                          "gate_proj", "up_proj", "down_proj"]}},
                     "play": {"max_new_tokens": 4, "temperature": 0.5},
-                    "ppo": {"learning_rate": 2e-4, "kl_coef": 0.02, "minibatch_size": 64, "micro_batch_size": 32}},
+                    "ppo": {"learning_rate": 5e-4, "kl_coef": 0.02, "baseline": "rae", "minibatch_size": 128,
+                            "micro_batch_size": 64}},
     },
     # The negotiation in plain English, one utterance per turn (games/negotiation_turns.py, the
     # English view in games/text.py): "[propose: 2 books, 1 hat, 0 balls]" or "[accept]". A

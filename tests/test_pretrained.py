@@ -172,3 +172,127 @@ def test_generation_reuses_the_chat_prefix_with_the_same_tokens(tiny_bases):
         np.testing.assert_allclose(reused.log_probs, plain.log_probs, atol=1e-4)
         if greedy:
             assert reused.lengths[0] <= 3  # row 0 stopped and left the batch
+
+
+def test_activated_adapters_read_the_prompt_with_the_base_alone(tiny_bases, tmp_path):
+    """Activated LoRA (`lora.activation_tokens`): the adapters read only the prompt's last tokens and
+    the response. Every reader (batched generation with and without a prompt store, the one-at-a-time
+    reference, the learner's reading, its KL reference) computes that same function; stored prompts
+    hold whatever the adapters become; snapshots record it."""
+    import numpy as np
+
+    from agents.lm import BaseReadings, LMPolicy, PromptStore, SharedPromptCache
+    from agents.text_ppo import response_log_probs
+
+    config = PretrainedLMConfig(base=str(tiny_bases[0]), lora=LoRAConfig(rank=4, alpha=8.0, activation_tokens=3))
+    lm = load_pretrained_lm(config, seed=3)
+    model = lm.model
+    assert model.activation_tokens == 3
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)
+    system = "You play tic-tac-toe. Answer with the number of a free cell."
+    rows = [lm.tokenizer(lm.tokenizer.apply_chat_template(
+        [{"role": "system", "content": system}, {"role": "user", "content": f"Board {i}: " + "x." * i}],
+        tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"] for i in range(5)]
+    rows.append(rows[2])
+
+    def by_hand(row: list[int], adapters_on_tail: bool = True) -> torch.Tensor:
+        """Logits after `row`: the base alone up to its last 3 tokens, then those with the adapters."""
+        with torch.no_grad():
+            with adapter_disabled(model):
+                _, past = model.trunk(torch.tensor([row[:-3]]), None, None, torch.arange(len(row) - 3)[None],
+                                      use_cache=True)
+            hidden, _ = model.trunk(torch.tensor([row[-3:]]), None, past, torch.arange(len(row) - 3, len(row))[None],
+                                    use_cache=True)
+            return model.heads(hidden[0, -1])[0]
+
+    with torch.no_grad():
+        cache = SharedPromptCache(model, rows)
+        logits = model.heads(cache.prompt_hidden[torch.from_numpy(cache.entry_of)])[0]
+        classic = model.heads(model.trunk(torch.tensor([rows[0]]))[0][0, -1])[0]
+    for i, row in enumerate(rows):
+        torch.testing.assert_close(logits[i], by_hand(row), atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(classic, logits[0], atol=1e-2)  # the adapters on every token: another function
+    with adapter_disabled(model), torch.no_grad():
+        base = model.heads(model.trunk(torch.tensor([rows[0]]))[0][0, -1])[0]
+    assert not torch.allclose(base, logits[0], atol=1e-2)  # the tail's adapters count
+
+    policy = LMPolicy(model, pad_id=lm.tokenizer.eos_token_id)
+    store, readings = PromptStore(), BaseReadings(block=16)
+    for greedy in (True, False):
+        naive = policy.generate_naive(rows, 6, np.random.default_rng(1), stop_token=None, greedy=greedy)
+        # the second time, every prompt comes from the store
+        for kept in (None, store, store, readings, readings):
+            batched = policy.generate(rows, 6, np.random.default_rng(1), stop_token=None, greedy=greedy, store=kept)
+            np.testing.assert_array_equal(batched.tokens, naive.tokens)
+            np.testing.assert_allclose(batched.log_probs, naive.log_probs, atol=1e-4)
+    # the base's readings are the same floats whatever was read before (so they outlive tasks and
+    # updates without breaking exact resume), and prompts that begin alike share their blocks
+    alone = BaseReadings(block=16)
+    with torch.no_grad(), adapter_disabled(model):
+        first = alone.read(model, rows[3][:-3])
+        assert all(torch.equal(a, b) for pair in zip(first, readings.read(model, rows[3][:-3]))
+                   for a, b in zip(*pair))
+        computed = alone.computed
+        alone.read(model, rows[4][:-3])
+        assert alone.computed < 2 * computed  # the rules' blocks came from the store
+        tight = BaseReadings(capacity_mb=1e-3, block=16)  # room for one block: every read evicts
+        again = tight.read(model, rows[3][:-3])
+        assert all(torch.equal(a, b) for pair in zip(first, again) for a, b in zip(*pair))
+        assert len(tight.blocks) == 1 and tight.bytes == sum(k.nbytes + v.nbytes for k, v in
+                                                             next(iter(tight.blocks.values())))
+
+    # the learner reads the same log-probs, with gradients into the adapters only through the tail
+    responses = [naive.row(i) for i in range(len(rows))]
+    reading = response_log_probs(model, rows, responses, temperature=1.0, store=PromptStore())
+    np.testing.assert_allclose(reading.log_probs.detach().numpy(), naive.log_probs, atol=1e-4)
+    adapters = [p for name, p in model.named_parameters() if "lora_" in name]
+    batched = torch.autograd.grad(reading.log_probs[reading.mask].sum(), adapters)
+    total = 0.0
+    for row, response in zip(rows, responses):  # one row at a time, read as `by_hand` reads it
+        with torch.no_grad(), adapter_disabled(model):
+            _, past = model.trunk(torch.tensor([row[:-3]]), None, None, torch.arange(len(row) - 3)[None],
+                                  use_cache=True)
+        read = row[-3:] + response[:-1]
+        hidden, _ = model.trunk(torch.tensor([read]), None, past, torch.arange(len(row) - 3, len(row) - 3 + len(read))[None],
+                                use_cache=True)
+        log_pi = torch.log_softmax(model.heads(hidden[0, 2:])[0], dim=-1)
+        total = total + log_pi[torch.arange(len(response)), torch.tensor(response)].sum()
+    for a, b in zip(batched, torch.autograd.grad(total, adapters)):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+    with torch.no_grad(), adapter_disabled(model):  # the KL reference: the base on every token
+        reference = response_log_probs(model, rows, responses, temperature=1.0, store=PromptStore())
+        plain = response_log_probs(model, rows, responses, temperature=1.0)
+    np.testing.assert_allclose(reference.log_probs.numpy(), plain.log_probs.numpy(), atol=1e-4)
+    assert not np.allclose(reference.log_probs.numpy(), reading.log_probs.detach().numpy(), atol=1e-3)
+
+    reading = response_log_probs(model, rows, responses, temperature=1.0, store=readings)
+    np.testing.assert_allclose(reading.log_probs.detach().numpy(), naive.log_probs, atol=1e-4)
+    reading.log_probs.sum().backward()  # the kept readings (read in inference mode) take a gradient pass
+
+    # a stored prompt is the base's reading: new adapters generate from it as from a fresh read
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)
+    fresh = policy.generate(rows, 6, np.random.default_rng(2), stop_token=None, greedy=True)
+    for kept in (store, readings):
+        again = policy.generate(rows, 6, np.random.default_rng(2), stop_token=None, greedy=True, store=kept)
+        np.testing.assert_array_equal(again.tokens, fresh.tokens)
+        np.testing.assert_allclose(again.log_probs, fresh.log_probs, atol=1e-4)
+
+    spec = registry.spec("tic_tac_toe")
+    save_adapter_snapshot(lm, spec, tmp_path / "activated")
+    assert read_manifest(tmp_path / "activated")[0].architecture["lora"]["activation_tokens"] == 3
+    loaded = load_adapter_snapshot(tmp_path / "activated", base=PretrainedLMConfig(base=str(tiny_bases[0])))
+    assert loaded.lm.model.activation_tokens == 3
+    with torch.no_grad():
+        again = SharedPromptCache(loaded.lm.model, rows[:1])
+        torch.testing.assert_close(loaded.lm.model.heads(again.prompt_hidden)[0][0], by_hand(rows[0]),
+                                   atol=1e-4, rtol=1e-4)
+    with pytest.raises(LMError, match="activation tokens"):
+        SharedPromptCache(model, [rows[0][:3]])
+    with pytest.raises(LMError, match="activation_tokens"):
+        LoRAConfig(activation_tokens=-1)

@@ -218,13 +218,26 @@ def test_a_later_turn_reads_only_what_it_adds_to_a_stored_prompt(tiny_lm):
     np.testing.assert_allclose(kept.values, alone.values, atol=1e-4)
 
 
-def test_exact_action_probabilities_match_sampling(tiny_lm):
+@pytest.fixture(scope="module")
+def activated_lm(tiny_bases):
+    """Activated adapters (read from "assistant\n[" on), nonzero so that they matter."""
+    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LoRAConfig(activation_tokens=4)), seed=3)
+    with torch.no_grad():
+        for name, p in lm.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(0))
+    return lm
+
+
+@pytest.mark.parametrize("activated", [False, True])
+def test_exact_action_probabilities_match_sampling(tiny_lm, activated_lm, activated):
     """The enumerated response distribution agrees with 1200 samples of the policy as it plays
     (a probability's standard error is at most 0.015: 0.05 is over three of them)."""
     game = registry.make(KUHN)
     game.reset(2)
     obs, mask = game.observation(0), game.legal_mask(0)
-    policy = _policy(tiny_lm, max_new_tokens=3, temperature=1.0, invalid=InvalidResponses(retries=1))
+    policy = _policy(activated_lm if activated else tiny_lm, max_new_tokens=3, temperature=1.0,
+                     invalid=InvalidResponses(retries=1))
     probs, invalid = response_action_probabilities(policy, obs, 0, mask)
     played = played_distribution(probs, invalid, mask, retries=1)
     assert played.sum() == pytest.approx(1.0)
@@ -482,11 +495,14 @@ def _league_config(base: Path, *extra: str):
                                           "text_lm.ppo.micro_batch_size=32", *extra])
 
 
-def test_llm_league_trains_rates_and_resumes_exactly(tiny_bases, tmp_path):
+@pytest.mark.parametrize("activation_tokens", [0, 4])
+def test_llm_league_trains_rates_and_resumes_exactly(tiny_bases, tmp_path, activation_tokens):
+    """Also with activated adapters, whose runners keep the base's prompt readings across weights."""
     from league.api import League
     from league.check import resumed_fingerprint, run_fingerprint
 
-    config = _league_config(tiny_bases[0], "snapshot_every_steps=20")
+    config = _league_config(tiny_bases[0], "snapshot_every_steps=20",
+                            f"text_lm.model.lora.activation_tokens={activation_tokens}")
     whole = League.create(config, tmp_path / "whole")
     whole.run()
     members = {m.player_id: m for m in whole.population.members()}
@@ -616,14 +632,16 @@ def test_smollm2_league_two_updates(smollm2_dir, tmp_path, learner):
     league.close()
 
 
-@pytest.mark.parametrize("baseline, all_actions", [("value", False), ("prompt", False), ("value", True)])
-def test_text_learner_passes_the_learner_checker(tiny_bases, baseline, all_actions):
+@pytest.mark.parametrize("baseline, all_actions, activation_tokens",
+                         [("value", False, 0), ("prompt", False, 0), ("value", True, 0), ("rae", False, 4)])
+def test_text_learner_passes_the_learner_checker(tiny_bases, baseline, all_actions, activation_tokens):
     """Save, restore into a fresh learner, same second batch: identical state and statistics."""
     from league.check import check_learner
 
     report = check_learner(_league_config(tiny_bases[0], "text_lm.ppo.learning_rate=2e-4",
                                           f"text_lm.ppo.baseline={baseline}", "text_lm.ppo.answer_entropy_coef=0.05",
-                                          f"text_lm.ppo.all_actions={str(all_actions).lower()}"))
+                                          f"text_lm.ppo.all_actions={str(all_actions).lower()}",
+                                          f"text_lm.model.lora.activation_tokens={activation_tokens}"))
     assert report.learner == "text_ppo" and report.tensors > 0 and report.rows > 0
 
 

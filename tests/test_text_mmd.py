@@ -81,14 +81,17 @@ def _mmd_config(base: Path, *extra: str):
                                           "log.progress=false", "text_lm.mmd.distill_steps=2", *extra])
 
 
-def test_mmd_moves_the_lm_table_towards_its_target(tiny_bases):
-    from agents.pretrained import PretrainedLMConfig
+@pytest.mark.parametrize("activation_tokens", [0, 4])
+def test_mmd_moves_the_lm_table_towards_its_target(tiny_bases, activation_tokens):
+    """Also with activated adapters (the table read from "assistant\n[" on)."""
+    from agents.pretrained import LoRAConfig, PretrainedLMConfig
     from games.registry import spec as game_spec
     from league.text_lm import TextMMDLeagueLearner
 
     config = _mmd_config(tiny_bases[0], "text_lm.mmd.distill_steps=6", "text_lm.mmd.learning_rate=3e-3",
-                         "text_lm.mmd.eta=3.0")
-    assert config.text_lm.model == PretrainedLMConfig(base=str(tiny_bases[0]))
+                         "text_lm.mmd.eta=3.0", f"text_lm.model.lora.activation_tokens={activation_tokens}")
+    assert config.text_lm.model == PretrainedLMConfig(base=str(tiny_bases[0]),
+                                                      lora=LoRAConfig(activation_tokens=activation_tokens))
     learner = TextMMDLeagueLearner(game_spec(KUHN), config, 0, seed=0, init_seed=1)
     before = learner.mmd.table()
     target = mmd_target(before, action_values(learner.game, before), learner.mmd.magnet, learner.states.masks,
