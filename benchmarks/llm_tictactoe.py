@@ -72,7 +72,7 @@ def main() -> None:
     for name, (score, low, high, legal) in (("trained", trained), ("base", base)):
         print(f"{name}: score {score:.3f} [{low:.3f}, {high:.3f}] over {2 * args.games} games, legal {legal:.4f}")
     print(f"{iterations} iterations in {trained_seconds:.0f} s of training (load {os.getloadavg()[0]:.1f})")
-    ok = trained[0] >= TARGET_SCORE and trained[3] >= TARGET_LEGAL
+    ok = trained[0] >= TARGET_SCORE and trained[3] >= TARGET_LEGAL and trained_seconds <= args.budget
     print(f"goal llm_tictactoe_vs_random: score {trained[0]:.3f}, legal {trained[3]:.4f} "
           f"(target {TARGET_SCORE}, {TARGET_LEGAL}) {'PASS' if ok else 'FAIL'}")
 

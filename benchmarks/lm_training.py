@@ -26,18 +26,20 @@ PROGRESS_KEYS = ("valid_response_rate", "mean_return", "kl_to_base", "table_expl
 
 def train_within(league, budget: float, label: str = "",
                  before_step: Callable[[float], None] | None = None) -> tuple[float, int]:
-    """Run `league.step()` while the next iteration fits `budget` seconds (judged by the last
-    iteration's time); returns (training seconds, iterations). `before_step(trained_seconds)`
+    """Run `league.step()` while the next iteration fits `budget` seconds; returns (training
+    seconds, iterations). The next iteration is expected to take up to 1.5 times the longest of the
+    last three (iterations vary: an LM's play slows when its answers turn invalid and are retried;
+    judged by the last one alone, a run once ended 3 s past its budget). `before_step(trained_seconds)`
     runs before each iteration with the training clock paused (measurements along the way)."""
     trained_seconds, iterations = 0.0, 0
-    last = 0.0
-    while trained_seconds + last <= budget:
+    recent: list[float] = []
+    while trained_seconds + 1.5 * max(recent[-3:], default=0.0) <= budget:
         if before_step is not None:
             before_step(trained_seconds)
         start = time.perf_counter()
         summary, _ = league.step()
-        last = time.perf_counter() - start
-        trained_seconds += last
+        recent.append(time.perf_counter() - start)
+        trained_seconds += recent[-1]
         iterations += 1
         losses = summary.losses.get("main", {})
         phases = " ".join(f"{k} {v:.1f}" for k, v in summary.phase_seconds.items() if v >= 0.1)

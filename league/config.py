@@ -580,13 +580,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_envs": 64, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
         "anchors": ["random", "base"],
         "roles": [{"name": "main", "kind": "main", "self_play": 0.3, "pfsp": 0.3, "uniform": 0.4}],
-        # every position is a distinct prompt (nothing shared between turns, unlike Kuhn's twelve),
-        # and a prompt read with gradients holds its activations: a micro-batch of 256 turns grew
-        # the process past 24 GB (killed); with 32 it peaked at ~10 GB. Learning is most of an
-        # iteration, so the adapters sit in the top 8 layers only (the backward pass stops there:
-        # 92 -> 50-70 s of learning per iteration) and an iteration's ~530 turns make ~8 Adam steps
-        # of 64 turns, not one of 512 (docs/llm.md has the runs, three seeds); temperature 0.5 plays the
-        # learnt preferences more sharply than 0.7.
+        # Activated LoRA (docs/llm.md): the adapters (rank 16 on every projection of all 30 layers)
+        # read only "assistant\n[" and the answer; the board is read by the base once per run
+        # (a position recurs from iteration to iteration), so an iteration's ~530 turns cost ~15-40 s
+        # of learning and ~30-100 s of play (the first iterations read most positions for the first
+        # time and retry invalid answers), against ~50-70 s of learning for the full-prompt LoRA's
+        # top 8 layers. Each iteration makes ~4 Adam steps of 128 turns at 5e-4 with SPIRAL's role
+        # baseline (as the activated-LoRA REINFORCE probe of docs/llm.md); temperature 0.5 plays
+        # the learnt preferences more sharply than 0.7.
         "text_lm": {"model": {"lora": {"rank": 16, "alpha": 32.0, "activation_tokens": 4,
                                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
                                                           "gate_proj", "up_proj", "down_proj"]}},
