@@ -198,7 +198,7 @@ def test_activated_adapters_read_the_prompt_with_the_base_alone(tiny_bases, tmp_
         tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"] for i in range(5)]
     rows.append(rows[2])
 
-    def by_hand(row: list[int], adapters_on_tail: bool = True) -> torch.Tensor:
+    def by_hand(row: list[int]) -> torch.Tensor:
         """Logits after `row`: the base alone up to its last 3 tokens, then those with the adapters."""
         with torch.no_grad():
             with adapter_disabled(model):
@@ -256,8 +256,8 @@ def test_activated_adapters_read_the_prompt_with_the_base_alone(tiny_bases, tmp_
             _, past = model.trunk(torch.tensor([row[:-3]]), None, None, torch.arange(len(row) - 3)[None],
                                   use_cache=True)
         read = row[-3:] + response[:-1]
-        hidden, _ = model.trunk(torch.tensor([read]), None, past, torch.arange(len(row) - 3, len(row) - 3 + len(read))[None],
-                                use_cache=True)
+        positions = torch.arange(len(row) - 3, len(row) - 3 + len(read))[None]
+        hidden, _ = model.trunk(torch.tensor([read]), None, past, positions, use_cache=True)
         log_pi = torch.log_softmax(model.heads(hidden[0, 2:])[0], dim=-1)
         total = total + log_pi[torch.arange(len(response)), torch.tensor(response)].sum()
     for a, b in zip(batched, torch.autograd.grad(total, adapters)):
