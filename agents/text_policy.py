@@ -393,11 +393,9 @@ def response_action_probabilities(policy: TextLMPolicy, obs: np.ndarray, seat: i
             if not frontier:
                 break
             rows = [prompt + list(node) for node, _, _ in frontier]
-            if activated:
-                cache = SharedPromptCache(policy.model, rows, store=policy.readings(),
-                                          activated=[activated + len(node) for node, _, _ in frontier])
-            else:
-                cache = SharedPromptCache(policy.model, rows)
+            counts = [activated + len(node) for node, _, _ in frontier] if activated else None
+            cache = SharedPromptCache(policy.model, rows, store=policy.readings() if activated else None,
+                                      activated=counts)
             hidden = cache.prompt_hidden
             logits, _ = policy.model.heads(hidden)
             log_pi = torch.log_softmax(logits.float() / policy.play.temperature, dim=-1)[:, torch.from_numpy(candidates)]
