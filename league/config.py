@@ -600,13 +600,17 @@ PRESETS: dict[str, dict[str, Any]] = {
     # proposal is ~12 tokens after the opening "[" (24 allowed: the base often adds "for me" or
     # more before closing); the random mover and the untrained base pin the scale. TrueSkill:
     # higher own score wins, equal scores draw. LoRA on the attention and MLP projections of the
-    # top 8 layers, 16-turn minibatches at 5e-4: an iteration of 32 matches takes 120-180 s here at
-    # first and 65-110 s once the answers are valid, so 30 minutes make 16-19 updates of ~8 Adam
-    # steps; valid first responses reach 0.91-0.99 by the seventh, 0.96-1.0 at the end (seeds 0-2).
+    # top 8 layers, 16-turn minibatches at 5e-4: an iteration of 32 matches took 120-180 s at first
+    # and 65-110 s once the answers were valid on the host of the first runs, so 30 minutes made
+    # 12-19 updates of ~8 Adam steps (on this 2-core AMD host 170-340 s: 7 updates); valid first
+    # responses reach 0.9-0.99 by the seventh (seeds 0-3).
     # (Attention-only adapters in every layer with 64-turn steps at 2e-4 made 2-3 updates of two or
     # three steps in 30 minutes and left the format half learnt; docs/llm.md has the runs.) Prompts
     # are ~300 tokens and all distinct: 16-turn micro-batches read with gradients in the top 8
-    # layers peak near 7 GB (32 turns through all 30 layers passed 24 GB).
+    # layers peak near 7 GB (32 turns through all 30 layers passed 24 GB). Advantages use SPIRAL's
+    # role baseline (RAE): every position is new, so the value head (a linear probe on the prompt)
+    # had little to go on; with it seed 0 gained +0.81 [+0.35, +1.27] over the base, with RAE
+    # +1.52 [+0.92, +2.12] after 7 iterations on a slower host (docs/llm.md).
     "llm_negotiation": {
         "game": "negotiation_turns", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 32,
         "torch_threads": 2, "runner_threads": 2,
@@ -616,7 +620,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "text_lm": {"model": {"lora": {"layers": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
                                                                        "gate_proj", "up_proj", "down_proj"]}},
                     "play": {"max_new_tokens": 24, "temperature": 0.7},
-                    "ppo": {"learning_rate": 5e-4, "kl_coef": 0.02, "minibatch_size": 16, "micro_batch_size": 16}},
+                    "ppo": {"learning_rate": 5e-4, "kl_coef": 0.02, "baseline": "rae", "minibatch_size": 16,
+                            "micro_batch_size": 16}},
     },
     # Dialogue (docs/reference.md §4, docs/dialogue.md): a tiny LM imitates dialogues among the
     # four scripted negotiators (a population of styles, as a human corpus is) for 1200 steps,
