@@ -602,7 +602,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # higher own score wins, equal scores draw. LoRA on the attention and MLP projections of the
     # top 8 layers, 16-turn minibatches at 5e-4: an iteration of 32 matches took 120-180 s at first
     # and 65-110 s once the answers were valid on the host of the first runs, so 30 minutes made
-    # 12-19 updates of ~8 Adam steps (on this 2-core AMD host 170-340 s: 7 updates); valid first
+    # 12-19 updates of ~8 Adam steps (on this 2-core AMD host 170-350 s: 5-7 updates); valid first
     # responses reach 0.9-0.99 by the seventh (seeds 0-3).
     # (Attention-only adapters in every layer with 64-turn steps at 2e-4 made 2-3 updates of two or
     # three steps in 30 minutes and left the format half learnt; docs/llm.md has the runs.) Prompts
@@ -610,7 +610,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # layers peak near 7 GB (32 turns through all 30 layers passed 24 GB). Advantages use SPIRAL's
     # role baseline (RAE): every position is new, so the value head (a linear probe on the prompt)
     # had little to go on; with it seed 0 gained +0.81 [+0.35, +1.27] over the base, with RAE
-    # +1.52 [+0.92, +2.12] after 7 iterations on a slower host (docs/llm.md).
+    # +1.52 [+0.92, +2.12] after 7 iterations on this slower host; seed 5 (new, 5 iterations)
+    # +0.70 [+0.09, +1.30] (docs/llm.md).
     "llm_negotiation": {
         "game": "negotiation_turns", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 32,
         "torch_threads": 2, "runner_threads": 2,
