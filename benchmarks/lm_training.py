@@ -24,27 +24,49 @@ PROGRESS_KEYS = ("valid_response_rate", "mean_return", "kl_to_base", "table_expl
 """Learner statistics printed after each iteration, where the learner reports them."""
 
 
+SHORT_ITERATION_FIXED_SHARE = 0.3
+"""Share of an iteration's time taken as independent of its number of matches when the last,
+shorter iteration is sized (a margin, since fewer matches batch fewer rows per forward pass)."""
+
+
 def train_within(league, budget: float, label: str = "",
                  before_step: Callable[[float], None] | None = None) -> tuple[float, int]:
     """Run `league.step()` while the next iteration fits `budget` seconds; returns (training
     seconds, iterations). The next iteration is expected to take up to 1.5 times the longest of the
     last three (iterations vary: an LM's play slows when its answers turn invalid and are retried;
-    judged by the last one alone, a run once ended 3 s past its budget). `before_step(trained_seconds)`
+    judged by the last one alone, a run once ended 3 s past its budget). When a full one would not
+    fit, a shorter one plays the training matches that fit by that estimate (its time taken as
+    `SHORT_ITERATION_FIXED_SHARE` of a full one plus the rest in proportion to its matches), if
+    that is at least a quarter of the config's; then training stops. A run past its budget all the
+    same exits with an error: its figure would not be the goal's. `before_step(trained_seconds)`
     runs before each iteration with the training clock paused (measurements along the way)."""
+    full, fixed = league.config.matches_per_iteration, SHORT_ITERATION_FIXED_SHARE
     trained_seconds, iterations = 0.0, 0
-    recent: list[float] = []
-    while trained_seconds + 1.5 * max(recent[-3:], default=0.0) <= budget:
+    recent: list[float] = []  # the iterations' times, a shorter one's scaled up to a full one's
+    while True:
+        expected = 1.5 * max(recent[-3:], default=0.0)
+        left = budget - trained_seconds
+        matches = None
+        if expected > left:
+            matches = int(full * (left / expected - fixed) / (1 - fixed))
+            if matches < max(1, full // 4):
+                break
         if before_step is not None:
             before_step(trained_seconds)
         start = time.perf_counter()
-        summary, _ = league.step()
-        recent.append(time.perf_counter() - start)
-        trained_seconds += recent[-1]
+        summary, _ = league.step(matches=matches)
+        seconds = time.perf_counter() - start
+        recent.append(seconds if matches is None else seconds / (fixed + (1 - fixed) * matches / full))
+        trained_seconds += seconds
         iterations += 1
         losses = summary.losses.get("main", {})
         phases = " ".join(f"{k} {v:.1f}" for k, v in summary.phase_seconds.items() if v >= 0.1)
         # text_ppo reports its turns; text_mmd its answer table (agents/text_mmd.py)
         shown = [(k, losses[k]) for k in PROGRESS_KEYS if k in losses]
-        print(f"{label}it {iterations} {trained_seconds:6.0f}s ({phases}) "
+        size = "" if matches is None else f"{matches} matches, "
+        print(f"{label}it {iterations} {trained_seconds:6.0f}s ({size}{phases}) "
               + " ".join(f"{k} {v:.3f}" for k, v in shown), flush=True)
+    if trained_seconds > budget:
+        raise SystemExit(f"training took {trained_seconds:.0f} s, past its budget of {budget:.0f} s: the goal "
+                         f"is not measured")
     return trained_seconds, iterations

@@ -154,15 +154,20 @@ class League:
 
     # ----------------------------------------------------------------------------- the loop
 
-    def step(self, pending: InFlight | None = None, prefetch: bool = False) -> tuple[IterationSummary, InFlight | None]:
+    def step(self, pending: InFlight | None = None, prefetch: bool = False,
+             matches: int | None = None) -> tuple[IterationSummary, InFlight | None]:
         """Run one iteration. With `prefetch` (async mode) the next iteration's tasks are submitted
-        before learning, so runners play them with the current (soon one version old) weights."""
+        before learning, so runners play them with the current (soon one version old) weights.
+        `matches`: this iteration's training matches, if not the config's `matches_per_iteration`
+        (a run on a wall clock ends with a shorter iteration: benchmarks/lm_training.py)."""
+        if matches is not None and pending is not None:
+            raise RunError("an iteration whose matches were planned already cannot be resized")
         clock = PhaseClock()
         if self.backend is None:
             self.backend = self._make_backend()
         if pending is None:
             with clock("matchmaking"):
-                tasks = self._plan(self.iteration)
+                tasks = self._plan(self.iteration, matches)
             with clock("play"):
                 pending = self._submit(tasks)
         with clock("play"):
@@ -250,10 +255,10 @@ class League:
         self.closing_rated = True
         self._checkpoint()
 
-    def _plan(self, iteration: int) -> list[PlayTask]:
+    def _plan(self, iteration: int, matches: int | None = None) -> list[PlayTask]:
         view = LeagueView(self.population, self.payoff, self.ratings,
                           {pid: learner.version for pid, learner in self.learners.items()})
-        plan = self.planner.plan(iteration, self.next_match_id, view, self.rng)
+        plan = self.planner.plan(iteration, self.next_match_id, view, self.rng, matches)
         self.next_match_id = plan.next_match_id
         return list(plan.tasks)
 

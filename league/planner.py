@@ -57,25 +57,32 @@ class Planner:
         """Read by PSRO's meta-game (the payoffs of frozen members are cached there)."""
         self.sides = list(spec.sides)
 
-    def plan(self, iteration: int, first_match_id: int, league: LeagueView, rng: np.random.Generator) -> Plan:
+    def plan(self, iteration: int, first_match_id: int, league: LeagueView, rng: np.random.Generator,
+             matches: int | None = None) -> Plan:
+        """An iteration's matches: `matches` training matches (default the config's
+        `matches_per_iteration`) and rating matches in the config's share of them."""
+        matches = self.config.matches_per_iteration if matches is None else matches
+        if matches < 1:
+            raise ValueError(f"an iteration plays at least one training match, not {matches}")
         ids = itertools.count(first_match_id)
-        assignments = self._training_matches(iteration, league, rng, ids)
-        assignments += self._rating_matches(league, rng, ids)
+        assignments = self._training_matches(iteration, matches, league, rng, ids)
+        assignments += self._rating_matches(matches, league, rng, ids)
         return Plan(iteration, self._shard(iteration, assignments, league), next(ids))
 
     def closing(self, iteration: int, first_match_id: int, league: LeagueView, rng: np.random.Generator) -> Plan:
         """The closing round after the last iteration: only rating matches (scheduled by rating
         uncertainty, so the snapshots frozen last, which no iteration has rated, play first)."""
         ids = itertools.count(first_match_id)
-        return Plan(iteration, self._shard(iteration, self._rating_matches(league, rng, ids), league), next(ids))
+        rating = self._rating_matches(self.config.matches_per_iteration, league, rng, ids)
+        return Plan(iteration, self._shard(iteration, rating, league), next(ids))
 
     # ------------------------------------------------------------------------------- training
 
-    def _training_matches(self, iteration: int, league: LeagueView, rng: np.random.Generator,
+    def _training_matches(self, iteration: int, matches: int, league: LeagueView, rng: np.random.Generator,
                           ids: Iterator[int]) -> list[MatchAssignment]:
         config, sides = self.config, self.sides
         shares = np.array([r.learner_share for r in config.roles])
-        counts = np.maximum(np.floor(config.matches_per_iteration * shares / shares.sum()).astype(int), 1)
+        counts = np.maximum(np.floor(matches * shares / shares.sum()).astype(int), 1)
         out: list[MatchAssignment] = []
         for role, count in zip(config.roles, counts.tolist()):
             mix = (MatchmakingMix(self_play=role.self_play, pfsp=role.pfsp, uniform=role.uniform,
@@ -152,12 +159,12 @@ class Planner:
 
     # ------------------------------------------------------------------------------- rating
 
-    def _rating_matches(self, league: LeagueView, rng: np.random.Generator,
+    def _rating_matches(self, training_matches: int, league: LeagueView, rng: np.random.Generator,
                         ids: Iterator[int]) -> list[MatchAssignment]:
         """Rating matches between frozen members: a `rating_share` of all games."""
         config, sides = self.config, self.sides
         frozen = [m.player_id for m in league.population.frozen()]
-        num_rating = int(round(config.matches_per_iteration * config.rating_share / (1 - config.rating_share)))
+        num_rating = int(round(training_matches * config.rating_share / (1 - config.rating_share)))
         if len(sides) < 2 or len(frozen) < 2 or num_rating <= 0:
             return []
         if len(sides) == 2:

@@ -116,6 +116,19 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     assert snapshot_ids(tmp_path / "split") == snapshot_ids(tmp_path / "full")
 
 
+def test_a_shorter_iteration_plays_the_training_matches_asked_and_its_rating_share(tmp_path):
+    league = League.create(small_config("rating_share=0.2"), tmp_path / "run")
+    try:
+        full, _ = league.step()
+        short, _ = league.step(matches=8)
+        with pytest.raises(ValueError, match="at least one training match"):
+            league.step(matches=0)
+    finally:
+        league.close()
+    assert (full.training_matches, full.rating_matches) == (24, 6)  # 0.2 of all games rate
+    assert (short.training_matches, short.rating_matches) == (8, 2)
+
+
 def test_async_mode_bounds_policy_lag(tmp_path):
     league = League.create(small_config("pipeline_depth=2", "max_policy_lag=1"), tmp_path / "run")
     try:
