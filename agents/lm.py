@@ -160,8 +160,10 @@ class LMWithValueHead(nn.Module):
 
     def heads(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [..., V], values [...]) from hidden states [..., H]."""
-        logits = self.lm.get_output_embeddings()(hidden)
-        values = self.value_head(hidden).squeeze(-1)
+        # float32 out whatever the trunk's dtype: sampling, log-probs and the value loss are read
+        # in float32 (the value head itself is float32: agents/pretrained.py)
+        logits = self.lm.get_output_embeddings()(hidden).float()
+        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
         return logits, values
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -117,7 +117,9 @@ class PretrainedLMConfig:
     base: str = "smollm2-135m-instruct"
     """A base model id (`BASE_MODELS`) or a local directory saved with save_pretrained."""
     dtype: str = "float32"
-    """Weights' dtype: float32 on a CPU; bfloat16 on a GPU."""
+    """The frozen base's weights' dtype (the adapters and value head are float32 whatever it is):
+    bfloat16 on a GPU or on a CPU with native bf16 dot products (AVX512-BF16, AMX), float32 on
+    other CPUs."""
     device: str = "cpu"
     """torch device: cpu here; cuda on a GPU."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
@@ -244,6 +246,13 @@ def load_pretrained_lm(config: PretrainedLMConfig = PretrainedLMConfig(), seed: 
         parameter.requires_grad_(_is_trained(name))
     model.activation_tokens = config.lora.activation_tokens
     model.to(device=config.device, dtype=DTYPES[config.dtype])
+    # The trained tensors stay float32 whatever the frozen base's dtype (as peft's
+    # `autocast_adapter_dtype` keeps them): bfloat16's 8-bit mantissa would round Adam's steps of
+    # ~lr x |weight| away, and they are a few MB. peft's LoRA layers cast their input to the
+    # adapters' dtype and their sum back to the base layer's.
+    for parameter in model.parameters():
+        if parameter.requires_grad:
+            parameter.data = parameter.data.float()
     base_hash = base_content_hash(directory)
     model.base_identity = (base_hash, config.dtype, config.device)
     return PretrainedLM(model.eval(), loaded.tokenizer, base_hash, config)

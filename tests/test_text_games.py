@@ -301,8 +301,13 @@ def test_repeated_turns_are_read_once_with_the_same_log_probs_and_gradients(tiny
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases):
-    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=0)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases, dtype):
+    """Also on a bfloat16 base, whose adapters and value head stay float32."""
+    lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), dtype=dtype), seed=0)
+    trained = [p for p in lm.model.parameters() if p.requires_grad]
+    assert trained and all(p.dtype == torch.float32 for p in trained)
+    assert lm.model.lm.get_output_embeddings().weight.dtype == getattr(torch, dtype)
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     batch, out, prompts, responses = _played_turns(_policy(lm, max_new_tokens=2), 32)
     first = out.responses[:, 0]
@@ -495,14 +500,15 @@ def _league_config(base: Path, *extra: str):
                                           "text_lm.ppo.micro_batch_size=32", *extra])
 
 
-@pytest.mark.parametrize("activation_tokens", [0, 4])
-def test_llm_league_trains_rates_and_resumes_exactly(tiny_bases, tmp_path, activation_tokens):
-    """Also with activated adapters, whose runners keep the base's prompt readings across weights."""
+@pytest.mark.parametrize("activation_tokens, dtype", [(0, "float32"), (4, "float32"), (0, "bfloat16")])
+def test_llm_league_trains_rates_and_resumes_exactly(tiny_bases, tmp_path, activation_tokens, dtype):
+    """Also with activated adapters, whose runners keep the base's prompt readings across weights,
+    and on a bfloat16 base."""
     from league.api import League
     from league.check import resumed_fingerprint, run_fingerprint
 
     config = _league_config(tiny_bases[0], "snapshot_every_steps=20",
-                            f"text_lm.model.lora.activation_tokens={activation_tokens}")
+                            f"text_lm.model.lora.activation_tokens={activation_tokens}", f"text_lm.model.dtype={dtype}")
     whole = League.create(config, tmp_path / "whole")
     whole.run()
     members = {m.player_id: m for m in whole.population.members()}
