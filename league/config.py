@@ -611,18 +611,17 @@ PRESETS: dict[str, dict[str, Any]] = {
     # role baseline (RAE): every position is new, so the value head (a linear probe on the prompt)
     # had little to go on; with it seed 0 gained +0.81 [+0.35, +1.27] over the base, with RAE
     # +1.52 [+0.92, +2.12] after 7 iterations on this slower host; seed 5 (new, 5 iterations)
-    # +0.70 [+0.09, +1.30] (docs/llm.md). The frozen base runs in bfloat16 (the adapters and value
-    # head stay float32): this CPU's AVX512-BF16 dot products play and learn an iteration in about
-    # half the time (seed 5's first: 165 s against 310 s in float32), so 30 minutes make twice the
-    # updates. On a CPU without native bf16 dot products set text_lm.model.dtype=float32.
+    # +0.70 [+0.09, +1.30] (docs/llm.md). The base stays float32: in bfloat16 (text_lm.model.dtype,
+    # adapters still float32) this host's AVX512-BF16 plays and learns an iteration in about half
+    # the time (10-11 updates in 30 minutes), yet seeds 0 and 5 gained +0.69 and -0.36 over the base
+    # against +1.52 and +0.70 in float32.
     "llm_negotiation": {
         "game": "negotiation_turns", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 32,
         "torch_threads": 2, "runner_threads": 2,
         "num_envs": 32, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
         "anchors": ["random", "base"], "draw_probability": 0.15,
         "roles": [{"name": "main", "kind": "main", "self_play": 0.3, "pfsp": 0.3, "uniform": 0.4}],
-        "text_lm": {"model": {"dtype": "bfloat16",
-                              "lora": {"layers": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
+        "text_lm": {"model": {"lora": {"layers": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
                                                                        "gate_proj", "up_proj", "down_proj"]}},
                     "play": {"max_new_tokens": 24, "temperature": 0.7},
                     "ppo": {"learning_rate": 5e-4, "kl_coef": 0.02, "baseline": "rae", "minibatch_size": 16,
