@@ -118,8 +118,9 @@ class PretrainedLMConfig:
     """A base model id (`BASE_MODELS`) or a local directory saved with save_pretrained."""
     dtype: str = "float32"
     """The frozen base's weights' dtype (the adapters and value head are float32 whatever it is):
-    bfloat16 on a GPU or on a CPU with native bf16 dot products (AVX512-BF16, AMX), float32 on
-    other CPUs."""
+    bfloat16 on a GPU; float32 on a CPU (bfloat16 runs about twice as fast on one with native bf16
+    dot products, AVX512-BF16 or AMX, but the learner's reading no longer gives the behaviour
+    log-probs back exactly: docs/llm.md)."""
     device: str = "cpu"
     """torch device: cpu here; cuda on a GPU."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
