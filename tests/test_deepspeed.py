@@ -225,10 +225,11 @@ def test_token_ppo_learner_runs_on_deepspeed():
 # ------------------------------------------------------------------------------ text PPO (pretrained LMs)
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2])
-def test_text_ppo_learner_steps_like_torch_on_deepspeed(tiny_bases, stage):
+@pytest.mark.parametrize("stage, dtype", [(0, "float32"), (1, "float32"), (2, "float32"), (1, "bfloat16")])
+def test_text_ppo_learner_steps_like_torch_on_deepspeed(tiny_bases, stage, dtype):
     """The LM learner's adapters under DeepSpeed: minibatches of 12 turns in micro-batches of 5
-    (5 + 5 + 2: unmanaged accumulation, a short last micro-batch) take torch Adam's steps."""
+    (5 + 5 + 2: unmanaged accumulation, a short last micro-batch) take torch Adam's steps; also
+    float32 adapters on a bfloat16 base."""
     from agents.pretrained import PretrainedLMConfig, load_pretrained_lm, trained_state
     from agents.text_ppo import TextPPOConfig, TextPPOLearner, TurnBatch, response_log_probs
 
@@ -238,7 +239,7 @@ def test_text_ppo_learner_steps_like_torch_on_deepspeed(tiny_bases, stage):
     returns = rng.choice([-1.0, 1.0], size=24)
 
     def update(backend_config: LearnerBackendConfig):
-        lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=0)
+        lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), dtype=dtype), seed=0)
         with torch.no_grad():
             reading = response_log_probs(lm.model, list(prompts), list(responses), 1.0)
         behaviour = tuple(reading.log_probs[i, :len(r)].numpy().copy() for i, r in enumerate(responses))
