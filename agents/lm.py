@@ -160,11 +160,13 @@ class LMWithValueHead(nn.Module):
 
     def heads(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [..., V], values [...]) from hidden states [..., H]."""
-        # float32 out whatever the trunk's dtype: sampling, log-probs and the value loss are read
-        # in float32 (the value head itself is float32: agents/pretrained.py)
-        logits = self.lm.get_output_embeddings()(hidden).float()
-        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
-        return logits, values
+        # float32 out whatever the trunk's dtype: sampling and log-probs are read in float32
+        return self.lm.get_output_embeddings()(hidden).float(), self.values(hidden)
+
+    def values(self, hidden: torch.Tensor) -> torch.Tensor:
+        """values [...] from hidden states [..., H], in the value head's dtype (float32 on a
+        bfloat16 trunk too: agents/pretrained.py)."""
+        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 past_key_values: Any = None, position_ids: torch.Tensor | None = None,

@@ -179,7 +179,7 @@ class ResponseReading(NamedTuple):
     mask: torch.Tensor
     """[B, W] bool."""
     features: torch.Tensor
-    """[B, H] the prompt's last hidden state (what the value head reads), detached, float32."""
+    """[B, H] the prompt's last hidden state (what the value head reads), detached."""
     first_log_pi: torch.Tensor
     """[B, V] the distribution of the response's first token."""
 
@@ -205,7 +205,7 @@ def response_log_probs(model: LMWithValueHead | Any, prompts: Sequence[Sequence[
     mask_np = np.arange(width)[None, :] < lengths[:, None]
     # the value head reads the prompt's last hidden state without moving the trunk: a linear probe,
     # so that fitting the baseline never pulls on the adapters that write the text
-    return ResponseReading(chosen, categorical_entropy(log_pi), torch.from_numpy(mask_np), first[:, 0].detach().float(),
+    return ResponseReading(chosen, categorical_entropy(log_pi), torch.from_numpy(mask_np), first[:, 0].detach(),
                            log_pi[:, 0])
 
 
@@ -402,7 +402,7 @@ class TextPPOLearner:
         target = torch.from_numpy(returns).float()
 
         def loss() -> torch.Tensor:
-            return 0.5 * ((self.model.value_head(features).squeeze(-1) - target) ** 2).mean()
+            return 0.5 * ((self.model.values(features) - target) ** 2).mean()
 
         with torch.no_grad():
             before = float(loss())
