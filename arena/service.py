@@ -99,6 +99,10 @@ class ArenaService:
         self.thread: threading.Thread | None = None
         self.board = _Board()
         self._board_lock = threading.Lock()
+        # One rebuild at a time, so the last to start is the last to land: otherwise a rebuild the
+        # scheduler began before a withdrawal could finish after the withdrawal's own and put the
+        # withdrawn entrant back on the board.
+        self._rebuild_lock = threading.Lock()
         self._uploads: dict[str, collections.deque] = {}
         self._uploads_lock = threading.Lock()
         self.scheduler_error: str | None = None
@@ -136,18 +140,19 @@ class ArenaService:
 
     def refresh_board(self) -> None:
         """Rebuild the cached leaderboard JSON from the ledger (after each recorded match)."""
-        if not ledger_exists(self.arena.directory):
-            data = {"game": self.arena.game, "rows": [], "head_to_head": {"players": [], "games": [], "score": []},
-                    "recent": [], "total_matches": 0}
-        else:
-            with Store.open(self.arena.directory, mode="read") as store:
-                data = leaderboard_json(build_leaderboard(store, self.config.recent_matches))
-        data["scheduler"] = {"running": self.thread is not None and self.scheduler_error is None,
-                             "matches_recorded": self.scheduler.recorded, "error": self.scheduler_error}
-        data["updated_at"] = time.time()
-        payload = json.dumps(data, separators=(",", ":")).encode()
-        with self._board_lock:
-            self.board = _Board(payload, data["total_matches"], time.time())
+        with self._rebuild_lock:
+            if not ledger_exists(self.arena.directory):
+                data = {"game": self.arena.game, "rows": [], "head_to_head": {"players": [], "games": [], "score": []},
+                        "recent": [], "total_matches": 0}
+            else:
+                with Store.open(self.arena.directory, mode="read") as store:
+                    data = leaderboard_json(build_leaderboard(store, self.config.recent_matches))
+            data["scheduler"] = {"running": self.thread is not None and self.scheduler_error is None,
+                                 "matches_recorded": self.scheduler.recorded, "error": self.scheduler_error}
+            data["updated_at"] = time.time()
+            payload = json.dumps(data, separators=(",", ":")).encode()
+            with self._board_lock:
+                self.board = _Board(payload, data["total_matches"], time.time())
 
     def leaderboard(self) -> dict[str, Any]:
         with self._board_lock:
