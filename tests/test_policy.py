@@ -387,6 +387,42 @@ def test_a_stack_of_more_nets_serves_a_subset_of_them(monkeypatch):
     assert built == [3, 5, 2]
 
 
+def _cpu_has_avx512_core() -> bool:
+    """Whether this CPU has the AVX-512 subsets oneDNN's bf16 needs (BW, VL, DQ; torch's
+    `mkldnn_bf16_device_check`), from /proc/cpuinfo's flags: independent of `FusedActing.available`,
+    which the test below holds it to."""
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
+    return {"avx512bw", "avx512vl", "avx512dq"} <= set(flags)
+
+
+def _fused_acting_runs_here() -> None:
+    """The fused path's numerics need oneDNN's bf16, i.e. AVX-512; without it bf16 nets act
+    through their own forward, which test_bf16_nets_act_fused_exactly_where_the_cpu_can checks. The
+    skip is on tests/conftest.py's allowlist (a missing CPU feature, not a missing package)."""
+    if not _cpu_has_avx512_core():
+        pytest.skip("this CPU has no AVX-512: oneDNN has no bf16 here, bf16 nets act unfused")
+
+
+def test_bf16_nets_act_fused_exactly_where_the_cpu_can():
+    """FusedActing is available exactly where the CPU has AVX-512 (BW, VL, DQ); elsewhere a bf16
+    policy acts through the bf16 net's own forward, with the same logits and values."""
+    assert FusedActing.available() == _cpu_has_avx512_core()
+    if FusedActing.available():
+        return
+    net = _net(SPEC, NetConfig(hidden=(32, 32), activation="relu"))
+    policy = TorchPolicy(net, compute_values=True, dtype=torch.bfloat16)
+    assert not FusedActing.can_fuse(policy.acting_net()) and policy._acting_copy()[1] is None
+    batch = _batch(SPEC, 40, np.random.default_rng(3))
+    obs, mask = torch.from_numpy(batch.obs), torch.from_numpy(batch.mask)
+    with torch.inference_mode():
+        own_logits = policy.acting_net().policy_logits(obs, mask).float()
+        own_values = policy.acting_net().value(obs).float()
+        acted_logits, acted_values = policy.masked_logits(batch)
+    np.testing.assert_array_equal(acted_logits.numpy()[batch.mask], own_logits.numpy()[batch.mask])
+    np.testing.assert_array_equal(acted_values.numpy(), own_values.numpy())
+
+
 @pytest.mark.parametrize("config", [NetConfig(hidden=(32, 32), activation="relu", shared_trunk=True),
                                     NetConfig(hidden=(32, 32), activation="tanh"),
                                     NetConfig(hidden=(32,), activation="tanh", head="regret_matching")],
@@ -397,7 +433,7 @@ def test_bfloat16_nets_act_fused(config, with_values):
     as one product): the same logits and values as the bf16 net's own forward, exactly with relu
     (it commutes with rounding to bf16) and within bf16 rounding with tanh (applied before the
     rounding, not after), and the policy acts through it."""
-    assert FusedActing.available(), "this machine's torch has no oneDNN bf16: nets would act unfused"
+    _fused_acting_runs_here()
     net = _net(SPEC, config)
     with torch.no_grad():
         net.policy_head.weight.div_(30.0)
@@ -443,7 +479,8 @@ def test_a_bfloat16_policy_copies_and_pickles_after_acting():
 
 def test_only_bfloat16_mlp_nets_act_fused():
     plain = _net(SPEC, NetConfig(hidden=(32, 32)))
-    assert FusedActing.can_fuse(copy.deepcopy(plain).to(torch.bfloat16))
+    # a bf16 mlp net fuses wherever oneDNN has bf16 (test_bf16_nets_act_fused_exactly_where_the_cpu_can)
+    assert FusedActing.can_fuse(copy.deepcopy(plain).to(torch.bfloat16)) == FusedActing.available()
     assert not FusedActing.can_fuse(plain)  # float32 acts with the net itself
     norm = _net(SPEC, NetConfig(hidden=(32, 32), layer_norm=True)).to(torch.bfloat16)
     conv = _net(CONV_SPEC, NetConfig(kind="conv", channels=(8,), hidden=(16,))).to(torch.bfloat16)
