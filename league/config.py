@@ -606,7 +606,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # and the snapshots, a quarter met the base: the updates fitted self-play's conventions,
     # which did not carry over to the base as partner (the learner's deals with it stayed at
     # 0.70 in training), and seed 5 gained +0.70 / +0.41 over the base; with this mix +1.50
-    # [+0.88, +2.13] (docs/llm.md). LoRA on the attention and MLP projections of the top 8
+    # [+0.88, +2.13], and seed 6 (new) +1.01 [+0.42, +1.59] (docs/llm.md). LoRA on the attention and MLP projections of the top 8
     # layers, 16-turn minibatches at 5e-4: an iteration of 32 matches took 120-180 s at first
     # and 65-110 s once the answers were valid on the host of the first runs, so 30 minutes made
     # 12-19 updates of ~8 Adam steps (on this 2-core AMD host 170-350 s: 5-7 updates); valid first
