@@ -253,12 +253,16 @@ def test_frozen_bfloat16_nets_act_as_one_stack(monkeypatch, activation):
     np.testing.assert_allclose(stacked.numpy(), own.numpy(), rtol=0.02, atol=0.02)
 
 
-def _cpu_has_amx() -> bool:
-    """Whether this CPU has AMX bf16 tiles, from /proc/cpuinfo's flags: independent of the
-    kernel's own check (oneDNN's `could_pack`), which the test below holds it to."""
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo: what the CPU has, independent of the checks
+    torch and oneDNN make, which the tests below hold to them."""
     with open("/proc/cpuinfo") as cpuinfo:
-        flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
-    return "amx_bf16" in flags and "amx_tile" in flags
+        return set(next((line for line in cpuinfo if line.startswith("flags")), "").split())
+
+
+def _cpu_has_amx() -> bool:
+    """Whether this CPU has AMX bf16 tiles (the grouped kernel's own check is oneDNN's `could_pack`)."""
+    return {"amx_bf16", "amx_tile"} <= _cpu_flags()
 
 
 def _kernel_runs_here() -> None:
@@ -389,11 +393,8 @@ def test_a_stack_of_more_nets_serves_a_subset_of_them(monkeypatch):
 
 def _cpu_has_avx512_core() -> bool:
     """Whether this CPU has the AVX-512 subsets oneDNN's bf16 needs (BW, VL, DQ; torch's
-    `mkldnn_bf16_device_check`), from /proc/cpuinfo's flags: independent of `FusedActing.available`,
-    which the test below holds it to."""
-    with open("/proc/cpuinfo") as cpuinfo:
-        flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
-    return {"avx512bw", "avx512vl", "avx512dq"} <= set(flags)
+    `mkldnn_bf16_device_check`; `FusedActing.available` is held to it below)."""
+    return {"avx512bw", "avx512vl", "avx512dq"} <= _cpu_flags()
 
 
 def _fused_acting_runs_here() -> None:
