@@ -605,12 +605,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # as the base does. With 0.3 self-play, 0.3 PFSP and 0.4 uniform over the random mover, the base
     # and the snapshots, a quarter met the base: the updates fitted self-play's conventions, which did
     # not carry over to the base as partner (the learner's deals with it stayed at 0.70 in training),
-    # and seed 5 gained +0.70 / +0.41 over the base; with this mix +1.50 [+0.88, +2.13], and seed 6
-    # (new) +1.01 [+0.42, +1.59] (docs/llm.md). LoRA on the attention and MLP projections of the top 8
-    # layers, 16-turn minibatches at 5e-4: an iteration of 32 matches took 120-180 s at first and
-    # 65-110 s once the answers were valid on the host of the first runs, so 30 minutes made 12-19
-    # updates of ~8 Adam steps (on this 2-core AMD host 170-350 s: 5-7 updates); valid first responses
-    # reach 0.9-0.99 by the seventh (seeds 0-3).
+    # and seed 5 gained +0.70 / +0.41 over the base; with this mix +1.50 [+0.88, +2.13], and the new
+    # seeds 6 and 7 +1.01 [+0.42, +1.59] and +0.96 [+0.32, +1.60] (docs/llm.md). LoRA on the
+    # attention and MLP projections of the top 8 layers, 16-turn minibatches at 5e-4: an iteration of
+    # 32 matches took 120-180 s at first and 65-110 s once the answers were valid on the host of the
+    # first runs, so 30 minutes made 12-19 updates of ~8 Adam steps (170-390 s on this 2-core AMD
+    # host: 5-7 updates); valid first responses reach 0.9-0.99 by the seventh (seeds 0-3).
     # (Attention-only adapters in every layer with 64-turn steps at 2e-4 made 2-3 updates of two or
     # three steps in 30 minutes and left the format half learnt; docs/llm.md has the runs.) Prompts
     # are ~300 tokens and all distinct: 16-turn micro-batches read with gradients in the top 8
