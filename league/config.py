@@ -600,25 +600,26 @@ PRESETS: dict[str, dict[str, Any]] = {
     # is ~12 tokens after the opening "[" (24 allowed: the base often adds "for me" or more before
     # closing); the untrained base pins the scale. TrueSkill: higher own score wins, equal scores
     # draw. Opponents: 0.2 self-play, 0.8 uniformly over the base and the learner's snapshots (the
-    # first, main@0, is the base itself; the next is due after 2,000 of its own turns, and 30 minutes
-    # here play fewer than 800 turns in all), so four matches in five meet a partner that negotiates
-    # as the base does. With 0.3 self-play, 0.3 PFSP and 0.4 uniform over the random mover, the base
-    # and the snapshots, a quarter met the base: the updates fitted self-play's conventions, which did
-    # not carry over to the base as partner (the learner's deals with it stayed at 0.70 in training),
-    # and seed 5 gained +0.70 / +0.41 over the base; with this mix +1.50 [+0.88, +2.13], and the new
-    # seeds 6 and 7 +1.01 [+0.42, +1.59] and +0.96 [+0.32, +1.60] (docs/llm.md). LoRA on the
-    # attention and MLP projections of the top 8 layers, 16-turn minibatches at 5e-4: an iteration of
-    # 32 matches took 120-180 s at first and 65-110 s once the answers were valid on the host of the
-    # first runs, so 30 minutes made 12-19 updates of ~8 Adam steps (170-390 s on this 2-core AMD
-    # host: 5-7 updates); valid first responses reach 0.9-0.99 by the seventh (seeds 0-3).
+    # first, main@0, is the base itself; the next is due after 2,000 of its own turns, and 30
+    # minutes here play fewer than 800 turns in all), so four matches in five meet a partner that
+    # negotiates as the base does. With 0.3 self-play, 0.3 PFSP and 0.4 uniform over the random
+    # mover, the base and the snapshots, a quarter met the base: the updates fitted self-play's
+    # conventions, which did not carry over to the base as partner (the learner's deals with it
+    # stayed at 0.70 in training), and seed 5 gained +0.70 / +0.41 over the base; with this mix
+    # +1.50 [+0.88, +2.13], and the new seeds 6 and 7 +1.01 [+0.42, +1.59] and +0.96 [+0.32, +1.60]
+    # on 200 pairs, +0.21 [-0.25, +0.68] and +1.14 [+0.70, +1.57] on 400 (docs/llm.md). LoRA on the
+    # attention and MLP projections of the top 8 layers, 16-turn minibatches at 5e-4: an iteration
+    # of 32 matches took 120-180 s at first and 65-110 s once the answers were valid on the host of
+    # the first runs, so 30 minutes made 12-19 updates of ~8 Adam steps (170-390 s on this 2-core
+    # AMD host: 5-7 updates); valid first responses reach 0.9-0.99 by the seventh (seeds 0-3).
     # (Attention-only adapters in every layer with 64-turn steps at 2e-4 made 2-3 updates of two or
     # three steps in 30 minutes and left the format half learnt; docs/llm.md has the runs.) Prompts
     # are ~300 tokens and all distinct: 16-turn micro-batches read with gradients in the top 8
     # layers peak near 7 GB (32 turns through all 30 layers passed 24 GB). Advantages use SPIRAL's
     # role baseline (RAE): every position is new, so the value head (a linear probe on the prompt)
-    # had little to go on; with it seed 0 gained +0.81 [+0.35, +1.27] over the base, with RAE
-    # +1.52 [+0.92, +2.12] after 7 iterations on this slower host; seed 5 (new, 5 iterations)
-    # +0.70 [+0.09, +1.30] (docs/llm.md). The base stays float32: in bfloat16 (text_lm.model.dtype,
+    # had little to go on; with it seed 0 gained +0.81 [+0.35, +1.27] over the base, with RAE +1.52
+    # [+0.92, +2.12] after 7 iterations on this slower host; seed 5 (new, 5 iterations) +0.70
+    # [+0.09, +1.30] (docs/llm.md). The base stays float32: in bfloat16 (text_lm.model.dtype,
     # adapters still float32) this host's AVX512-BF16 plays and learns an iteration in about half
     # the time (10-11 updates in 30 minutes), yet seeds 0 and 5 gained +0.69 and -0.36 over the base
     # against +1.52 and +0.70 in float32.
