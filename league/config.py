@@ -620,9 +620,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # had little to go on; with it seed 0 gained +0.81 [+0.35, +1.27] over the base, with RAE +1.52
     # [+0.92, +2.12] after 7 iterations on this slower host; seed 5 (new, 5 iterations) +0.70
     # [+0.09, +1.30] (docs/llm.md). The base stays float32: in bfloat16 (text_lm.model.dtype,
-    # adapters still float32) this host's AVX512-BF16 plays and learns an iteration in about half
-    # the time (10-11 updates in 30 minutes), yet seeds 0 and 5 gained +0.69 and -0.36 over the base
-    # against +1.52 and +0.70 in float32.
+    # adapters still float32) a host with AVX512-BF16 (the bf16 runs'; this one has no AVX-512)
+    # plays and learns an iteration in about half the time (10-11 updates in 30 minutes), yet seeds
+    # 0 and 5 gained +0.69 and -0.36 over the base against +1.52 and +0.70 in float32.
     "llm_negotiation": {
         "game": "negotiation_turns", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 32,
         "torch_threads": 2, "runner_threads": 2,
