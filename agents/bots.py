@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -205,6 +205,18 @@ def board_from_history(history: tuple[int, ...]) -> tuple[int, ...]:
             raise ValueError(f"history {tuple(history)} is not a tic-tac-toe game: move {cell} at ply {ply}")
         board[cell] = CROSS if ply % 2 == 0 else NOUGHT
     return tuple(board)
+
+
+def history_from_board(board: Sequence[int]) -> tuple[int, ...]:
+    """A history that reaches `board` (crosses and noughts alternating, crosses first, each in
+    increasing cell order): tic-tac-toe's state is its board, so any such order is the position."""
+    crosses = [i for i, c in enumerate(board) if c == CROSS]
+    noughts = [i for i, c in enumerate(board) if c == NOUGHT]
+    if len(crosses) - len(noughts) not in (0, 1):
+        raise ValueError(f"board {tuple(board)} has {len(crosses)} crosses and {len(noughts)} noughts: not a "
+                         f"tic-tac-toe position")
+    history = [cell for pair in zip(crosses, noughts) for cell in pair]
+    return tuple(history + crosses[len(noughts):])
 
 
 OBS_LAYOUTS = ("seat_relative", "openspiel")

@@ -1,7 +1,8 @@
 """A pretrained LM learns tic-tac-toe in the league: its score against a random legal mover.
 
 Trains the `llm_tic_tac_toe` preset (SmolLM2-135M-Instruct with LoRA adapters reading the board
-as text and answering "[4]") for a wall-clock budget of training time, then plays the trained LM
+as text and answering "[4]", learner `text_exit`: expert iteration with MCTS over the rules as the
+expert) for a wall-clock budget of training time, then plays the trained LM
 in both seats against a uniformly random legal mover, `--games` games per seat, and reports its
 score (win 1, draw 0.5, loss 0) with a Wilson 95% interval and its legal-response rate: the share
 of its turns whose FIRST response named a legal move (retries and the random fallback hide the

@@ -36,7 +36,8 @@ def founding_members(config: LeagueConfig, spec: GameSpec) -> list[Member]:
 
 
 BASE_ANCHOR = "base"
-"""Anchor name of the untrained base LM (learners 'text_ppo', 'text_mmd'): adapters at zero are the base itself."""
+"""Anchor name of the untrained base LM (learners 'text_ppo', 'text_mmd', 'text_exit'): adapters at zero are the
+base itself."""
 
 
 def base_anchor(first_snapshot: Member) -> Member:

@@ -17,7 +17,7 @@ import numpy as np
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage
 from league.checkpoint import LearnerState
-from league.config import LeagueConfig, RoleConfig
+from league.config import TEXT_LM_LEARNERS, LeagueConfig, RoleConfig
 from games.core import GameSpec
 from league.learners import LeagueLearner, PPOLeagueLearner, module_weights
 from league.matchmaking import snapshot_due
@@ -85,6 +85,10 @@ def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: in
         from league.text_lm import TextMMDLeagueLearner
 
         return TextMMDLeagueLearner(spec, config, role_index, seed, init_seed)
+    if config.learner == "text_exit":
+        from league.text_lm import TextExItLeagueLearner
+
+        return TextExItLeagueLearner(spec, config, role_index, seed, init_seed)
     if config.learner == "token_ppo":
         from league.dialogue import TokenPPOLeagueLearner
 
@@ -117,7 +121,7 @@ def make_learner_architecture(config: LeagueConfig):
     """The `PolicyArchitecture` of `config.learner`'s policies with the league's `net`, without
     building a learner: an evaluation plays a run's frozen members with it (each loads from its own
     manifest, so a role with its own `net` needs nothing more; LM members load onto its `lm_base`)."""
-    if config.learner in ("text_ppo", "text_mmd"):
+    if config.learner in TEXT_LM_LEARNERS:
         from league.text_lm import TextLMArchitecture
 
         return TextLMArchitecture(config.text_lm.model, config.text_lm.play)

@@ -1,4 +1,4 @@
-"""Pretrained language models in the league (learners 'text_ppo' and 'text_mmd').
+"""Pretrained language models in the league (learners 'text_ppo', 'text_mmd' and 'text_exit').
 
 A member is a base model (agents/pretrained.py) plus LoRA adapters and a value head; it plays any
 game with a text view (games/text.py) through `TextLMPolicy`, so it meets nets, bots and other LMs
@@ -15,6 +15,9 @@ in the same league. This module connects the pieces to the league's seams:
   members by magnetic mirror descent on the game's exact tree (agents/text_mmd.py): it reads the
   LM's answer at every information state itself, so the iteration's matches only rate its
   snapshots (as learner 'sdcfr' does).
+* `TextExItLeagueLearner` (learner 'text_exit', tic-tac-toe) trains them by expert iteration
+  (agents/text_exit.py): every position the LM met in its matches is searched by MCTS over the
+  game's rules, and the adapters learn the search's answers.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from agents.pretrained import PretrainedLMConfig, load_pretrained_lm, restore_ad
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
 from agents.text_policy import TextLMPolicy, TextPlayConfig, answer_start_tokens
+from agents.text_exit import Position, TextExItLearner, search_targets
 from agents.text_mmd import TextMMDLearner
 from agents.text_ppo import TextPPOLearner, TurnBatch
 from games.core import GameSpec
@@ -274,3 +278,98 @@ class TextMMDLeagueLearner(TextLMMember):
         updates = self.mmd.updates
         self.mmd = self._new_mmd()
         self.mmd.updates = updates  # versions keep increasing: runners key weights by version
+
+
+EXIT_GAMES = {"tic_tac_toe": "seat_relative", "spiel:tic_tac_toe": "openspiel"}
+"""Games learner 'text_exit' searches, with the layout their observations are read in: their
+observation is the whole state (a board), so the position to search is rebuilt from it."""
+
+
+class TextExItLeagueLearner(TextLMMember):
+    """Expert iteration of a pretrained LM (agents/text_exit.py), as a `league.learners.LeagueLearner`:
+    the positions of the iteration's matches where the LM was to move are searched (each distinct
+    position once while it stays in the buffer) and the adapters take `text_lm.exit.steps` Adam
+    steps towards the searches' answers. Its members are the same LM members as `text_ppo`'s."""
+
+    def __init__(self, spec: GameSpec, config: Any, role_index: int, seed: int, init_seed: int):
+        import pyspiel
+
+        super().__init__(spec, config, init_seed)
+        self.game = pyspiel.load_game(spec.spiel_name)
+        self.layout = EXIT_GAMES[spec.id]
+        self.seed = seed
+        self.exit = self._new_exit(seed)
+
+    def _new_exit(self, seed: int) -> TextExItLearner:
+        return TextExItLearner(self.lm.model, self.text.exit, self.text.play.temperature, seed)
+
+    @property
+    def updates(self) -> int:
+        return self.exit.updates
+
+    def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
+        from agents.bots import board_from_observation, history_from_board
+        from games.text import canonical_answer
+
+        if batch.responses is None:
+            raise ValueError("text_exit trains on text agents' rows: this batch carries no responses")
+        pending: dict[tuple[int, ...], tuple[np.ndarray, int, np.ndarray]] = {}
+        invalid = 0
+        for i in range(len(batch)):
+            obs, seat, mask = batch.obs[i], int(batch.seats[i]), batch.mask[i]
+            prompt = tuple(self.policy.encode(obs, seat, mask))
+            length = int((batch.responses[i] >= 0).sum())
+            response = self.policy.response_text(batch.responses[i, :length].tolist())
+            invalid += self.policy.parse(response, obs, seat, mask).action is None
+            if prompt in self.exit:
+                self.exit.touch(prompt)
+            elif prompt not in pending:
+                pending[prompt] = (obs, seat, mask)
+        histories = []
+        for obs, seat, _ in pending.values():
+            history = history_from_board(board_from_observation(obs, seat, self.layout))
+            if len(history) % 2 != seat:
+                raise ValueError(f"seat {seat} is not to move in the tic-tac-toe position {history}")
+            histories.append(history)
+        seeds = self.exit.rng.integers(2**31 - 1, size=len(pending))
+        targets = search_targets(self.game, histories, self.text.exit, seeds)
+        prefix = self.text.play.prompt.response_prefix
+        for (prompt, (obs, seat, mask)), target in zip(pending.items(), targets):
+            legal = np.flatnonzero(mask)
+            answer_tokens = answer_start_tokens(self.lm.tokenizer, self.view.answers(obs, seat, mask))
+            responses = tuple(tuple(self.lm.tokenizer(canonical_answer(self.view, obs, seat, mask, int(a))
+                                                      .removeprefix(prefix), add_special_tokens=False)["input_ids"])
+                              for a in legal)
+            self.exit.add(Position(prompt, answer_tokens, responses, target[legal]))
+        stats = self.exit.update()
+        stats.update({"valid_response_rate": 1.0 - invalid / max(len(batch), 1), "searched_positions": float(len(pending)),
+                      "mean_return": float(turn_returns(batch).mean()) if len(batch) else 0.0})
+        return stats
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Adapters, value head (untrained, carried by every snapshot), Adam state, the buffer of
+        searched positions, the sampling RNG and the update count."""
+        state = self.model_state()
+        state.update({f"optimizer.{k}": v for k, v in self.exit.optimizer.state_dict().items()})
+        state.update({f"buffer.{k}": v for k, v in self.exit.buffer_state().items()})
+        state["rng"] = rng_to_tensor(self.exit.rng)
+        state["updates"] = torch.tensor(self.exit.updates, dtype=torch.int64)
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        from agents.ppo_core import prefixed
+
+        self.load_model_state(state)
+        self.exit = self._new_exit(self.seed)
+        self.exit.optimizer.load_state_dict(prefixed(state, "optimizer."))
+        self.exit.load_buffer_state(prefixed(state, "buffer."))
+        self.exit.rng = rng_from_tensor(state["rng"])
+        self.exit.updates = int(state["updates"])
+
+    def reset_to(self, snapshot: Path, seed: int) -> None:
+        """Restart from a snapshot's adapters with a fresh optimizer (the buffer's searches stay valid)."""
+        self.load_snapshot(snapshot)
+        updates, buffer = self.exit.updates, self.exit.buffer
+        self.exit = self._new_exit(seed)
+        self.exit.updates, self.exit.buffer = updates, buffer  # versions keep increasing
+
