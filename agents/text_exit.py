@@ -44,7 +44,7 @@ import torch
 from agents.lm import LMWithValueHead, base_readings
 from agents.ppo_core import TorchAdam
 from agents.pretrained import adapter_parameters
-from agents.text_ppo import response_log_probs
+from agents.text_ppo import answer_masses, response_log_probs
 
 
 @dataclass(frozen=True)
@@ -149,12 +149,6 @@ class Position:
             raise ValueError("the tokenizer has no token that begins an answer for every legal move")
 
 
-def answer_masses(first_log_pi: torch.Tensor, answer_tokens: Sequence[np.ndarray]) -> torch.Tensor:
-    """[A] log of each answer's first-token mass under the whole vocabulary's distribution (not
-    renormalised: the rest of the mass is on text that names no legal move)."""
-    return torch.stack([torch.logsumexp(first_log_pi[torch.from_numpy(group)], dim=0) for group in answer_tokens])
-
-
 class TextExItLearner:
     """The apprentice's side of expert iteration: a buffer of searched positions and Adam steps of
     the LoRA adapters towards the search's answers (the search itself is `search_targets`)."""
@@ -190,7 +184,9 @@ class TextExItLearner:
                                      [positions[j].responses[k] for j, k in rows], self.temperature, store=store)
         rest = (reading.log_probs[:, 1:] * reading.mask[:, 1:]).sum(dim=1)  # [R] log p(rest | first token)
         weights = torch.tensor([positions[j].target[k] for j, k in rows], dtype=torch.float32)
-        first_row = {j: r for r, (j, _) in reversed(list(enumerate(rows)))}
+        first_row: dict[int, int] = {}  # each position's first row: its first-token distribution
+        for r, (j, _) in enumerate(rows):
+            first_row.setdefault(j, r)
         first, legal = [], []
         for j, position in enumerate(positions):
             log_mass = answer_masses(reading.first_log_pi[first_row[j]], position.answer_tokens)
@@ -246,8 +242,8 @@ class TextExItLearner:
         for prompt, count in zip(prompts, state["answers_per_position"].tolist()):
             moves = slice(offset, offset + count)
             key = tuple(int(t) for t in prompt)
-            self.buffer[key] = Position(key, tuple(groups[moves]), tuple(tuple(int(t) for t in r) for r in responses[moves]),
-                                        targets[moves].copy())
+            self.buffer[key] = Position(key, tuple(groups[moves]),
+                                        tuple(tuple(int(t) for t in r) for r in responses[moves]), targets[moves].copy())
             offset += count
 
 

@@ -264,12 +264,18 @@ def distinct_turns(prompts: Sequence[Sequence[int]], responses: Sequence[Sequenc
     return [p for p, _ in pairs], [r for _, r in pairs], torch.tensor(of_row, dtype=torch.long)
 
 
+def answer_masses(first_log_pi: torch.Tensor, answer_tokens: Sequence[np.ndarray]) -> torch.Tensor:
+    """[A] log of each answer's first-token mass under the whole vocabulary's distribution (not
+    renormalised: the rest of the mass is on text that names no legal move); every group non-empty."""
+    return torch.stack([torch.logsumexp(first_log_pi[torch.from_numpy(group)], dim=0) for group in answer_tokens])
+
+
 def answer_log_probs(first_log_pi: torch.Tensor, answer_tokens: Sequence[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
     """One turn's answer distribution at the first response token, as log-probs: the mass of each
     legal answer's opening tokens, renormalised over the answers that have any; and which answers
     (indices into `answer_tokens`) those are."""
     present = [k for k, g in enumerate(answer_tokens) if len(g)]
-    mass = torch.stack([torch.logsumexp(first_log_pi[torch.from_numpy(answer_tokens[k])], dim=0) for k in present])
+    mass = answer_masses(first_log_pi, [answer_tokens[k] for k in present])
     return torch.log_softmax(mass, dim=0), present
 
 

@@ -126,6 +126,15 @@ class TextLMMember:
 
         return save_adapter_snapshot(self.lm, self.spec, directory, lineage, play=self.text.play.to_json())
 
+    def read_row(self, batch: RolloutBatch, i: int) -> tuple[tuple[int, ...], list[int], int | None]:
+        """Row `i` of a text agent's batch: the prompt its LM read, the response tokens it wrote and
+        the action that response parses to (None: it did not count)."""
+        obs, seat, mask = batch.obs[i], int(batch.seats[i]), batch.mask[i]
+        length = int((batch.responses[i] >= 0).sum())
+        tokens = batch.responses[i, :length].tolist()
+        action = self.policy.parse(self.policy.response_text(tokens), obs, seat, mask).action
+        return tuple(self.policy.encode(obs, seat, mask)), tokens, action
+
     def model_state(self) -> dict[str, torch.Tensor]:
         """The adapters and the value head, keyed for a learner's state dict ("model.")."""
         return {f"model.{k}": v for k, v in trained_state(self.lm.model).items()}
@@ -170,13 +179,10 @@ class TextLMLeagueLearner(TextLMMember):
         invalid = np.zeros(len(batch), dtype=bool)
         actions = np.full(len(batch), -1, dtype=np.int64)
         for i in range(len(batch)):
-            obs, seat, mask = batch.obs[i], int(batch.seats[i]), batch.mask[i]
-            length = int((batch.responses[i] >= 0).sum())
-            tokens = batch.responses[i, :length].tolist()
-            prompts.append(tuple(self.policy.encode(obs, seat, mask)))
+            prompt, tokens, action = self.read_row(batch, i)
+            prompts.append(prompt)
             responses.append(tuple(tokens))
-            behaviour.append(batch.response_log_probs[i, :length])
-            action = self.policy.parse(self.policy.response_text(tokens), obs, seat, mask).action
+            behaviour.append(batch.response_log_probs[i, :len(tokens)])
             invalid[i] = action is None
             actions[i] = -1 if action is None else action
         returns = np.where(invalid, -self.text.play.invalid.penalty, returns)
@@ -316,15 +322,12 @@ class TextExItLeagueLearner(TextLMMember):
         pending: dict[tuple[int, ...], tuple[np.ndarray, int, np.ndarray]] = {}
         invalid = 0
         for i in range(len(batch)):
-            obs, seat, mask = batch.obs[i], int(batch.seats[i]), batch.mask[i]
-            prompt = tuple(self.policy.encode(obs, seat, mask))
-            length = int((batch.responses[i] >= 0).sum())
-            response = self.policy.response_text(batch.responses[i, :length].tolist())
-            invalid += self.policy.parse(response, obs, seat, mask).action is None
+            prompt, _, action = self.read_row(batch, i)
+            invalid += action is None
             if prompt in self.exit:
                 self.exit.touch(prompt)
             elif prompt not in pending:
-                pending[prompt] = (obs, seat, mask)
+                pending[prompt] = (batch.obs[i], int(batch.seats[i]), batch.mask[i])
         histories = []
         for obs, seat, _ in pending.values():
             history = history_from_board(board_from_observation(obs, seat, self.layout))
@@ -342,7 +345,8 @@ class TextExItLeagueLearner(TextLMMember):
                               for a in legal)
             self.exit.add(Position(prompt, answer_tokens, responses, target[legal]))
         stats = self.exit.update()
-        stats.update({"valid_response_rate": 1.0 - invalid / max(len(batch), 1), "searched_positions": float(len(pending)),
+        stats.update({"valid_response_rate": 1.0 - invalid / max(len(batch), 1),
+                      "searched_positions": float(len(pending)),
                       "mean_return": float(turn_returns(batch).mean()) if len(batch) else 0.0})
         return stats
 

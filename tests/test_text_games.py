@@ -612,7 +612,7 @@ def test_text_learner_config_errors_are_one_line(tiny_bases):
 
     with pytest.raises(ConfigError, match="text view"):
         load_config("llm_kuhn_poker", ["game=connect_three"])
-    with pytest.raises(ConfigError, match="needs learner 'text_ppo' or 'text_mmd'"):
+    with pytest.raises(ConfigError, match="needs an LM learner: text_ppo, text_mmd, text_exit"):
         load_config("tic_tac_toe", ["anchors=[base]"])
     with pytest.raises(ConfigError, match="temperature"):
         load_config("llm_kuhn_poker", ["text_lm.play.temperature=0"])
