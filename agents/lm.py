@@ -116,6 +116,9 @@ class LMWithValueHead(nn.Module):
     prompt's last `activation_tokens` tokens and on what follows, the base alone on the rest. The
     readers of prompts (`SharedPromptCache`, `LMPolicy.generate_naive`) honour it; 0: adapters
     (if any) on every token."""
+    readings_mb: float = 3072.0
+    """Megabytes the process's `BaseReadings` of this base may hold (agents/pretrained.py
+    `PretrainedLMConfig.readings_mb`)."""
     base_identity: Any = None
     """What makes two models the same base function (agents/pretrained.py: its content hash, dtype
     and device), so that they share the base's readings (`base_readings`); None: unknown."""
@@ -612,7 +615,8 @@ def base_readings(model: "LMWithValueHead") -> BaseReadings:
     for one thread count), shared by every model of the same base in the process
     (`LMWithValueHead.base_identity`): a learner trains on the positions that the runners in its
     process have just read for play, and frozen members share their base's. A model without an
-    identity has its own."""
+    identity has its own. The readings hold the most megabytes that any of their models asks for
+    (`LMWithValueHead.readings_mb`)."""
     threads = torch.get_num_threads()
     if model.base_identity is None:
         table, key = model.__dict__.setdefault("_ludus_base_readings", {}), (None, threads)
@@ -620,7 +624,8 @@ def base_readings(model: "LMWithValueHead") -> BaseReadings:
         table, key = _BASE_READINGS, (model.base_identity, threads)
     readings = table.get(key)
     if readings is None:
-        readings = table[key] = BaseReadings()
+        readings = table[key] = BaseReadings(capacity_mb=model.readings_mb)
+    readings.capacity_bytes = max(readings.capacity_bytes, int(model.readings_mb * 2**20))
     return readings
 
 
@@ -706,8 +711,10 @@ class SharedPromptCache:
             else:
                 past, hidden_last, real, self.prefix = self._read_with_store(model, distinct, store, prefix_once)
         prefix_length = 0 if self.prefix is None else int(self.prefix[0][0].shape[2])
+        tail_hidden = None
         if tails:
-            past, hidden_last, real = self._read_tails(model, past, real, self.prefix, tails)
+            past, tail_hidden, real = self._read_tails(model, past, real, self.prefix, tails)
+            hidden_last = tail_hidden[:, -1]
         count = len(distinct)
         owner = np.where(real, -1, -2)
         to_entries = torch.from_numpy(np.array(entry_prompt, dtype=np.int64))
@@ -717,6 +724,9 @@ class SharedPromptCache:
         self.owner = owner[entry_prompt]
         self.prompt_hidden = hidden_last[to_entries]
         """[entries, H] hidden state of each entry's last prompt token."""
+        self.tail_hidden = None if tail_hidden is None else tail_hidden[to_entries]
+        """With activated adapters, [entries, longest tail, H] hidden states of each entry's activation
+        tokens, LEFT-padded (its prompt's last token in the last column); else None."""
         self.prompt_length = real.sum(axis=1)[entry_prompt] + prefix_length
         """[entries] real tokens of each entry's prompt."""
 
@@ -811,8 +821,8 @@ class SharedPromptCache:
                     prefix: list[tuple[torch.Tensor, torch.Tensor]] | None, tails: list[list[int]]
                     ) -> tuple[Any, torch.Tensor, np.ndarray]:
         """Append each prompt's activation tokens (LEFT-padded, so that every prompt still ends in
-        the last column) after its base reading `past`; returns the cache, each prompt's last
-        hidden state and the real columns, as `_read` does."""
+        the last column) after its base reading `past`; returns the cache, the tails' hidden states
+        [D, longest tail, H] and the real columns."""
         count, longest = len(tails), max(len(t) for t in tails)
         ids = np.zeros((count, longest), dtype=np.int64)
         owner = np.full((count, longest), -2, dtype=np.int64)
@@ -826,7 +836,7 @@ class SharedPromptCache:
         extra = {} if prefix is None else {"shared_prefix": prefix}
         hidden, past = model.trunk(torch.from_numpy(ids), mask, past, torch.from_numpy(positions), use_cache=True,
                                    **extra)
-        return past, hidden[:, -1], np.concatenate([real, owner == -1], axis=1)
+        return past, hidden, np.concatenate([real, owner == -1], axis=1)
 
     @staticmethod
     def _assemble(prompts: list[list[tuple[torch.Tensor, torch.Tensor]]], skip: int = 0) -> tuple[Any, np.ndarray]:

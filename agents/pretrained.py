@@ -125,10 +125,18 @@ class PretrainedLMConfig:
     """torch device: cpu here; cuda on a GPU."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """The adapters."""
+    readings_mb: float = 3072.0
+    """With activated adapters, megabytes of the base's prompt keys and values that a process keeps
+    for the run (agents/lm.py `BaseReadings`, shared by every model of this base in the process;
+    the largest asked for holds). An evicted prompt is read again when it is next played or
+    trained on: ~0.3 s for a tic-tac-toe board here, which holds ~5.2 MB beyond the rules' shared
+    blocks, so 3 GB keep ~590 boards."""
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise LMError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if not self.readings_mb > 0:
+            raise LMError(f"readings_mb must be > 0, got {self.readings_mb}")
 
 
 # ---------------------------------------------------------------------------------- base models
@@ -246,6 +254,7 @@ def load_pretrained_lm(config: PretrainedLMConfig = PretrainedLMConfig(), seed: 
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(_is_trained(name))
     model.activation_tokens = config.lora.activation_tokens
+    model.readings_mb = config.readings_mb
     model.to(device=config.device, dtype=DTYPES[config.dtype])
     # The trained tensors stay float32 whatever the frozen base's dtype (as peft's
     # `autocast_adapter_dtype` keeps them): bfloat16's 8-bit mantissa would round Adam's steps of

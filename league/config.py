@@ -587,19 +587,24 @@ PRESETS: dict[str, dict[str, Any]] = {
         "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7}},  # text_lm.mmd: its defaults
     },
     "llm_tic_tac_toe": {
-        "game": "tic_tac_toe", "learner": "text_exit", "iterations": 40, "matches_per_iteration": 32,
+        "game": "tic_tac_toe", "learner": "text_exit", "iterations": 40, "matches_per_iteration": 16,
         "torch_threads": 2, "runner_threads": 2,
-        "num_envs": 32, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
+        "num_envs": 16, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
         "anchors": ["random", "base"],
         "roles": [{"name": "main", "kind": "main", "self_play": 0.3, "pfsp": 0.3, "uniform": 0.4}],
         # Expert iteration (agents/text_exit.py): MCTS over the rules answers every position the LM
         # met, and the adapters learn its answers. Activated LoRA (docs/llm.md): the adapters (rank
         # 16 on every projection of all 30 layers) read only "assistant\n[" and the answer; the board
-        # is read by the base once per run, so a step of 32 positions costs ~1.5-1.8 s here and 30
-        # minutes make ~14 iterations of 48 steps: seed 1 (new) scored 0.826 against the random
-        # mover, legal 0.993 (base 0.574, 0.638; docs/llm.md). (Turn-level PPO on the game's result,
-        # `text_ppo`, scored 0.54-0.65 after 30 minutes.)
-        "text_lm": {"model": {"lora": {"rank": 16, "alpha": 32.0, "activation_tokens": 4,
+        # is read by the base once per run, so a step of 32 positions costs ~1.3-1.5 s here. The
+        # steps are what is scarce (a perfect teacher's labels passed 0.85 after ~1,200), so an
+        # iteration plays 16 matches (~20-40 s) for its 48 steps (~65-75 s): with 32 matches, play
+        # was ~40% of an iteration, 30 minutes made ~650 steps and seed 1 scored 0.826 against the
+        # random mover (docs/llm.md). The buffer gains ~30-100 positions an iteration, each ~5.2 MB of
+        # base readings: 8 GB keep a whole run's, where the default 3 GB begin to evict (and re-read,
+        # ~0.3 s each) after ~590. (Turn-level PPO on the game's result, `text_ppo`, scored 0.54-0.65
+        # after 30 minutes.)
+        "text_lm": {"model": {"readings_mb": 8192.0,
+                              "lora": {"rank": 16, "alpha": 32.0, "activation_tokens": 4,
                                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
                                                           "gate_proj", "up_proj", "down_proj"]}},
                     "play": {"max_new_tokens": 4, "temperature": 0.5}},

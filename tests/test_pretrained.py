@@ -131,6 +131,24 @@ def test_bad_base_and_lora_configs_are_one_line_errors(tiny_bases, tmp_path):
         LoRAConfig(rank=0)
     with pytest.raises(LMError, match="dtype"):
         PretrainedLMConfig(dtype="float8")
+    with pytest.raises(LMError, match="readings_mb"):
+        PretrainedLMConfig(readings_mb=0)
+
+
+def test_models_of_one_base_share_readings_of_the_largest_size(tiny_bases):
+    """`readings_mb`: the process keeps one `BaseReadings` per base, as large as any model asks."""
+    from agents.lm import base_readings
+
+    activated = LoRAConfig(activation_tokens=2)
+    small = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=activated, readings_mb=100.0))
+    large = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=activated, readings_mb=300.0))
+    other = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[1]), lora=activated, readings_mb=100.0))
+    assert small.model.readings_mb == 100.0 and large.model.readings_mb == 300.0
+    assert base_readings(small.model).capacity_bytes >= 100 * 2**20
+    shared = base_readings(large.model)
+    assert shared is base_readings(small.model) and shared.capacity_bytes >= 300 * 2**20
+    assert base_readings(small.model).capacity_bytes == shared.capacity_bytes  # a smaller ask shrinks nothing
+    assert base_readings(other.model) is not shared
 
 
 def test_smollm2_is_converted_once_and_takes_adapters(smollm2_dir):
@@ -246,22 +264,48 @@ def test_activated_adapters_read_the_prompt_with_the_base_alone(tiny_bases, tmp_
 
     # the learner reads the same log-probs, with gradients into the adapters only through the tail
     responses = [naive.row(i) for i in range(len(rows))]
+    adapters = [p for name, p in model.named_parameters() if "lora_" in name]
+
+    def by_hand_gradients(rows: list[list[int]], responses: list[list[int]]) -> tuple[torch.Tensor, ...]:
+        """d(sum of the responses' log-probs)/d(adapters), one row at a time, read as `by_hand` reads it."""
+        total = 0.0
+        for row, response in zip(rows, responses):
+            with torch.no_grad(), adapter_disabled(model):
+                _, past = model.trunk(torch.tensor([row[:-3]]), None, None, torch.arange(len(row) - 3)[None],
+                                      use_cache=True)
+            read = row[-3:] + response[:-1]
+            positions = torch.arange(len(row) - 3, len(row) - 3 + len(read))[None]
+            hidden, _ = model.trunk(torch.tensor([read]), None, past, positions, use_cache=True)
+            log_pi = torch.log_softmax(model.heads(hidden[0, 2:])[0], dim=-1)
+            total = total + log_pi[torch.arange(len(response)), torch.tensor(response)].sum()
+        return torch.autograd.grad(total, adapters)
+
     reading = response_log_probs(model, rows, responses, temperature=1.0, store=PromptStore())
     np.testing.assert_allclose(reading.log_probs.detach().numpy(), naive.log_probs, atol=1e-4)
-    adapters = [p for name, p in model.named_parameters() if "lora_" in name]
     batched = torch.autograd.grad(reading.log_probs[reading.mask].sum(), adapters)
-    total = 0.0
-    for row, response in zip(rows, responses):  # one row at a time, read as `by_hand` reads it
-        with torch.no_grad(), adapter_disabled(model):
-            _, past = model.trunk(torch.tensor([row[:-3]]), None, None, torch.arange(len(row) - 3)[None],
-                                  use_cache=True)
-        read = row[-3:] + response[:-1]
-        positions = torch.arange(len(row) - 3, len(row) - 3 + len(read))[None]
-        hidden, _ = model.trunk(torch.tensor([read]), None, past, positions, use_cache=True)
-        log_pi = torch.log_softmax(model.heads(hidden[0, 2:])[0], dim=-1)
-        total = total + log_pi[torch.arange(len(response)), torch.tensor(response)].sum()
-    for a, b in zip(batched, torch.autograd.grad(total, adapters)):
+    for a, b in zip(batched, by_hand_gradients(rows, responses)):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+    # rows that all have their own prompt read the activation tokens and the response in one pass
+    # (`_read_responses_as_tails`); rows sharing one read them after the prompts' common columns.
+    # Both are the same function: the distinct rows here, and again with a repeated row (two passes)
+    cut = (6, 1, 4, 6, 2)  # responses of several lengths: the joined tails are left-padded
+    distinct, answers = rows[:5], [list(r[:n]) for r, n in zip(responses, cut)]
+    for kept in (PromptStore(), readings):
+        one_pass = response_log_probs(model, distinct, answers, temperature=1.0, store=kept)
+        two_pass = response_log_probs(model, distinct + distinct[:1], answers + answers[:1], temperature=1.0,
+                                      store=kept)
+        mask = one_pass.mask
+        assert torch.equal(mask, two_pass.mask[:5]) and mask.sum() == sum(cut)
+        for field in ("log_probs", "entropies"):  # padding columns hold whatever each path read there
+            torch.testing.assert_close(getattr(one_pass, field)[mask], getattr(two_pass, field)[:5][mask],
+                                       atol=1e-5, rtol=1e-5)
+        for field in ("features", "first_log_pi"):
+            torch.testing.assert_close(getattr(one_pass, field), getattr(two_pass, field)[:5], atol=1e-5, rtol=1e-5)
+        for i, n in enumerate(cut):
+            np.testing.assert_allclose(one_pass.log_probs[i, :n].detach().numpy(), naive.log_probs[i, :n], atol=1e-4)
+        gradients = torch.autograd.grad(one_pass.log_probs[one_pass.mask].sum(), adapters)
+        for a, b in zip(gradients, by_hand_gradients(distinct, answers)):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
     with torch.no_grad(), adapter_disabled(model):  # the KL reference: the base on every token
         reference = response_log_probs(model, rows, responses, temperature=1.0, store=PromptStore())
         plain = response_log_probs(model, rows, responses, temperature=1.0)
