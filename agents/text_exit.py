@@ -28,8 +28,8 @@ the response's later tokens) were free to spoil the closing bracket: valid respo
 to 0.57 in a tic-tac-toe run while the first token's legal mass stayed 0.99. Positions and their
 targets are kept in a buffer of the most recent distinct positions, and each update makes `steps`
 Adam steps on minibatches drawn from it; with activated adapters a step reads with gradients only
-the activation tokens and the response of each position (agents/lm.py `BaseReadings`), ~1.5 s for
-32 positions on this CPU.
+the activation tokens and the response of each position (agents/lm.py `BaseReadings`), ~1.3-1.5 s
+for 32 positions on this CPU.
 """
 
 from __future__ import annotations
