@@ -21,7 +21,7 @@ def budget_league(preset: str, seed: int, run_dir: Path, overrides: list[str]):
 
 PROGRESS_KEYS = ("valid_response_rate", "mean_return", "kl_to_base", "table_exploitability", "target_gap",
                  "valid_first_token_mass", "exit_loss", "legal_first_token_mass", "response_rest_prob",
-                 "searched_positions")
+                 "searched_positions", "symmetric_positions", "buffer_positions")
 """Learner statistics printed after each iteration, where the learner reports them."""
 
 

@@ -607,7 +607,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                               "lora": {"rank": 16, "alpha": 32.0, "activation_tokens": 4,
                                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
                                                           "gate_proj", "up_proj", "down_proj"]}},
-                    "play": {"max_new_tokens": 4, "temperature": 0.5}},
+                    "play": {"max_new_tokens": 4, "temperature": 0.5}, "exit": {"symmetries": 2}},
     },
     # The negotiation in plain English, one utterance per turn (games/negotiation_turns.py, the
     # English view in games/text.py): "[propose: 2 books, 1 hat, 0 balls]" or "[accept]". A proposal

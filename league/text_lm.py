@@ -34,7 +34,7 @@ from agents.pretrained import PretrainedLMConfig, load_pretrained_lm, restore_ad
 from agents.rollout import RolloutBatch
 from agents.snapshot import Lineage, SnapshotRef
 from agents.text_policy import TextLMPolicy, TextPlayConfig, answer_start_tokens
-from agents.text_exit import Position, TextExItLearner, search_targets
+from agents.text_exit import BOARD_SYMMETRIES, Position, TextExItLearner, board_image, search_targets
 from agents.text_mmd import TextMMDLearner
 from agents.text_ppo import TextPPOLearner, TurnBatch
 from games.core import GameSpec
@@ -315,7 +315,6 @@ class TextExItLeagueLearner(TextLMMember):
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
         from agents.bots import board_from_observation, history_from_board
-        from games.text import canonical_answer
 
         if batch.responses is None:
             raise ValueError("text_exit trains on text agents' rows: this batch carries no responses")
@@ -336,19 +335,42 @@ class TextExItLeagueLearner(TextLMMember):
             histories.append(history)
         seeds = self.exit.rng.integers(2**31 - 1, size=len(pending))
         targets = search_targets(self.game, histories, self.text.exit, seeds)
-        prefix = self.text.play.prompt.response_prefix
+        images = 0
         for (prompt, (obs, seat, mask)), target in zip(pending.items(), targets):
-            legal = np.flatnonzero(mask)
-            answer_tokens = answer_start_tokens(self.lm.tokenizer, self.view.answers(obs, seat, mask))
-            responses = tuple(tuple(self.lm.tokenizer(canonical_answer(self.view, obs, seat, mask, int(a))
-                                                      .removeprefix(prefix), add_special_tokens=False)["input_ids"])
-                              for a in legal)
-            self.exit.add(Position(prompt, answer_tokens, responses, target[legal]))
+            self.exit.add(self._position(prompt, obs, seat, mask, target))
+            if not self.text.exit.symmetries:
+                continue
+            # its distinct images that are neither buffered nor searched now, `symmetries` of them at random
+            candidates: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+            for symmetry in range(1, len(BOARD_SYMMETRIES)):
+                image = board_image(obs, mask, target, symmetry)
+                key = tuple(self.policy.encode(image[0], seat, image[1]))
+                if key not in self.exit and key not in pending and key not in candidates:
+                    candidates[key] = image
+            keys = list(candidates)
+            for k in self.exit.rng.permutation(len(keys))[:self.text.exit.symmetries]:
+                image_obs, image_mask, image_target = candidates[keys[k]]
+                self.exit.add(self._position(keys[k], image_obs, seat, image_mask, image_target))
+                images += 1
         stats = self.exit.update()
         stats.update({"valid_response_rate": 1.0 - invalid / max(len(batch), 1),
-                      "searched_positions": float(len(pending)),
+                      "searched_positions": float(len(pending)), "symmetric_positions": float(images),
                       "mean_return": float(turn_returns(batch).mean()) if len(batch) else 0.0})
         return stats
+
+    def _position(self, prompt: tuple[int, ...], obs: np.ndarray, seat: int, mask: np.ndarray, target: np.ndarray
+                  ) -> Position:
+        """A buffer entry: the position's prompt, its legal answers' first tokens and canonical
+        responses ("4]"), and the search's `target` [num_distinct_actions] on its legal moves."""
+        from games.text import canonical_answer
+
+        prefix = self.text.play.prompt.response_prefix
+        legal = np.flatnonzero(mask)
+        answer_tokens = answer_start_tokens(self.lm.tokenizer, self.view.answers(obs, seat, mask))
+        responses = tuple(tuple(self.lm.tokenizer(canonical_answer(self.view, obs, seat, mask, int(a))
+                                                  .removeprefix(prefix), add_special_tokens=False)["input_ids"])
+                          for a in legal)
+        return Position(prompt, answer_tokens, responses, target[legal])
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Adapters, value head (untrained, carried by every snapshot), Adam state, the buffer of

@@ -12,7 +12,7 @@ import pyspiel
 import pytest
 
 from agents.bots import CROSS, EMPTY, NOUGHT, board_from_history, history_from_board
-from agents.text_exit import TextExItConfig, search_targets, visit_target
+from agents.text_exit import BOARD_SYMMETRIES, TextExItConfig, board_image, search_targets, visit_target
 from league.configio import ConfigError
 
 
@@ -48,6 +48,33 @@ def test_search_targets_pick_the_winning_or_saving_move(history, best):
     assert targets.shape == (1, 9) and np.isclose(targets.sum(), 1.0)
     assert int(np.argmax(targets[0])) == best and targets[0, best] == 1.0
     assert np.all(targets[0, list(history)] == 0.0)  # occupied cells get nothing
+
+
+def test_board_images_carry_the_search_target_over():
+    """The 8 symmetries map lines to lines, and a position's image under each has as target the
+    search's answer on the image itself: the winning cell of (0, 3, 1, 4) moved with the board."""
+    lines = {frozenset(line) for line in ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8),
+                                          (0, 4, 8), (2, 4, 6))}
+    assert len({tuple(g) for g in BOARD_SYMMETRIES}) == 8 and list(BOARD_SYMMETRIES[0]) == list(range(9))
+    for order in BOARD_SYMMETRIES:
+        assert sorted(order) == list(range(9))
+        assert {frozenset(int(np.flatnonzero(order == c)[0]) for c in line) for line in lines} == lines
+    game = pyspiel.load_game("tic_tac_toe")
+    board = board_from_history((0, 3, 1, 4))
+    planes = np.stack([np.array(board) == v for v in (CROSS, NOUGHT, EMPTY)]).astype(np.float32).reshape(-1)
+    mask = np.array(board) == EMPTY
+    (target,) = search_targets(game, [history_from_board(board)], TextExItConfig(), seeds=[0])
+    assert target[2] == 1.0
+    for symmetry in range(8):
+        image, image_mask, image_target = board_image(planes, mask, target, symmetry)
+        cells = image.reshape(3, 9)
+        image_board = tuple(int(c) for c in np.where(cells[0] > 0, CROSS, np.where(cells[1] > 0, NOUGHT, EMPTY)))
+        np.testing.assert_array_equal(image_mask, np.array(image_board) == EMPTY)
+        (searched,) = search_targets(game, [history_from_board(image_board)], TextExItConfig(), seeds=[1])
+        np.testing.assert_array_equal(image_target, searched)
+        assert image_board[int(np.argmax(image_target))] == EMPTY
+    with pytest.raises(ValueError, match="symmetries"):
+        TextExItConfig(symmetries=8)
 
 
 def test_search_targets_refuse_a_finished_game():
@@ -134,8 +161,10 @@ def test_exit_league_searches_its_positions_and_resumes_exactly(tiny_bases, tmp_
     whole.close()
     metrics = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
     searched = [m["losses/main/searched_positions"] for m in metrics if "losses/main/searched_positions" in m]
-    # every position is searched once while it stays in the buffer
-    assert len(searched) == 2 and searched[0] > 0 and sum(searched) == buffered
+    images = [m["losses/main/symmetric_positions"] for m in metrics if "losses/main/symmetric_positions" in m]
+    # every position is searched once while it stays in the buffer; the preset adds two of its images
+    assert len(searched) == 2 and searched[0] > 0 and 0 < sum(images) <= 2 * sum(searched)
+    assert sum(searched) + sum(images) == buffered
     rows, snapshots = run_fingerprint(tmp_path / "whole")
     assert len(snapshots) > 1 and (rows, snapshots) == resumed_fingerprint(config, tmp_path / "half")
 
