@@ -599,15 +599,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         # steps are what is scarce (a perfect teacher's labels passed 0.85 after ~1,200), so an
         # iteration plays 16 matches (~20-40 s) for its 48 steps (~65-75 s): with 32 matches, play
         # was ~40% of an iteration, 30 minutes made ~650 steps and seed 1 scored 0.826 against the
-        # random mover (docs/llm.md). The buffer gains ~30-100 positions an iteration, each ~5.2 MB of
-        # base readings: 8 GB keep a whole run's, where the default 3 GB begin to evict (and re-read,
-        # ~0.3 s each) after ~590. (Turn-level PPO on the game's result, `text_ppo`, scored 0.54-0.65
-        # after 30 minutes.)
+        # random mover; with 16, 912 steps and 0.846 on seed 2 (new), though only ~360 positions were
+        # met and learnt to a loss of 0.03. Two images of each under the board's rotations and
+        # reflections (`text_lm.exit.symmetries=2`) gave 935 positions but 672 steps (their base
+        # readings), and 0.836 on seed 3 (new): not kept (docs/llm.md). Each position holds ~5.2 MB
+        # of base readings: 8 GB keep a whole run's, where the default 3 GB begin to evict (and
+        # re-read, ~0.3 s each) after ~590. (Turn-level PPO on the game's result, `text_ppo`, scored
+        # 0.54-0.65 after 30 minutes.)
         "text_lm": {"model": {"readings_mb": 8192.0,
                               "lora": {"rank": 16, "alpha": 32.0, "activation_tokens": 4,
                                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
                                                           "gate_proj", "up_proj", "down_proj"]}},
-                    "play": {"max_new_tokens": 4, "temperature": 0.5}, "exit": {"symmetries": 2}},
+                    "play": {"max_new_tokens": 4, "temperature": 0.5}},
     },
     # The negotiation in plain English, one utterance per turn (games/negotiation_turns.py, the
     # English view in games/text.py): "[propose: 2 books, 1 hat, 0 balls]" or "[accept]". A proposal

@@ -152,7 +152,7 @@ def test_exit_league_searches_its_positions_and_resumes_exactly(tiny_bases, tmp_
     from league.api import League
     from league.check import resumed_fingerprint, run_fingerprint
 
-    config = _exit_config(tiny_bases[0], "snapshot_every_steps=10")
+    config = _exit_config(tiny_bases[0], "snapshot_every_steps=10", "text_lm.exit.symmetries=2")
     whole = League.create(config, tmp_path / "whole")
     whole.run()
     members = {m.player_id for m in whole.population.members()}
@@ -162,7 +162,7 @@ def test_exit_league_searches_its_positions_and_resumes_exactly(tiny_bases, tmp_
     metrics = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
     searched = [m["losses/main/searched_positions"] for m in metrics if "losses/main/searched_positions" in m]
     images = [m["losses/main/symmetric_positions"] for m in metrics if "losses/main/symmetric_positions" in m]
-    # every position is searched once while it stays in the buffer; the preset adds two of its images
+    # every position is searched once while it stays in the buffer, and two of its images join it
     assert len(searched) == 2 and searched[0] > 0 and 0 < sum(images) <= 2 * sum(searched)
     assert sum(searched) + sum(images) == buffered
     rows, snapshots = run_fingerprint(tmp_path / "whole")
