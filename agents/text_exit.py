@@ -95,7 +95,8 @@ class TextExItConfig:
         if not self.learning_rate > 0 or not self.max_grad_norm > 0:
             raise ValueError("text_lm.exit.learning_rate and max_grad_norm must be > 0")
         if not 0 <= self.symmetries < len(BOARD_SYMMETRIES):
-            raise ValueError(f"text_lm.exit.symmetries must be in 0..{len(BOARD_SYMMETRIES) - 1}, got {self.symmetries}")
+            raise ValueError(f"text_lm.exit.symmetries must be in 0..{len(BOARD_SYMMETRIES) - 1}, "
+                             f"got {self.symmetries}")
 
 
 def _dihedral(cells: np.ndarray) -> np.ndarray:

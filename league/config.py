@@ -599,7 +599,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # steps are what is scarce (a perfect teacher's labels passed 0.85 after ~1,200), so an
         # iteration plays 16 matches (~20-40 s) for its 48 steps (~65-75 s): with 32 matches, play
         # was ~40% of an iteration, 30 minutes made ~650 steps and seed 1 scored 0.826 against the
-        # random mover; with 16, 912 steps and 0.846 on seed 2 (new), though only ~360 positions were
+        # random mover; with 16, 912 steps and 0.846 on seed 2 (new), though only ~340 positions were
         # met and learnt to a loss of 0.03. Two images of each under the board's rotations and
         # reflections (`text_lm.exit.symmetries=2`) gave 935 positions but 672 steps (their base
         # readings), and 0.836 on seed 3 (new): not kept (docs/llm.md). Each position holds ~5.2 MB
