@@ -215,20 +215,20 @@ def read_responses(model: LMWithValueHead | Any, prompts: Sequence[Sequence[int]
     prompt's last one for the first token), the responses right-padded [B, W] and their lengths
     [B]: the trunk calls of `response_log_probs`, without the heads."""
     batch = len(prompts)
-    activated = int(getattr(model, "activation_tokens", 0))
-    if activated and min(len(r) for r in responses) >= 1:
-        joined = [list(p) + list(r[:-1]) for p, r in zip(prompts, responses)]
-        if len({tuple(j) for j in joined}) == batch:
-            return _read_responses_as_tails(model, joined, responses, activated, store)
-    # activated adapters: the prompts' common prefix (the base's, without gradients) is held once and
-    # read by every row's queries together, as generation reads it (agents/kv_cache.py)
-    cache = SharedPromptCache(model, [list(p) for p in prompts], store=store,
-                              prefix_once=bool(getattr(model, "activation_tokens", 0)))
     lengths = np.array([len(r) for r in responses])
     width = int(lengths.max())
     tokens = np.zeros((batch, width), dtype=np.int64)
     for i, r in enumerate(responses):
         tokens[i, :len(r)] = r
+    activated = int(getattr(model, "activation_tokens", 0))
+    if activated and lengths.min() >= 1:
+        joined = [list(p) + list(r[:-1]) for p, r in zip(prompts, responses)]
+        if len({tuple(j) for j in joined}) == batch:
+            return _read_responses_as_tails(model, joined, tokens, lengths, activated, store)
+    # activated adapters: the prompts' common prefix (the base's, without gradients) is held once and
+    # read by every row's queries together, as generation reads it (agents/kv_cache.py)
+    cache = SharedPromptCache(model, [list(p) for p in prompts], store=store,
+                              prefix_once=bool(getattr(model, "activation_tokens", 0)))
     # response tokens 0..len-2 of each row are read to predict tokens 1..len-1; token 0 is
     # predicted from the prompt's last hidden state
     reads = lengths - 1
@@ -258,20 +258,16 @@ def read_responses(model: LMWithValueHead | Any, prompts: Sequence[Sequence[int]
     return hidden, tokens, lengths
 
 
-def _read_responses_as_tails(model: LMWithValueHead | Any, joined: Sequence[Sequence[int]],
-                             responses: Sequence[Sequence[int]], activated: int,
-                             store: PromptStore | BaseReadings | None) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+def _read_responses_as_tails(model: LMWithValueHead | Any, joined: Sequence[Sequence[int]], tokens: np.ndarray,
+                             lengths: np.ndarray, activated: int, store: PromptStore | BaseReadings | None
+                             ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     """`read_responses` for activated adapters when every row's prompt followed by its response but
     the last token (`joined`) is its own: those tokens after the prompt join its activation tokens,
     and the adapters read both in one trunk call instead of two (the activation tokens, then the
     responses after them: ~20% of a tic-tac-toe `text_exit` step here). The base's readings are
-    the same, as the part before the activation tokens is the prompt's."""
-    batch = len(joined)
-    lengths = np.array([len(r) for r in responses])
-    width = int(lengths.max())
-    tokens = np.zeros((batch, width), dtype=np.int64)
-    for i, r in enumerate(responses):
-        tokens[i, :len(r)] = r
+    the same, as the part before the activation tokens is the prompt's. `tokens` [B, W] and
+    `lengths` [B]: the responses as `read_responses` pads them."""
+    batch, width = tokens.shape
     cache = SharedPromptCache(model, joined, store=store, prefix_once=True,
                               activated=[activated + n - 1 for n in lengths.tolist()])
     tails = cache.tail_hidden[torch.from_numpy(cache.entry_of)]  # [B, T, H], LEFT-padded
