@@ -591,28 +591,26 @@ PRESETS: dict[str, dict[str, Any]] = {
         "torch_threads": 2, "runner_threads": 2,
         "num_envs": 16, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
         "anchors": ["random", "base"],
-        # No self-play: the expert's answers do not depend on the opponent, only the positions do,
-        # and the LM against itself, near-deterministic at temperature 0.5, replays the same games
-        # (2-25 new positions an iteration from the eighth on, 338 in a whole run of seed 2 with
-        # 0.3 self-play and 0.3 PFSP, which picks the hardest: the base and its copies). Drawn
-        # uniformly from the random mover, the base and the snapshots, every match has a
-        # stochastic opponent (DAgger's point: learn on the positions the policy meets where it is
-        # measured): seed 5 (new) 406 positions, 1,200 steps, 0.894 against the random mover.
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 1.0}],
         # Expert iteration (agents/text_exit.py): MCTS over the rules answers every position the LM
         # met, and the adapters learn its answers. Activated LoRA (docs/llm.md): the adapters (rank
         # 16 on every projection of all 30 layers) read only "assistant\n[" and the answer; the board
-        # is read by the base once per run, so a step of 32 positions costs ~1.3-1.5 s here. The
-        # steps are what is scarce (a perfect teacher's labels passed 0.85 after ~1,200), so an
-        # iteration plays 16 matches (~20-40 s) for its 48 steps (~65-75 s): with 32 matches, play
-        # was ~40% of an iteration, 30 minutes made ~650 steps and seed 1 scored 0.826 against the
-        # random mover; with 16, 912 steps and 0.846 on seed 2 (new), though only ~340 positions were
-        # met and learnt to a loss of 0.03. Two images of each under the board's rotations and
-        # reflections (`text_lm.exit.symmetries=2`) gave 935 positions but 672 steps (their base
-        # readings), and 0.836 on seed 3 (new): not kept (docs/llm.md). Each position holds ~5.2 MB
-        # of base readings: 8 GB keep a whole run's, where the default 3 GB begin to evict (and
-        # re-read, ~0.3 s each) after ~590. (Turn-level PPO on the game's result, `text_ppo`, scored
-        # 0.54-0.65 after 30 minutes.)
+        # is read by the base once per run, so a step of 32 positions costs ~0.8-1.1 s on a host
+        # with AVX-512, ~1.3-1.5 s without. An iteration plays 20 matches (~10-35 s) and takes 48
+        # steps. What is scarce is positions, not steps: the search's answers do not depend on the
+        # opponent, only the positions met do, and the LM against itself, near-deterministic at
+        # temperature 0.5, replays its games, while PFSP's hardest opponents are the base and its
+        # zero-adapter snapshot. So no self-play and no PFSP: uniform over the random mover, the
+        # base and the snapshots, every match has a stochastic opponent (DAgger's point: learn on
+        # the positions met where the policy is measured). Seeds 5 and 6 (new; AVX-512 host): 1,200
+        # steps over ~410 positions, 0.894 and 0.862 against the random mover; the previous mix (0.3
+        # self-play, 0.3 PFSP, 0.4 uniform, 16 matches) on seed 6 there: 1,392 steps over 350
+        # positions, 0.834, and 0.816-0.846 on a host without AVX-512 (seeds 2, 4). Two images of
+        # each position under the board's rotations and reflections (`text_lm.exit.symmetries=2`)
+        # gave 935 positions but 672 steps without AVX-512 (their base readings), 0.836 (seed 3): not kept.
+        # Each position holds ~5.2 MB of base readings: 8 GB keep a whole run's, where the default
+        # 3 GB begin to evict (and re-read, ~0.3 s each) after ~590. (Turn-level PPO on the game's
+        # result, `text_ppo`, scored 0.54-0.65 after 30 minutes.)
+        "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 1.0}],
         "text_lm": {"model": {"readings_mb": 8192.0,
                               "lora": {"rank": 16, "alpha": 32.0, "activation_tokens": 4,
                                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
