@@ -601,8 +601,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         # temperature 0.5, replays its games, while PFSP's hardest opponents are the base and its
         # zero-adapter snapshot. So no self-play and no PFSP: uniform over the random mover, the
         # base and the snapshots, every match has a stochastic opponent (DAgger's point: learn on
-        # the positions met where the policy is measured). Seeds 5 and 6 (new; AVX-512 host): 1,200
-        # steps over ~410 positions, 0.894 and 0.862 against the random mover; the previous mix (0.3
+        # the positions met where the policy is measured). Seeds 5-7 (new; AVX-512 host): 1,200-1,350
+        # steps over ~410 positions, 0.894, 0.862, 0.863 against the random mover; the previous mix (0.3
         # self-play, 0.3 PFSP, 0.4 uniform, 16 matches) on seed 6 there: 1,392 steps over 350
         # positions, 0.834, and 0.816-0.846 on a host without AVX-512 (seeds 2, 4). Two images of
         # each position under the board's rotations and reflections (`text_lm.exit.symmetries=2`)
