@@ -593,23 +593,24 @@ PRESETS: dict[str, dict[str, Any]] = {
         "anchors": ["random", "base"],
         # Expert iteration (agents/text_exit.py): MCTS over the rules answers every position the LM
         # met, and the adapters learn its answers. Activated LoRA (docs/llm.md): the adapters (rank
-        # 16 on every projection of all 30 layers) read only "assistant\n[" and the answer; the board
-        # is read by the base once per run, so a step of 32 positions costs ~0.8-1.1 s on a host
-        # with AVX-512, ~1.3-1.5 s without. An iteration plays 20 matches (~10-35 s) and takes 48
-        # steps. What is scarce is positions, not steps: the search's answers do not depend on the
-        # opponent, only the positions met do, and the LM against itself, near-deterministic at
+        # 16 on every projection of all 30 layers) read only "assistant\n[" and the answer; the
+        # board is read by the base once per run, so a step of 32 positions costs ~0.8-1.1 s on a
+        # host with AVX-512, ~1.3-1.5 s without. An iteration plays 20 matches (~10-35 s) and takes
+        # 48 steps. What is scarce is positions, not steps: the search's answers do not depend on
+        # the opponent, only the positions met do, and the LM against itself, near-deterministic at
         # temperature 0.5, replays its games, while PFSP's hardest opponents are the base and its
         # zero-adapter snapshot. So no self-play and no PFSP: uniform over the random mover, the
         # base and the snapshots, every match has a stochastic opponent (DAgger's point: learn on
-        # the positions met where the policy is measured). Seeds 5-7 (new; AVX-512 host): 1,200-1,350
-        # steps over ~410 positions, 0.894, 0.862, 0.863 against the random mover; the previous mix (0.3
-        # self-play, 0.3 PFSP, 0.4 uniform, 16 matches) on seed 6 there: 1,392 steps over 350
-        # positions, 0.834, and 0.816-0.846 on a host without AVX-512 (seeds 2, 4). Two images of
-        # each position under the board's rotations and reflections (`text_lm.exit.symmetries=2`)
-        # gave 935 positions but 672 steps without AVX-512 (their base readings), 0.836 (seed 3): not kept.
-        # Each position holds ~5.2 MB of base readings: 8 GB keep a whole run's, where the default
-        # 3 GB begin to evict (and re-read, ~0.3 s each) after ~590. (Turn-level PPO on the game's
-        # result, `text_ppo`, scored 0.54-0.65 after 30 minutes.)
+        # the positions met where the policy is measured). Seeds 5-7 (new; AVX-512 host):
+        # 1,200-1,344 steps over 406-441 positions, 0.894, 0.862, 0.863 against the random mover;
+        # the previous mix (0.3 self-play, 0.3 PFSP, 0.4 uniform, 16 matches) on seed 6 there: 1,392
+        # steps over 350 positions, 0.834, and 0.816-0.846 on a host without AVX-512 (seeds 2, 4).
+        # Two images of each position under the board's rotations and reflections
+        # (`text_lm.exit.symmetries=2`) gave 935 positions but 672 steps without AVX-512 (their base
+        # readings), 0.836 (seed 3): not kept. Each position holds ~5.2 MB of base readings: 8 GB
+        # keep a whole run's, where the default 3 GB begin to evict (and re-read, ~0.3 s each) after
+        # ~590. (Turn-level PPO on the game's result, `text_ppo`, scored 0.54-0.65 after 30
+        # minutes.)
         "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 1.0}],
         "text_lm": {"model": {"readings_mb": 8192.0,
                               "lora": {"rank": 16, "alpha": 32.0, "activation_tokens": 4,
