@@ -631,7 +631,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # conventions, which did not carry over to the base as partner (the learner's deals with it
     # stayed at 0.70 in training), and seed 5 gained +0.70 / +0.41 over the base; with this mix
     # +1.50 [+0.88, +2.13], and the new seeds 6 and 7 +1.01 [+0.42, +1.59] and +0.96 [+0.32, +1.60]
-    # on 200 pairs, +0.21 [-0.25, +0.68] and +1.14 [+0.70, +1.57] on 400 (docs/llm.md). LoRA on the
+    # on 200 pairs, +0.21 [-0.25, +0.68] and +1.14 [+0.70, +1.57] on 400; seed 6 again on a faster
+    # AVX-512 host, 12 updates: +0.41 [-0.04, +0.86] on 400 (docs/llm.md). LoRA on the
     # attention and MLP projections of the top 8 layers, 16-turn minibatches at 5e-4: an iteration
     # of 32 matches took 120-180 s at first and 65-110 s once the answers were valid on the host of
     # the first runs, so 30 minutes made 12-19 updates of ~8 Adam steps (170-390 s on this 2-core
