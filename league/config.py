@@ -605,7 +605,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         # 1,200-1,344 steps over 406-441 positions, 0.894, 0.862, 0.863 against the random mover;
         # the previous mix (0.3 self-play, 0.3 PFSP, 0.4 uniform, 16 matches) on seed 6 there: 1,392
         # steps over 350 positions, 0.834, and 0.816-0.846 on a host without AVX-512 (seeds 2, 4).
-        # The preset on a slower host without AVX-512 (~2.4 s a step): 432 steps, 0.776 (seed 8).
+        # The preset on a slower host without AVX-512 (~2.4 s a step): 432 steps, 0.776 (seed 8);
+        # on a faster AVX-512 host (~0.8 s a step) the same seed: 1,488 steps, 0.869.
         # Two images of each position under the board's rotations and reflections
         # (`text_lm.exit.symmetries=2`) gave 935 positions but 672 steps without AVX-512 (their base
         # readings), 0.836 (seed 3): not kept. Each position holds ~5.2 MB of base readings: 8 GB
