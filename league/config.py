@@ -649,6 +649,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # adapters still float32) a host with AVX512-BF16 (the bf16 runs'; this one has no AVX-512)
     # plays and learns an iteration in about half the time (10-11 updates in 30 minutes), yet seeds
     # 0 and 5 gained +0.69 and -0.36 over the base against +1.52 and +0.70 in float32.
+    # RAE's running means start at 0 and move by 1 - rae_decay per update. SPIRAL's 0.95 suits its
+    # zero-sum games, where the returns average near 0, and its hundreds of steps. Here the returns
+    # average 3-4 and a run makes 12-15 updates. At 0.95 the baselines were still 1.2-1.3 after 12
+    # updates, so nearly every deal had a positive advantage. At 0.5 they follow the last two
+    # batches. On seed 6, on the same AVX-512 host: +0.41 [-0.04, +0.86] at 0.95, +1.17 [+0.75,
+    # +1.60] at 0.5, both on 400 pairs (docs/llm.md).
     "llm_negotiation": {
         "game": "negotiation_turns", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 32,
         "torch_threads": 2, "runner_threads": 2,
@@ -658,8 +664,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "text_lm": {"model": {"lora": {"layers": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
                                                                        "gate_proj", "up_proj", "down_proj"]}},
                     "play": {"max_new_tokens": 24, "temperature": 0.7},
-                    "ppo": {"learning_rate": 5e-4, "kl_coef": 0.02, "baseline": "rae", "minibatch_size": 16,
-                            "micro_batch_size": 16}},
+                    "ppo": {"learning_rate": 5e-4, "kl_coef": 0.02, "baseline": "rae", "rae_decay": 0.5,
+                            "minibatch_size": 16, "micro_batch_size": 16}},
     },
     # Dialogue (docs/reference.md §4, docs/dialogue.md): a tiny LM imitates dialogues among the
     # four scripted negotiators (a population of styles, as a human corpus is) for 1200 steps,
