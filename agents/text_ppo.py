@@ -65,7 +65,9 @@ class TextPPOConfig:
     RAE baseline). In a game whose positions recur (Kuhn poker's 12 information states) the advantages
     of one prompt then sum to about zero: nothing pushes every prompt towards one answer."""
     rae_decay: float = 0.95
-    """Role baselines follow b <- decay * b + (1 - decay) * mean return of the role's turns (SPIRAL: 0.95)."""
+    """Role baselines follow b <- decay * b + (1 - decay) * mean return of the role's turns (SPIRAL: 0.95).
+    They start at 0, which suits zero-sum returns; where returns average well above 0 and a run makes few
+    updates, a lower decay lets them catch up (the negotiation preset's 0.5, docs/llm.md)."""
     answer_entropy_coef: float = 0.0
     """Weight of an entropy bonus on the LM's answer distribution at a response's first token (tokens
     grouped by the legal answer they begin, `agents.text_policy.answer_start_tokens`, renormalised over
