@@ -655,7 +655,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # updates, so nearly every deal had a positive advantage. At 0.5 they follow the last two
     # batches. On seed 6, on the same AVX-512 host: +0.41 [-0.04, +0.86] at 0.95, +1.17 [+0.75,
     # +1.60] at 0.5, both on 400 pairs; at 0.5 seed 9 (new): +1.19 [+0.61, +1.77] on 200, seed 7:
-    # +1.26 [+0.84, +1.68] on 400 (docs/llm.md).
+    # +1.26 [+0.84, +1.68] on 400, seed 5: +1.33 [+0.73, +1.93] on 200 (docs/llm.md).
     "llm_negotiation": {
         "game": "negotiation_turns", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 32,
         "torch_threads": 2, "runner_threads": 2,
