@@ -651,7 +651,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 0 and 5 gained +0.69 and -0.36 over the base against +1.52 and +0.70 in float32.
     # RAE's running means start at 0 and move by 1 - rae_decay per update. SPIRAL's 0.95 suits its
     # zero-sum games, where the returns average near 0, and its hundreds of steps. Here the returns
-    # average 3-4 and a run makes 12-17 updates. At 0.95 the baselines were still 1.2-1.3 after 12
+    # average 3-4 and a run makes 12-19 updates. At 0.95 the baselines were still 1.2-1.3 after 12
     # updates, so nearly every deal had a positive advantage. At 0.5 they follow the last two
     # batches. On seed 6, on the same AVX-512 host: +0.41 [-0.04, +0.86] at 0.95, +1.17 [+0.75,
     # +1.60] at 0.5, both on 400 pairs; at 0.5 seed 9 (new): +1.19 [+0.61, +1.77] on 200, seed 7:
