@@ -34,7 +34,7 @@ matches rate its snapshots.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyspiel
@@ -42,6 +42,7 @@ import torch
 
 from agents.nets import ActorCritic
 from agents.ppo_core import TorchAdam, prefixed
+from ludus.bounds import bounds
 
 
 @dataclass(frozen=True)
@@ -49,18 +50,18 @@ class DeepCFRConfig:
     """Single Deep CFR's settings (the `cfr` keys of a league config with `learner: sdcfr`);
     the defaults are the Leduc poker recipe measured in docs/league.md."""
 
-    iterations_per_update: int = 5
+    iterations_per_update: int = field(default=5, metadata=bounds(1, 10**6))
     """CFR iterations per league update (each: traversals for every seat, then training); the
     league snapshots after an update, so this is also the spacing of the averaged iterates."""
-    traversals: int = 300
+    traversals: int = field(default=300, metadata=bounds(1, 10**9))
     """External-sampling traversals per seat per CFR iteration."""
-    train_steps: int = 200
+    train_steps: int = field(default=200, metadata=bounds(1, 10**9))
     """Minibatch steps of the advantage net per CFR iteration (on the whole memory)."""
-    batch_size: int = 512
+    batch_size: int = field(default=512, metadata=bounds(1, 10**7))
     """Samples per minibatch step."""
-    learning_rate: float = 1e-3
+    learning_rate: float = field(default=1e-3, metadata=bounds(0, 1, low_open=True))
     """Adam step size of the advantage net."""
-    memory_size: int = 400_000
+    memory_size: int = field(default=400_000, metadata=bounds(1, 10**10))
     """Capacity of the reservoir memory of regret samples (all seats together); the league
     checkpoints it with the learner every update (~14 MB per 100k samples of Leduc poker)."""
     linear_weighting: bool = False

@@ -31,13 +31,14 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from agents.ppo_core import TorchAdam, flat_optimizer_state, load_flat_optimizer_state
+from ludus.bounds import bounds
 from ludus.errors import UserError
 
 
@@ -51,7 +52,7 @@ class LearnerBackendConfig:
 
     backend: Literal["torch", "deepspeed"] = "torch"
     """'torch' (Adam with gradient clipping, in this process) or 'deepspeed' (a DeepSpeed engine)."""
-    zero_stage: int = 0
+    zero_stage: int = field(default=0, metadata=bounds(0, 2))
     """DeepSpeed ZeRO stage: 0 (none), 1 (optimizer states partitioned), 2 (and gradients). Stage 3
     (parameters partitioned too) is refused: the league reads the learner's whole weights every
     iteration for runners and snapshots, and with one learner process there is nothing to split."""
@@ -62,10 +63,10 @@ class LearnerBackendConfig:
     offload_optimizer: bool = False
     """ZeRO-Offload: optimizer states and step in CPU memory (needs zero_stage >= 1; on a machine
     without a GPU everything is in CPU memory already)."""
-    train_micro_batch_size: int | None = None
+    train_micro_batch_size: int | None = field(default=None, metadata=bounds(1, 10**6))
     """DeepSpeed's micro batch size; it must equal the learner's minibatch size (each minibatch is
     one optimizer step); None takes the learner's."""
-    ranks: int = 1
+    ranks: int = field(default=1, metadata=bounds(1, 256))
     """Data-parallel ranks of each learner: the league's process is rank 0 and starts ranks - 1
     helper processes on this machine (gloo; league/ranks.py); each rank trains on 1/ranks of
     every batch and they take the update one rank would take on all of it (agents/ppo.py

@@ -44,6 +44,7 @@ from torch import nn
 
 from agents.nets import layer_init, masked_logits, shape_mismatch
 from agents.policy import ActBatch, ActOutput
+from ludus.bounds import bounds
 from ludus.errors import UserError
 
 
@@ -58,17 +59,17 @@ class LMError(UserError, ValueError):
 class TinyLMConfig:
     """A small GPT-2 (Radford et al. 2019) for token games; stored in snapshots to rebuild it."""
 
-    vocab_size: int = 75
+    vocab_size: int = field(default=75, metadata=bounds(1, 10**6))
     """Number of tokens (the dialogue game's vocabulary size)."""
-    n_positions: int = 128
+    n_positions: int = field(default=128, metadata=bounds(1, 65536))
     """Longest token sequence the model can read (learned position embeddings)."""
-    n_embd: int = 64
+    n_embd: int = field(default=64, metadata=bounds(1, 65536))
     """Width of the residual stream."""
-    n_layer: int = 2
+    n_layer: int = field(default=2, metadata=bounds(1, 1024))
     """Number of transformer blocks."""
-    n_head: int = 4
+    n_head: int = field(default=4, metadata=bounds(1, 1024))
     """Attention heads per block (must divide n_embd)."""
-    dropout: float = 0.0
+    dropout: float = field(default=0.0, metadata=bounds(0, 1, high_open=True))
     """Dropout on embeddings, residuals and attention; 0 keeps PPO's probability ratios exact."""
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ actions only.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Literal, Mapping, Sequence
 
 import numpy as np
@@ -19,6 +19,7 @@ from torch.nn import functional as F
 
 from agents.kernels import grouped_linear_status
 from games.core import GameSpec
+from ludus.bounds import bounds
 
 MASKED_LOGIT = -1e9
 
@@ -45,9 +46,9 @@ class NetConfig:
 
     kind: str = "mlp"
     """'mlp' (any observation, flattened) or 'conv' (observations shaped [C, H, W])."""
-    hidden: tuple[int, ...] = (128, 128)
+    hidden: tuple[int, ...] = field(default=(128, 128), metadata=bounds(1, 65536))
     """Widths of the hidden layers of the MLP trunk (for 'conv': of the layers after the convolutions)."""
-    channels: tuple[int, ...] = (32, 64)
+    channels: tuple[int, ...] = field(default=(32, 64), metadata=bounds(1, 4096))
     """Convolution channels, 3x3 kernels with padding 1 ('conv' only)."""
     activation: str = "tanh"
     """'tanh' (CleanRL's default for PPO on vectors) or 'relu'."""

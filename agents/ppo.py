@@ -19,7 +19,7 @@ import copy
 import math
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -32,54 +32,55 @@ from agents.rollout import RolloutBatch, SeatTrajectoryBuilder
 from agents.torch_policy import TorchPolicy
 from games.core import GameError
 from games.registry import make_vector
+from ludus.bounds import bounds
 
 
 @dataclass(frozen=True)
 class PPOConfig:
     """PPO hyperparameters; the defaults are CleanRL's ppo.py (CartPole-v1)."""
 
-    learning_rate: float = 2.5e-4
+    learning_rate: float = field(default=2.5e-4, metadata=bounds(0, 1, low_open=True))
     """Adam step size (the starting value when `anneal_lr`)."""
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over the run; the training loop applies it through
     `PPOLearner.set_learning_rate` (the learner does not know the run's length)."""
-    lr_decay_updates: float | None = None
+    lr_decay_updates: float | None = field(default=None, metadata=bounds(0, None, low_open=True))
     """Instead of `anneal_lr`, for runs whose length is a time budget: learning rate
     lr / sqrt(1 + updates / lr_decay_updates), the step size under which online gradient descent's
     average regret vanishes (Zinkevich 2003), as the averaged self-play of league
     `output_policy: average` assumes in theory (on Leduc poker it changed the output's
     exploitability by less than the spread between seeds: docs/league.md). None: no such decay."""
-    adam_eps: float = 1e-5
+    adam_eps: float = field(default=1e-5, metadata=bounds(0, 1, low_open=True))
     """Adam epsilon (CleanRL uses 1e-5, not torch's 1e-8)."""
-    gamma: float = 0.99
+    gamma: float = field(default=0.99, metadata=bounds(0, 1))
     """Discount factor."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = field(default=0.95, metadata=bounds(0, 1))
     """lambda of generalised advantage estimation (Schulman et al. 2016)."""
-    num_minibatches: int = 4
+    num_minibatches: int = field(default=4, metadata=bounds(1, 10**6))
     """Minibatches per epoch: the batch is split into this many nearly equal parts."""
-    minibatch_size: int | None = None
+    minibatch_size: int | None = field(default=None, metadata=bounds(1, 10**7))
     """Fixed number of rows per minibatch instead (the last one may be smaller); None uses
     `num_minibatches`. Useful when batch sizes vary, as in turn-based self-play."""
-    update_epochs: int = 4
+    update_epochs: int = field(default=4, metadata=bounds(1, 1000))
     """Passes over the batch per update (K in the paper)."""
     norm_adv: bool = True
     """Normalise advantages to zero mean and unit std within each minibatch."""
-    clip_coef: float = 0.2
+    clip_coef: float = field(default=0.2, metadata=bounds(0, 1, low_open=True))
     """epsilon of the clipped surrogate objective (eq. 7), also the value-clipping range."""
     clip_vloss: bool = True
     """Clip the value prediction to within clip_coef of the behaviour value, as in the
     reference implementation (baselines' ppo2)."""
-    ent_coef: float = 0.01
+    ent_coef: float = field(default=0.01, metadata=bounds(0, 100))
     """c2 of eq. 9: weight of the entropy bonus (the starting value when `ent_decay_updates`)."""
-    ent_decay_updates: float | None = None
+    ent_decay_updates: float | None = field(default=None, metadata=bounds(0, None, low_open=True))
     """Decay the entropy bonus as ent_coef / sqrt(1 + updates / ent_decay_updates): the
     regularised game's equilibrium, which self-play's average approaches, moves towards the real
     one as the bonus fades (tried on Leduc poker: docs/league.md). None: a constant bonus."""
-    vf_coef: float = 0.5
+    vf_coef: float = field(default=0.5, metadata=bounds(0, 100))
     """c1 of eq. 9: weight of the value loss."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = field(default=0.5, metadata=bounds(0, None, low_open=True))
     """Global gradient-norm clipping threshold."""
-    target_kl: float | None = None
+    target_kl: float | None = field(default=None, metadata=bounds(0, None, low_open=True))
     """Stop the epochs of an update early once the approximate KL of the last minibatch
     exceeds this; None never stops early."""
     matmul_dtype: Literal["float32", "bfloat16"] = "float32"

@@ -30,6 +30,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from agents.lm import LMError, LMWithValueHead, load_hf_causal_lm
+from ludus.bounds import bounds
 from ludus.files import cache_root, files_digest
 
 ADAPTER_FORMAT = "ludus-lm-adapter-v1"
@@ -62,20 +63,20 @@ local directory; a snapshot never makes the host read a path it chose."""
 class LoRAConfig:
     """LoRA adapters on the base's projections (Hu et al. 2021)."""
 
-    rank: int = 8
+    rank: int = field(default=8, metadata=bounds(1, 4096))
     """Rank r of each adapter's update B @ A."""
-    alpha: float = 16.0
+    alpha: float = field(default=16.0, metadata=bounds(0, 1e4, low_open=True))
     """Scale: the update is multiplied by alpha / rank."""
-    dropout: float = 0.0
+    dropout: float = field(default=0.0, metadata=bounds(0, 1, high_open=True))
     """Dropout on the adapter's input; 0 keeps PPO's probability ratios exact."""
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     """Names of the linear layers that get adapters (Llama-style attention projections)."""
-    layers: int | None = None
+    layers: int | None = field(default=None, metadata=bounds(1, 1024))
     """Adapters only in the top `layers` decoder layers (None: in all). Below them nothing is
     trained, so a learner's backward pass stops at the lowest adapted layer: with 8 of SmolLM2's
     30 layers a 32-turn micro-batch's backward took 2.6 s instead of 10.3 s here (forward
     unchanged), the whole gradient pass 1.8x faster."""
-    activation_tokens: int = 0
+    activation_tokens: int = field(default=0, metadata=bounds(0, 4096))
     """Activated LoRA (Greenewald et al. 2025, "Activated LoRA: Fine-tuned LLMs for Intrinsics"):
     the adapters act only on the prompt's last `activation_tokens` tokens (the chat template's
     generation prompt and any response prefix: SmolLM2's "assistant\n[" is 4 tokens) and
@@ -125,7 +126,7 @@ class PretrainedLMConfig:
     """torch device: cpu here; cuda on a GPU."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """The adapters."""
-    readings_mb: float = 3072.0
+    readings_mb: float = field(default=3072.0, metadata=bounds(0, 1e7, low_open=True))
     """With activated adapters, megabytes of the base's prompt keys and values that a process keeps
     for the run (agents/lm.py `BaseReadings`, shared by every model of this base in the process;
     the largest asked for holds). An evicted prompt is read again when it is next played or

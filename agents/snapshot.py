@@ -583,8 +583,9 @@ def read_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
         lora = LoRAConfig(**{**architecture["lora"], "target_modules": tuple(architecture["lora"]["target_modules"])})
         if base is None:
             if architecture.get("base") not in BASE_MODELS:
-                raise SnapshotError(f"snapshot {directory} was trained on a local base model; pass its directory "
-                                    f"(PretrainedLMConfig(base=...)) to load it")
+                raise SnapshotError(f"snapshot {directory} was trained on a local base model "
+                                    f"{str(architecture.get('base'))!r:.80}: give its directory with `ludus evaluate "
+                                    f"SNAPSHOT --exploitability --base DIR` (in Python: PretrainedLMConfig(base=DIR))")
             base = PretrainedLMConfig(base=architecture["base"])
         base = replace(base, lora=lora)
         base_hash = base_content_hash(base_model_dir(base.base))

@@ -35,7 +35,7 @@ for 32 positions on this CPU.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -45,6 +45,7 @@ from agents.lm import LMWithValueHead, base_readings
 from agents.ppo_core import TorchAdam
 from agents.pretrained import adapter_parameters
 from agents.text_ppo import answer_masses, response_log_probs
+from ludus.bounds import bounds
 
 
 @dataclass(frozen=True)
@@ -52,33 +53,33 @@ class TextExItConfig:
     """Expert iteration of an LM's answers with MCTS as the expert (the `text_lm.exit` keys,
     learner 'text_exit')."""
 
-    simulations: int = 2000
+    simulations: int = field(default=2000, metadata=bounds(1, 10**7))
     """MCTS simulations per searched position (tic-tac-toe: ~2-4 ms each in OpenSpiel's C++; 2,000
     with random rollouts scored 0.97 against the random mover as a bot, both seats)."""
-    uct_c: float = 2.0
+    uct_c: float = field(default=2.0, metadata=bounds(0, 100, low_open=True))
     """UCT's exploration constant (the `mcts` bots' default)."""
-    rollouts: int = 1
+    rollouts: int = field(default=1, metadata=bounds(1, 10**4))
     """Random rollouts averaged per leaf."""
-    target_temperature: float = 0.0
+    target_temperature: float = field(default=0.0, metadata=bounds(0, 100))
     """The target is proportional to the root's visit counts ** (1 / target_temperature); 0 puts all
     of it on the most visited moves (ties split). AlphaZero's 1.0 keeps the search's spread, which
     its self-play samples for exploration; here sampling at `text_lm.play.temperature` explores,
     and a score against an opponent is made by playing the best move, not the search's spread."""
-    buffer_positions: int = 4096
+    buffer_positions: int = field(default=4096, metadata=bounds(1, 10**8))
     """Most recent distinct positions (with their targets) kept to train on; a position met again
     moves to the front and keeps its first search's target."""
-    steps: int = 48
+    steps: int = field(default=48, metadata=bounds(1, 10**6))
     """Adam steps per update, each on `batch_size` positions drawn uniformly from the buffer: on
     tic-tac-toe the steps, not the positions, are what is scarce (a perfect teacher's labels
     needed ~1,200 steps of 32 positions, docs/llm.md), so an update takes about as long as the
     32 matches before it."""
-    batch_size: int = 32
+    batch_size: int = field(default=32, metadata=bounds(1, 10**6))
     """Positions per Adam step."""
-    learning_rate: float = 1e-3
+    learning_rate: float = field(default=1e-3, metadata=bounds(0, 1, low_open=True))
     """Adam step size of the LoRA adapters (the perfect-teacher probe's, docs/llm.md)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = field(default=1.0, metadata=bounds(0, None, low_open=True))
     """Global gradient-norm clip."""
-    symmetries: int = 0
+    symmetries: int = field(default=0, metadata=bounds(0, 7))
     """Images of each searched position under the board's rotations and reflections (at most 7),
     drawn at random among its distinct images not yet buffered, added to the buffer with the
     search's target carried over: labels without a search, as AlphaGo Zero augmented its positions

@@ -30,7 +30,7 @@ first token and then fails to close it; `ludus evaluate --exploitability` scores
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 import numpy as np
@@ -42,31 +42,32 @@ from agents.mmd import InformationStates, action_values, mmd_target, table_explo
 from agents.ppo_core import TorchAdam
 from agents.pretrained import adapter_disabled, adapter_parameters
 from agents.text_ppo import answer_log_probs
+from ludus.bounds import bounds
 
 
 @dataclass(frozen=True)
 class TextMMDConfig:
     """Magnetic mirror descent of an LM's answer table (the `text_lm.mmd` keys, learner 'text_mmd')."""
 
-    alpha: float = 0.2
+    alpha: float = field(default=0.2, metadata=bounds(0, 1000))
     """Weight of the magnet: MMD converges to the quantal response equilibrium regularised towards it;
     smaller alpha, closer to a Nash equilibrium but slower (on Kuhn poker's table, alpha 0.2: a fixed
     point 0.0436 exploitable with a uniform magnet, tests/test_text_mmd.py; ~0.05 with the base's)."""
-    eta: float = 1.0
+    eta: float = field(default=1.0, metadata=bounds(0, 1000, low_open=True))
     """MMD's step size (0.3 moved the LM's table too slowly: 0.12-0.18 after 40 iterations)."""
     magnet: Literal["base", "uniform"] = "base"
     """rho: 'base', the base model's answer table (adapters off), or 'uniform' over legal answers."""
-    iterations_per_update: int = 1
+    iterations_per_update: int = field(default=1, metadata=bounds(1, 10**6))
     """MMD iterations per league update."""
-    distill_steps: int = 8
+    distill_steps: int = field(default=8, metadata=bounds(1, 10**6))
     """Adam steps towards each iteration's target table: with too few the LM lags its targets and
     the lag makes the iterates swing (two and four steps left gaps of up to 0.1-0.15 in probability
     and the Queen's calls swinging between the Jack's and the King's)."""
-    learning_rate: float = 5e-4
+    learning_rate: float = field(default=5e-4, metadata=bounds(0, 1, low_open=True))
     """Adam step size of the LoRA adapters."""
-    format_coef: float = 1.0
+    format_coef: float = field(default=1.0, metadata=bounds(0, 100))
     """Weight of -log(mass of answer-starting tokens), averaged over information states."""
-    max_grad_norm: float | None = None
+    max_grad_norm: float | None = field(default=None, metadata=bounds(0, None, low_open=True))
     """Global gradient-norm clip; None: none (Adam scales the steps; the recipe was measured without one)."""
 
     def __post_init__(self) -> None:

@@ -21,6 +21,7 @@ then answer" instruction with its longer response budget.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -30,6 +31,11 @@ import torch
 from agents.lm import BaseReadings, LMError, LMPolicy, LMWithValueHead, PromptStore, base_readings
 from agents.policy import ActBatch, ActOutput, sample_legal_uniform
 from games.text import ParsedResponse, TextView, normal_answer, parse_response
+from ludus.bounds import bounds, range_problem
+
+
+MAX_NEW_TOKENS = 4096
+"""Most tokens one response may have (`TextPlayConfig.max_new_tokens`), whatever the model's context."""
 
 
 @dataclass(frozen=True)
@@ -62,18 +68,22 @@ class PromptFormat:
     def __post_init__(self) -> None:
         if self.think and self.response_prefix:
             raise LMError("prompt.think needs prompt.response_prefix '' (the response starts with the reasoning)")
+        for name in ("system", "user"):
+            problem = template_problem(getattr(self, name))
+            if problem:
+                raise LMError(f"prompt.{name} {problem}")
 
 
 @dataclass(frozen=True)
 class InvalidResponses:
     """What happens when a response names no legal action."""
 
-    retries: int = 2
+    retries: int = field(default=2, metadata=bounds(0, 100))
     """New samples the turn may take before the turn fails."""
     forfeit: bool = False
     """A failed turn forfeits the match (recorded in the ledger as the seat's 'invalid' status, the
     game's worst return for it); False plays a uniformly random legal action instead."""
-    penalty: float = 1.0
+    penalty: float = field(default=1.0, metadata=bounds(0, 1000))
     """The learner scores a turn whose first response did not count as -penalty (not the game's result)."""
 
     def __post_init__(self) -> None:
@@ -87,9 +97,9 @@ class InvalidResponses:
 class TextPlayConfig:
     """How an LM plays text games: prompts, response budget, invalid responses."""
 
-    max_new_tokens: int = 8
+    max_new_tokens: int = field(default=8, metadata=bounds(1, MAX_NEW_TOKENS))
     """Tokens one response may have (the stop token included)."""
-    temperature: float = 1.0
+    temperature: float = field(default=1.0, metadata=bounds(0, 100, low_open=True))
     """Sampling temperature; the learner's log-probs are of the same tempered distribution."""
     prompt: PromptFormat = field(default_factory=PromptFormat)
     """The prompt format."""
@@ -106,10 +116,70 @@ class TextPlayConfig:
         return dataclasses.asdict(self)
 
     @staticmethod
-    def from_json(data: Mapping[str, Any]) -> "TextPlayConfig":
-        return TextPlayConfig(max_new_tokens=int(data["max_new_tokens"]), temperature=float(data["temperature"]),
-                              prompt=PromptFormat(**data["prompt"]),
-                              invalid=InvalidResponses(**data["invalid"]))
+    def from_json(data: Any, context: int | None = None) -> "TextPlayConfig":
+        """The settings a snapshot records, checked as strictly as a config's: unknown keys, wrong
+        types, values outside their ranges (`max_new_tokens` also within the model's `context`
+        when given) and prompt templates that fill in anything but `PROMPT_FIELDS` are refused
+        with a one-line `LMError`; keys left out take their defaults."""
+        play = _strict(TextPlayConfig, data, "")
+        if context is not None and play.max_new_tokens >= context:
+            raise LMError(f"play.max_new_tokens={play.max_new_tokens} does not fit the model's context of "
+                          f"{context} tokens (with the prompt): record a smaller one")
+        return play
+
+
+PROMPT_FIELDS = ("rules", "role", "title", "state", "instruction")
+"""What a prompt template may fill in: the game's text view gives the rules, the seat's role, the
+title and the state; the instruction is `PromptFormat`'s."""
+
+
+def template_problem(template: Any) -> str | None:
+    """Why `template` cannot be a prompt template (str.format with `PROMPT_FIELDS` by name, no
+    format spec, conversion, index or attribute), or None."""
+    import string
+
+    if not isinstance(template, str):
+        return f"must be a string, got {type(template).__name__}"
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"is not a format template ({exc}): write a literal brace as {{{{ or }}}}"
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in PROMPT_FIELDS:
+            return (f"fills in {{{name}}}, which the game's text view does not give: use "
+                    f"{', '.join('{' + f + '}' for f in PROMPT_FIELDS)}")
+        if spec or conversion:
+            return f"formats {{{name}}} with {'!' + conversion if conversion else ':' + spec}: use plain {{{name}}}"
+    return None
+
+
+def _strict(cls: type, data: Any, prefix: str) -> Any:
+    """`cls` (a settings dataclass) from JSON `data`: unknown keys and wrong types refused in one line."""
+    if not isinstance(data, Mapping):
+        raise LMError(f"{prefix.rstrip('.') or 'the play settings'} must be a mapping, got {type(data).__name__}")
+    known, fields = typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        raise LMError(f"unknown key {prefix}{unknown[0]} (known: {', '.join(known)})")
+    kwargs = {}
+    for name, value in data.items():
+        tp = known[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _strict(tp, value, f"{prefix}{name}.")
+            continue
+        ok = (isinstance(value, bool) if tp is bool else
+              isinstance(value, int) and not isinstance(value, bool) if tp is int else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if tp is float else
+              isinstance(value, tp))
+        if not ok:
+            raise LMError(f"{prefix}{name} must be {tp.__name__}, got {value!r:.40}")
+        problem = range_problem(fields[name], value, prefix + name)
+        if problem:
+            raise LMError(problem)
+        kwargs[name] = float(value) if tp is float else value
+    return cls(**kwargs)  # __post_init__: the checks across keys
 
 
 def token_texts(tokenizer: Any) -> dict[int, str]:
@@ -288,12 +358,42 @@ def text_policy_from_snapshot(path: Any, expect_game: str | None = None, base: A
     record = read_adapter_snapshot(path, base, expect_game)
     if record.play is None:
         raise SnapshotError(f"snapshot {record.ref.path} records no way of playing text games (no 'play' entry)")
+    play = snapshot_play(record)  # before the base is loaded: `arena submit` refuses it in seconds
     lm = shared_base(record.base)
     expected = {k: tuple(v.shape) for k, v in trained_state(lm.model).items()}
     if {k: tuple(v.shape) for k, v in record.tensors.items()} != expected:
         raise SnapshotError(f"snapshot {record.ref.path}: adapter tensors do not fit the base's adapters")
-    return TextLMPolicy(lm.model, lm.tokenizer, text_view(record.manifest.game_id),
-                        TextPlayConfig.from_json(record.play), adapters=record.tensors)
+    return TextLMPolicy(lm.model, lm.tokenizer, text_view(record.manifest.game_id), play, adapters=record.tensors)
+
+
+def snapshot_play(record: Any) -> TextPlayConfig:
+    """The play settings an "lm_adapter" snapshot records (`agents.snapshot.AdapterSnapshotRecord`),
+    validated (`TextPlayConfig.from_json`) against its base's context, or a one-line SnapshotError."""
+    from agents.pretrained import base_model_dir
+    from agents.snapshot import SnapshotError
+
+    try:
+        return TextPlayConfig.from_json(record.play, context=base_context(base_model_dir(record.base.base)))
+    except LMError as exc:
+        raise SnapshotError(f"snapshot {record.ref.path} records play settings it cannot play with: {exc}; "
+                            f"re-save it with valid text_lm.play settings") from None
+
+
+def base_context(directory: Any) -> int | None:
+    """The longest sequence (tokens) the base saved in `directory` reads, from its config.json
+    (`max_position_embeddings`, GPT-2's `n_positions`), without loading it; None when it names none."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for key in ("max_position_embeddings", "n_positions"):
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def sampled_action_probabilities(policy: TextLMPolicy, batch: ActBatch, samples: int = 512, seed: int = 0) -> np.ndarray:

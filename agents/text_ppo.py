@@ -35,7 +35,7 @@ tokens and the response are read with gradients.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Sequence
 
 import numpy as np
@@ -45,17 +45,18 @@ from agents.lm import (BaseReadings, LMWithValueHead, PromptStore, SharedPromptC
                        frozen_lower_layers)
 from agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms
 from agents.pretrained import adapter_disabled, adapter_parameters
+from ludus.bounds import bounds
 
 
 @dataclass(frozen=True)
 class TextPPOConfig:
     """Turn-level PPO on the LM's own response tokens."""
 
-    learning_rate: float = 2e-4
+    learning_rate: float = field(default=2e-4, metadata=bounds(0, 1, low_open=True))
     """Adam step size of the LoRA adapters (adapters tolerate ~10x the full-model rate)."""
-    clip_coef: float = 0.2
+    clip_coef: float = field(default=0.2, metadata=bounds(0, 1, low_open=True))
     """PPO's surrogate clipping epsilon."""
-    kl_coef: float = 0.02
+    kl_coef: float = field(default=0.02, metadata=bounds(0, 100))
     """Weight of the per-token KL penalty to the base model (adapters off)."""
     baseline: Literal["rae", "value", "prompt"] = "value"
     """What a turn's return is compared with: 'rae', one running mean per seat (SPIRAL's role-conditioned
@@ -64,11 +65,11 @@ class TextPPOConfig:
     2024, with the turn left out so that it stays unbiased; a prompt asked once falls back to its seat's
     RAE baseline). In a game whose positions recur (Kuhn poker's 12 information states) the advantages
     of one prompt then sum to about zero: nothing pushes every prompt towards one answer."""
-    rae_decay: float = 0.95
+    rae_decay: float = field(default=0.95, metadata=bounds(0, 1, high_open=True))
     """Role baselines follow b <- decay * b + (1 - decay) * mean return of the role's turns (SPIRAL: 0.95).
     They start at 0, which suits zero-sum returns; where returns average well above 0 and a run makes few
     updates, a lower decay lets them catch up (the negotiation preset's 0.5, docs/llm.md)."""
-    answer_entropy_coef: float = 0.0
+    answer_entropy_coef: float = field(default=0.0, metadata=bounds(0, 100))
     """Weight of an entropy bonus on the LM's answer distribution at a response's first token (tokens
     grouped by the legal answer they begin, `agents.text_policy.answer_start_tokens`, renormalised over
     the answers). Every prompt of a game differs from the others in a few words, so an update that
@@ -87,22 +88,22 @@ class TextPPOConfig:
     whether its own answer beat the baseline, with the whole game's noise on it; the batch's table says
     how every answer did at the position, so where positions recur (Kuhn poker's 12 information states,
     each asked ~25 times in 128 matches) the answer's gradient is close to the exact one."""
-    value_learning_rate: float = 3e-3
+    value_learning_rate: float = field(default=3e-3, metadata=bounds(0, 1, low_open=True))
     """Adam step size of the value head (baseline 'value'), which has its own optimizer: see `value_steps`."""
-    value_steps: int = 16
+    value_steps: int = field(default=16, metadata=bounds(0, 10**6))
     """Full-batch Adam steps on the value head per update (baseline 'value'). The head is a linear probe on
     the prompt's last hidden state, whose features are read by the policy's forward pass anyway, so
     fitting it costs almost nothing; one shared step per update (as in the policy's optimizer) left it
     far from the returns, and its gradient, clipped together with the adapters', shrank theirs."""
-    epochs: int = 1
+    epochs: int = field(default=1, metadata=bounds(1, 1000))
     """Passes over a batch of turns."""
-    minibatch_size: int = 64
+    minibatch_size: int = field(default=64, metadata=bounds(1, 10**6))
     """Turns per optimizer step."""
-    micro_batch_size: int = 16
+    micro_batch_size: int = field(default=16, metadata=bounds(1, 10**6))
     """Turns per forward/backward pass; gradients of a minibatch's micro-batches accumulate."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = field(default=1.0, metadata=bounds(0, None, low_open=True))
     """Global gradient-norm clip."""
-    adam_eps: float = 1e-8
+    adam_eps: float = field(default=1e-8, metadata=bounds(0, 1, low_open=True))
     """Adam epsilon."""
 
     def __post_init__(self) -> None:

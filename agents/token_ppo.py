@@ -31,7 +31,7 @@ engine.step()) can replace the plain torch Adam step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -39,40 +39,41 @@ import torch
 from agents.lm import LMWithValueHead, as_tensor, frozen_copy
 from agents.nets import masked_logits
 from agents.ppo_core import PPOTerms, StatMeans, TorchAdam, UpdateBackend, categorical_entropy, ppo_terms
+from ludus.bounds import bounds
 
 
 @dataclass(frozen=True)
 class TokenPPOConfig:
     """Hyper-parameters of token-level PPO (defaults: docs/reference.md §4)."""
 
-    lr: float = 3e-4
+    lr: float = field(default=3e-4, metadata=bounds(0, 1, low_open=True))
     """Adam learning rate (1e-3 made the prototype's language collapse; 3e-4 was stable)."""
-    adam_eps: float = 1e-5
+    adam_eps: float = field(default=1e-5, metadata=bounds(0, 1, low_open=True))
     """Adam epsilon (CleanRL's PPO value)."""
-    clip: float = 0.2
+    clip: float = field(default=0.2, metadata=bounds(0, 1, low_open=True))
     """PPO ratio clipping epsilon."""
-    value_clip: float | None = 0.2
+    value_clip: float | None = field(default=0.2, metadata=bounds(0, None, low_open=True))
     """Clip of the value prediction around the behaviour value (CleanRL/TRL); None = unclipped loss."""
-    vf_coef: float = 0.1
+    vf_coef: float = field(default=0.1, metadata=bounds(0, 100))
     """Weight of the value loss (TRL's 0.1: the value head shares the trunk with the policy)."""
-    ent_coef: float = 0.01
+    ent_coef: float = field(default=0.01, metadata=bounds(0, 100))
     """Weight of the entropy bonus (CleanRL's 0.01 for small models trained from scratch)."""
-    gamma: float = 1.0
+    gamma: float = field(default=1.0, metadata=bounds(0, 1))
     """Discount over own tokens (1: a dialogue is short and only its outcome matters)."""
-    lam: float = 0.95
+    lam: float = field(default=0.95, metadata=bounds(0, 1))
     """GAE lambda over own tokens."""
-    kl_beta: float = 0.2
+    kl_beta: float = field(default=0.2, metadata=bounds(0, 100))
     """KL penalty coefficient (the initial one when adaptive); 0.2 kept the prototype stable, 0.05 drifted."""
-    kl_target: float | None = None
+    kl_target: float | None = field(default=None, metadata=bounds(0, None, low_open=True))
     """Target KL to the reference per sequence (nats); None = fixed beta, else Ziegler et al.'s
     adaptive controller moves beta towards it."""
-    kl_horizon: int = 10_000
+    kl_horizon: int = field(default=10_000, metadata=bounds(1, 10**9))
     """Horizon of the adaptive controller in sequences (Ziegler et al. 2019 / TRL: 10,000)."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = field(default=0.5, metadata=bounds(0, None, low_open=True))
     """Global gradient-norm clip."""
-    epochs: int = 4
+    epochs: int = field(default=4, metadata=bounds(1, 1000))
     """Passes over each batch."""
-    minibatch_size: int = 16
+    minibatch_size: int = field(default=16, metadata=bounds(1, 10**6))
     """Sequences (rows) per minibatch."""
     normalize_advantages: bool = True
     """Whiten advantages over the batch's own tokens (TRL's `whiten`)."""
@@ -81,10 +82,10 @@ class TokenPPOConfig:
     is not drowned by the other in the shared policy's gradient (in the spirit of SPIRAL's
     role-conditioned advantage estimation, Liu et al. 2025, arXiv 2506.24119 §3.3). Needs
     `TokenBatch.roles`."""
-    imitation_every: int = 0
+    imitation_every: int = field(default=0, metadata=bounds(0, 10**6))
     """Interleave one imitation (behaviour-cloning) batch every k RL updates; 0 = off (the
     prototype used 4)."""
-    imitation_coef: float = 1.0
+    imitation_coef: float = field(default=1.0, metadata=bounds(0, 100, low_open=True))
     """Weight of the cross-entropy loss of an imitation batch."""
 
     def __post_init__(self) -> None:

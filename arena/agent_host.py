@@ -12,8 +12,11 @@ stderr, so an agent's ``print`` calls end up in its stderr log instead of breaki
 A Python folder's entry point is either a class, instantiated once per process, or a function
 used as ``act``. Its ``act(observation, legal_actions, ...)`` gets the observation as a numpy
 array of the game's observation shape and the legal action ids as a list of ints, and returns
-one of them. It may also accept any of these keyword arguments, passed when its signature names
-them: ``seat``, ``rng`` (a numpy Generator seeded from ``start.seed``, this seat's seed of the
+one of them: an integer (a Python ``int`` or a numpy integer such as ``np.int64``; any
+`numbers.Integral` but a bool). Anything else (``"4"``, ``4.7``, ``4.0``, ``True``, a numpy array)
+is not coerced: the host passes it on as it is, and the arena records the move as ``INVALID``
+(`action_line`). It may also accept any of these keyword arguments, passed when its signature
+names them: ``seat``, ``rng`` (a numpy Generator seeded from ``start.seed``, this seat's seed of the
 match), ``time_left_s``, ``match``. A class may define ``start(seat, seed)`` and
 ``end(returns, seat)``; its constructor may accept ``game``, ``num_actions``,
 ``observation_shape`` and ``seed``.
@@ -28,6 +31,8 @@ import argparse
 import importlib
 import inspect
 import json
+import math
+import numbers
 import os
 import sys
 import tomllib
@@ -37,6 +42,7 @@ from typing import Any, Callable
 import numpy as np
 
 from arena import protocol
+from ludus.text import one_line
 
 ACT_KEYWORDS = ("seat", "rng", "time_left_s", "match")
 INIT_KEYWORDS = ("game", "num_actions", "observation_shape", "seed")
@@ -51,6 +57,29 @@ def _accepted(fn: Callable, names: tuple[str, ...]) -> tuple[str, ...]:
     if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return names
     return tuple(n for n in names if n in params and params[n].kind != inspect.Parameter.POSITIONAL_ONLY)
+
+
+def action_line(value: Any) -> bytes:
+    """The protocol line answering ``act`` with what an agent's ``act()`` returned.
+
+    An integer (`numbers.Integral`, which numpy integers are, bools excepted) is the action. Any
+    other value is not converted (``int("4")``, ``int(4.7)`` and ``int(True)`` would each make a
+    move the agent did not give): it is sent as the JSON value it is, or as its repr when JSON has
+    none, so the arena's decoder refuses it and records the move INVALID as for any agent."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return protocol.encode_action(int(value))
+    try:  # a stranger's __repr__ may itself fail; the move is invalid either way
+        described = repr(value)[:200]
+    except Exception:
+        described = f"<{type(value).__name__} object>"
+    if isinstance(value, (str, bool)) or value is None or (isinstance(value, float) and math.isfinite(value)):
+        shown: Any = value[:200] if isinstance(value, str) else value
+    else:
+        shown = described
+    print(f"agent_host: act() returned {one_line(described)} ({one_line(type(value).__name__)}); an action is "
+          f"an integer (int or numpy integer)", file=sys.stderr, flush=True)
+    line = json.dumps({"type": "action", "action": shown}, ensure_ascii=True, separators=(",", ":"))
+    return (line + "\n").encode("ascii")
 
 
 class FolderPlayer:
@@ -183,8 +212,7 @@ def serve(args: argparse.Namespace) -> int:
         if isinstance(message, protocol.Act):
             observation = np.asarray(message.observation).reshape(shape)
             extras = {"seat": seat, "rng": rng, "time_left_s": message.time_left_s, "match": message.match}
-            action = player.act(observation, list(message.legal_actions), extras)
-            writer.write(protocol.encode_action(int(action)))
+            writer.write(action_line(player.act(observation, list(message.legal_actions), extras)))
         elif isinstance(message, protocol.Start):
             seat, rng, match = message.seat, np.random.default_rng(message.seed), message.match
             player.start(seat, message.seed)

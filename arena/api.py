@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from agents.bots import BOT_PREFIX
-from arena.accounts import active_entrants
+from arena.accounts import ACCOUNT, OPERATOR, active_entrants, check_name_free, next_version
 from arena.leaderboard import Leaderboard, PageFiles, build_leaderboard, write_page
 from arena.isolation import Isolation, SandboxConfig, copy_submission
 from arena.match import MatchLimits
@@ -61,9 +61,10 @@ from ludus.files import cache_root
 DEFAULT_ARENA_DIR = "arena_state"
 ARENA_ENV = "LUDUS_ARENA"
 """Environment variable naming the arena directory when none is given."""
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,60}(/[A-Za-z0-9][A-Za-z0-9._-]{0,60})?(@[0-9]{1,6})?$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,60}(/[A-Za-z0-9][A-Za-z0-9._-]{0,60})?(@[0-9]{1,6})?")
 """Entrant names: NAME, NAME@k (the service's k-th upload of NAME) or RUN/MEMBER (a league run's
-snapshot, ``arena.submission.source_name``)."""
+snapshot, ``arena.submission.source_name``). Always `fullmatch`: ``$`` also matches before a
+trailing newline, which let ``honest\n`` through."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def check_arena_game(game: str) -> None:
 
 def check_entrant_name(name: str | None) -> None:
     """Refuse an entrant name the arena does not take (`_NAME_RE`)."""
-    if name is not None and not _NAME_RE.match(name):
+    if name is not None and not _NAME_RE.fullmatch(name):
         raise ArenaError(f"name {name!r} must be letters, digits, '.', '_', '-' (starting with a letter or digit), "
                          f"at most one '/' (RUN/MEMBER), optionally with a version '@N'")
 
@@ -189,6 +190,9 @@ class Arena:
         return write_page(self.leaderboard(recent), path)
 
     def match(self, match_id: int) -> MatchResult:
+        from league.replay import check_match_id
+
+        check_match_id(int(match_id))
         with self._reader() as store:
             match = store.get_match(int(match_id))
         if match is None:
@@ -247,10 +251,14 @@ class Arena:
         check_entrant_name(name)
         return self.enter(self.validate(path, self.game), name)
 
-    def enter(self, submission: Submission, name: str | None = None) -> Entrant:
+    def enter(self, submission: Submission, name: str | None = None, account: str | None = None,
+              new_version: bool = False) -> Entrant:
         """Enter a `Submission` that `validate_submission` accepted (`submit` does both).
 
-        Copies it into the arena (read-only, checked against its digest) and registers it."""
+        Copies it into the arena (read-only, checked against its digest) and registers it, owned
+        by `account` (None: the operator). Its name must be free or already its owner's, ignoring
+        case (`arena.accounts.NameTakenError`). `new_version`: enter it as the next version
+        ``NAME@k`` of `name` (the service's uploads), numbered under the same writer lock."""
         check_entrant_name(name)
         game = self.game
         if game is None:
@@ -267,7 +275,7 @@ class Arena:
         elif submission.game not in (None, game):
             raise ArenaError(f"{submission.name!r} plays {submission.game!r}, this arena plays {game!r}")
         player_id = name or submission.name
-        for entrant in self.list():
+        for entrant in [] if new_version else self.list():
             if entrant.player_id == player_id:
                 if entrant.digest == submission.digest:
                     return entrant
@@ -276,12 +284,19 @@ class Arena:
                                  f"under another name")
         copy_path, made = self._store_copy(submission)
         builtin = submission.kind == SubmissionKind.BUILTIN
-        entrant = Entrant(player_id, "bot" if builtin else "submission", submission.kind, submission.version,
-                          submission.digest, copy_path, time.time(), submission.game, submission.entry_point,
-                          submission.executable, submission.bot,
-                          (submission.bot if builtin else str(submission.path)) or "")
         try:
             with Store.open(self._create_directory(), mode="write") as store:
+                # Checked under the writer lock that the INSERT below holds, and claimed by that
+                # INSERT alone (the row records its owner): a refused or failed entry claims nothing
+                # and two entries of one name cannot both take it.
+                claim = check_name_free(store, player_id, account)
+                if new_version:
+                    player_id = next_version(store, claim.name if claim is not None else player_id)
+                entrant = Entrant(player_id, "bot" if builtin else "submission", submission.kind, submission.version,
+                                  submission.digest, copy_path, time.time(), submission.game, submission.entry_point,
+                                  submission.executable, submission.bot,
+                                  (submission.bot if builtin else str(submission.path)) or "",
+                                  OPERATOR if account is None else ACCOUNT, account)
                 self._initialise(store, game)
                 store.add_player(entrant.to_record())
         except BaseException:

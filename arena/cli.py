@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import argparse
 
-from ludus.text import printable
+from ludus.text import one_line, printable
 
 
 def _say(text: str) -> None:
     """Print with control characters escaped: names, versions, fault reasons and stderr come from
     submissions, and must not drive the operator's terminal."""
     print(printable(str(text)))
+
+
+def _cell(value: object) -> str:
+    """One field of a listing, newlines escaped too: `printable` keeps them for text of many lines,
+    and a version holding a newline and a fake row (in an arena stored before submit refused such
+    manifests) would otherwise print as a row of its own."""
+    return one_line(str(value))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -127,12 +134,12 @@ def _submit(args) -> int:
     before = {e.player_id for e in arena.list()}
     entrant = arena.submit(args.path, name=args.name)
     verb = "already entered" if entrant.player_id in before else "entered"
-    _say(f"{verb} {entrant.player_id} ({entrant.kind}, {entrant.submission_kind.value}, {_short(entrant)}) "
-          f"in the {arena.game} arena {arena.directory}")
+    _say(f"{verb} {_cell(entrant.player_id)} ({entrant.kind}, {entrant.submission_kind.value}, {_short(entrant)}) "
+          f"in the {_cell(arena.game)} arena {_cell(arena.directory)}")
     twins = arena.same_content(entrant)
     if twins:
-        _say(f"warning: {entrant.player_id} has the same content as {', '.join(twins)}; `ludus arena withdraw "
-             f"NAME` takes one out")
+        _say(f"warning: {_cell(entrant.player_id)} has the same content as {_cell(', '.join(twins))}; "
+             f"`ludus arena withdraw NAME` takes one out")
     return 0
 
 
@@ -142,14 +149,15 @@ def _list(args) -> int:
     arena = _open(args)
     entrants = arena.list()
     if not entrants:
-        _say(f"no entrants in {arena.directory}")
+        _say(f"no entrants in {_cell(arena.directory)}")
         return 0
-    _say(f"{len(entrants)} entrants in the {arena.game} arena {arena.directory}")
-    width = max(len(e.player_id) for e in entrants)
-    for e in entrants:
+    _say(f"{len(entrants)} entrants in the {_cell(arena.game)} arena {_cell(arena.directory)}")
+    names = [_cell(e.player_id) for e in entrants]
+    width = max(len(name) for name in names)
+    for name, e in zip(names, entrants):
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created_at))
-        _say(f"  {e.player_id:<{width}}  {e.kind:<10} {e.submission_kind.value:<10} {e.version:<12} "
-              f"{_short(e):<19}  {when}  {e.source}")
+        _say(f"  {name:<{width}}  {_cell(e.kind):<10} {e.submission_kind.value:<10} {_cell(e.version):<12} "
+             f"{_cell(_short(e)):<19}  {when}  {_cell(e.source)}")
     return 0
 
 
@@ -222,7 +230,7 @@ def _token_list(args) -> int:
     with Store.open(arena.directory, mode="read") as store:
         found = accounts(store)
     for account in found:
-        _say(f"  {account.name}  since {time.strftime('%Y-%m-%d %H:%M', time.localtime(account.created_at))}")
+        _say(f"  {_cell(account.name)}  since {time.strftime('%Y-%m-%d %H:%M', time.localtime(account.created_at))}")
     if not found:
         _say("no accounts: `ludus arena token add NAME` makes one")
     return 0

@@ -34,6 +34,19 @@ try:
     report["loopback"] = "reachable"
 except OSError as exc:
     report["loopback"] = exc.strerror or type(exc).__name__
+# the kernel keyring is not namespaced: an agent must not reach it (add_key into its uid's keyring)
+import ctypes, errno
+add_key = {"x86_64": 248, "aarch64": 217, "riscv64": 217}.get(os.uname().machine)
+if add_key is None:
+    report["keyring"] = "unknown machine"
+else:
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = libc.syscall(ctypes.c_long(add_key), b"user", b"ludus-doctor", b"x", ctypes.c_size_t(1), ctypes.c_long(-4))
+    report["keyring"] = "reachable" if key >= 0 else errno.errorcode.get(ctypes.get_errno(), "error")
+try:  # hidden: /dev/null is bound over it
+    report["proc_keys"] = bool(open("/proc/keys").read())
+except OSError:
+    report["proc_keys"] = False
 try:
     import numpy
     report["numpy"] = True
@@ -135,6 +148,12 @@ def _probe(mode: str) -> list[DoctorCheck]:
               f"interfaces {seen['interfaces']}, root fs read-only: {seen['root_readonly']}, numpy: {seen['numpy']}, "
               f"own IPC and UTS namespaces (hostname {seen['hostname']!r})")
     checks = [DoctorCheck(name, not wrong, "; ".join(wrong) + (" -- " if wrong else "") + detail)]
+    keyring_closed = seen["keyring"] in ("EPERM", "ENOSYS") and not seen["proc_keys"]
+    checks.append(DoctorCheck("kernel keyring", keyring_closed,
+                              f"add_key from an agent: {seen['keyring']}; /proc/keys "
+                              f"{'visible' if seen['proc_keys'] else 'hidden'}" +
+                              ("" if keyring_closed else " (the keyring is shared between agents)") +
+                              "; a fresh session keyring per agent, its uid's keys removed when it ends"))
     visible = seen["host_files"]
     checks.append(DoctorCheck("minimal root", not visible,
                               f"the host's {', '.join(visible)} visible to agents (read-only)" if visible else
@@ -154,6 +173,9 @@ def _cgroup_checks() -> list[DoctorCheck]:
         DoctorCheck(f"cgroup cpu ({have.version})", have.cpu_ok,
                     have.cpu or f"CPU quota per agent ({limits.cpu_cores:g} core by default): parallel matches keep "
                                 f"their move time"),
+        DoctorCheck("cgroup nesting", have.nested,
+                    have.nesting or f"agent groups under the arena's own ({', '.join(have.parents)}): a limit on the "
+                                    f"arena covers its agents"),
     ]
 
 

@@ -4,13 +4,16 @@ in arena/sandbox.py."""
 
 from __future__ import annotations
 
+import ctypes
 import enum
+import errno
 import fcntl
 import os
 import pwd
 import resource
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -269,8 +272,85 @@ def _namespace_init_is_launcher(ns: str) -> bool:
     return False
 
 
+def uid_key_count(uid: int) -> int:
+    """How many kernel keys `uid` owns (the nkeys column of /proc/key-users, which lists every uid
+    that owns a key; keyrings(7)). The kernel frees them lazily (its key garbage collector), so a
+    count may lag a key's end by a moment."""
+    try:
+        text = Path("/proc/key-users").read_text()
+    except FileNotFoundError:  # a kernel without CONFIG_KEYS: nobody owns keys
+        return 0
+    for line in text.splitlines():
+        owner, _, rest = line.partition(":")
+        if owner.strip() == str(uid):
+            return int(rest.split()[1].split("/")[0])
+    return 0
+
+
+_CLEAR_KEYS = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+number = int(sys.argv[1])
+def keyctl(*args):
+    return libc.syscall(ctypes.c_long(number), *(ctypes.c_long(a) for a in args))
+keyctl(1, 0)  # JOIN_SESSION_KEYRING, anonymous: possess nothing of the arena's session
+keys = [keyctl(0, spec, 1) for spec in (-4, -5)]  # GET_KEYRING_ID: our user and user-session keyrings
+keys.append(keyctl(22, -1, -3))  # GET_PERSISTENT: our persistent keyring, linked into our session
+with open("/proc/keys") as f:  # and any key of ours linked elsewhere that we may view
+    keys += [int(fields[0], 16) for fields in map(str.split, f) if fields[5] == str(os.getuid())]
+for key in keys:
+    if key > 0:
+        keyctl(7, key)  # CLEAR: unlink what a keyring holds (those keys go once nothing links them)
+        keyctl(21, key)  # INVALIDATE: gone at once, and unlinked from the registers that keep it
+"""
+_KEYCTL_NUMBERS = {"x86_64": 250, "aarch64": 219, "riscv64": 219}
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def join_session_keyring() -> None:
+    """Make the calling process leave its session keyring for a fresh anonymous one (keyctl(2),
+    KEYCTL_JOIN_SESSION_KEYRING with no name). For a child that is about to run an agent without
+    the namespace launcher (isolation ``none``): the session keyring is inherited across fork,
+    execve and setuid, and possessing it grants its possessor permissions."""
+    number = _KEYCTL_NUMBERS.get(os.uname().machine)
+    if number is None:
+        raise SandboxError(f"no keyctl syscall number for {os.uname().machine}: add it to isolation._KEYCTL_NUMBERS")
+    if _libc.syscall(ctypes.c_long(number), ctypes.c_long(1), None) < 0:
+        err = ctypes.get_errno()
+        if err != errno.ENOSYS:  # ENOSYS: a kernel without keys, so none to share
+            raise OSError(err, f"keyctl(join a fresh session keyring): {os.strerror(err)}")
+
+
+def clear_uid_keys(uid: int, wait_s: float = 2.0) -> int:
+    """Remove every key `uid` owns (as root); returns how many remain.
+
+    A uid's user keyring, user-session keyring and persistent keyring live as long as the kernel's
+    user namespace does (user-keyring(7), persistent-keyring(7)), not as long as its processes: the
+    next agent leased the uid would find what the last one left, and the leftovers count against the
+    uid's key quota (/proc/sys/kernel/keys/maxkeys). Only the uid itself may clear them (root has no
+    override for a key that grants it nothing), so a child running as the uid does."""
+    if uid_key_count(uid) == 0:
+        return 0
+    number = _KEYCTL_NUMBERS.get(os.uname().machine)
+    if number is None:
+        raise SandboxError(f"no keyctl syscall number for {os.uname().machine}: add it to isolation._KEYCTL_NUMBERS")
+    subprocess.run([sys.executable, "-I", "-S", "-c", _CLEAR_KEYS, str(number)], user=uid, group=uid,
+                   extra_groups=[], env={}, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=30)
+    deadline = time.monotonic() + wait_s
+    while (left := uid_key_count(uid)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the garbage collector runs as a work item, soon after the last link goes
+    return left
+
+
 class UidLease:
-    """An agent uid nobody else uses, held by an flock for as long as the sandbox lives."""
+    """An agent uid nobody else uses, held by an flock for as long as the sandbox lives.
+
+    A uid is leased only when no process runs under it and it owns no kernel key (those it does own
+    are cleared first, `clear_uid_keys`): nothing of an earlier agent, or of an arena killed with
+    -9, reaches the next one."""
 
     def __init__(self, base: int, count: int):
         lock_dir = _uid_lock_dir()
@@ -283,7 +363,7 @@ class UidLease:
             except BlockingIOError:
                 os.close(fd)
                 continue
-            if pids_of_uid(uid):  # its last holder released it while processes lingered
+            if pids_of_uid(uid) or clear_uid_keys(uid):  # its last holder left processes or keys behind
                 os.close(fd)
                 continue
             self.uid = uid
@@ -449,6 +529,8 @@ def mount_plan(mode: Isolation, agent_dir: Path, submission_dir: Path, home: Pat
         elif os.path.exists(hidden):
             plan.append({"op": "hide_file", "target": hidden})
     plan.append({"op": "proc", "target": "/proc"})
+    # the kernel keyring is not namespaced: these list other uids' keys and key counts (keyrings(7))
+    plan += [{"op": "hide_file", "target": t} for t in ("/proc/keys", "/proc/key-users")]
     # a fresh sysfs shows this network namespace's devices only; some kernels refuse it in a user
     # namespace, and then the agent has no /sys at all
     plan.append({"op": "sysfs", "target": "/sys", "optional": True})

@@ -19,15 +19,18 @@ The agent speaks only when spoken to: exactly one ``ready`` after ``hello`` and 
 so that even a shell script can pick fields out with pattern matching.
 
 Both directions are validated strictly: a line longer than its cap, bytes that are not UTF-8,
-JSON that is not an object, an unknown ``type``, a missing or extra key, or a value of the wrong
-type is a `ProtocolError`. Agent lines are capped at `MAX_AGENT_LINE_BYTES` (64 KiB: an action
-is a few bytes); arena lines at `MAX_ARENA_LINE_BYTES` (observations of big games are long).
+JSON that is not an object, a key given twice in one object, an unknown ``type``, a missing or
+extra key, or a value of the wrong type (an action is a JSON integer: not ``"4"``, ``4.7``,
+``4.0`` or ``true``) is a `ProtocolError`. Agent lines are capped at `MAX_AGENT_LINE_BYTES`
+(64 KiB: an action is a few bytes); arena lines at `MAX_ARENA_LINE_BYTES` (observations of big
+games are long).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
@@ -39,6 +42,7 @@ MAX_ARENA_LINE_BYTES = 16 * 1024 * 1024
 MAX_NAME_CHARS = 100
 """Longest agent name accepted in ``ready``."""
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
@@ -177,11 +181,32 @@ def _parse_object(line: bytes, limit: int) -> dict:
     except UnicodeDecodeError:
         raise ProtocolError("line is not valid UTF-8") from None
     try:
-        obj = json.loads(text, parse_constant=_refuse_constant)
+        obj = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ProtocolError(f"key {_preview(exc.key)} appears twice in one object") from None
     except (ValueError, RecursionError):
         raise ProtocolError(f"line is not valid JSON: {_preview(text)}") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"line is not a JSON object: {_preview(text)}")
+    return obj
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json.loads would keep the last of two equal keys: ``{"action":9,"action":0}`` read as 0 here
+    and as 9 by a reader keeping the first. The protocol calls such an object malformed."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
     return obj
 
 
@@ -221,6 +246,8 @@ def _str(obj: dict, key: str, kind: str, max_chars: int) -> str:
     value = obj[key]
     if not isinstance(value, str) or len(value) > max_chars:
         raise ProtocolError(f"{kind!r} message: {key} must be a string of at most {max_chars} characters")
+    if _SURROGATE.search(value):  # JSON's "\ud800" alone is no character: it cannot be printed or stored
+        raise ProtocolError(f"{kind!r} message: {key} holds a lone surrogate escape")
     return value
 
 

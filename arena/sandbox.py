@@ -63,8 +63,8 @@ from typing import Callable
 from arena import cgroups, protocol
 from arena.isolation import (INIT_SCRIPT, LIVE_NAMESPACES, MIB, SCRATCH_LOCK, SCRATCH_PREFIX, Isolation, SandboxConfig,
                              SandboxError, UidLease, all_pids, chown_tree, clean_stale_scratch, copy_submission,
-                             memory_bytes, mount_plan, pid_namespace, pids_in_group, pids_in_namespace, pids_of_uid,
-                             read_proc, resolve_isolation, rlimits_for)
+                             clear_uid_keys, join_session_keyring, memory_bytes, mount_plan, pid_namespace,
+                             pids_in_group, pids_in_namespace, pids_of_uid, read_proc, resolve_isolation, rlimits_for)
 
 
 @dataclass(frozen=True)
@@ -187,6 +187,9 @@ class SandboxProcess:
         self.exit_code: int | None = None
         self.leftover_pids: tuple[int, ...] = ()
         """Processes that survived a kill (always empty unless something is badly wrong)."""
+        self.leftover_keys = 0
+        """Kernel keys its uid still owned after `cleanup` (0 unless something is badly wrong;
+        `UidLease` then never leases the uid again)."""
         self._pid_ns: str | None = None
         self._lifeline: int | None = None
 
@@ -289,6 +292,7 @@ class SandboxProcess:
             for res, soft, hard in rlimits:
                 resource.setrlimit(res, (soft, hard))
             os.umask(0o077)
+            join_session_keyring()  # not the arena's: it would possess the arena's keys
 
         ids = {"user": self.uid, "group": self.gid, "extra_groups": []} if self._lease else {}
         try:
@@ -415,6 +419,8 @@ class SandboxProcess:
             self._scratch_lock = None
         lease = getattr(self, "_lease", None)
         if lease is not None:
+            # its keys would otherwise outlive it under the uid, for the next agent leased it to find
+            self.leftover_keys = clear_uid_keys(self.uid)
             lease.release()
 
 

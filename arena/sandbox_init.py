@@ -11,7 +11,8 @@ result:
             makes every mount private, lays out a minimal root on a fresh tmpfs (the runtime
             and the agent's own directories bound in, private tmpfs for /tmp and friends, a
             fresh /proc), pivot_root()s into it and makes it read-only,
-            `-- agent (rlimits, own unprivileged uid, no_new_privs, then execve)
+            `-- agent (rlimits, a fresh session keyring, own unprivileged uid, no_new_privs, no
+                keyring syscalls (seccomp), then execve)
 
 When the agent exits, init exits with its status, and the kernel kills every other process of
 the PID namespace (double-forked daemons included). init dies with the warden (PR_SET_PDEATHSIG),
@@ -25,6 +26,7 @@ problem) or ``X<message>`` (the agent's program could not be executed: the agent
 """
 
 import ctypes
+import errno
 import json
 import os
 import resource
@@ -52,6 +54,26 @@ MS_RELATIME = 1 << 21
 MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+SECCOMP_RET_ERRNO = 0x00050000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+BPF_LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS: load a 32-bit word of struct seccomp_data
+BPF_JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+BPF_RET_K = 0x06  # BPF_RET | BPF_K
+KEYCTL_JOIN_SESSION_KEYRING = 1
+X32_SYSCALL_BIT = 0x40000000
+# The kernel keyring syscalls (add_key, request_key, keyctl) of every ABI a process of this machine
+# can call, as (AUDIT_ARCH_* of <linux/audit.h>, numbers): a filter that checked only the native
+# numbers would be bypassed through the compat ABI (int 0x80 on x86_64 reaches keyctl as 288).
+_KEYRING_SYSCALLS = {
+    "x86_64": ((0xC000003E, (248, 249, 250) + tuple(X32_SYSCALL_BIT | n for n in (248, 249, 250))),
+               (0x40000003, (286, 287, 288))),
+    "aarch64": ((0xC00000B7, (217, 218, 219)), (0x40000028, (309, 310, 311))),
+    "riscv64": ((0xC00000F3, (217, 218, 219)), (0x400000F3, (217, 218, 219))),
+}
+_NATIVE_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219}
 # statvfs f_flag bits -> mount flags that a read-only remount must keep (in a user namespace the
 # kernel refuses to drop "locked" flags such as nosuid or relatime of a mount it did not create).
 _KEEP_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
@@ -192,11 +214,14 @@ def _exec_agent(config, status_fd):
         os.setsid()
         for res, soft, hard in config["rlimits"]:
             resource.setrlimit(res, (soft, hard))
+        machine = os.uname().machine
+        _join_fresh_session_keyring(machine)
         if config["mode"] == "uid":
             os.setgroups([])
             os.setresgid(config["gid"], config["gid"], config["gid"])
             os.setresuid(config["uid"], config["uid"], config["uid"])
         _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
+        _deny_keyring_syscalls(machine)  # after no_new_privs, which lets an unprivileged process install it
         # set after the uid change: changing credentials clears the parent-death signal
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(pdeathsig)")
         os.umask(0o077)
@@ -213,6 +238,59 @@ def _exec_agent(config, status_fd):
     except OSError as exc:
         _report(status_fd, "X", f"cannot execute {argv[0]}: {exc.strerror}")
     os._exit(126)
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def keyring_filter(machine):
+    """The seccomp program (classic BPF over struct seccomp_data: nr at offset 0, arch at 4) that
+    fails every keyring syscall with EPERM, allows everything else, and kills a process calling
+    through an ABI it does not know."""
+    abis = _KEYRING_SYSCALLS.get(machine)
+    if abis is None:
+        raise SetupError(f"no keyring syscall table for {machine}: cannot isolate the kernel keyring")
+    prog = [(BPF_LD_W_ABS, 0, 0, 4)]
+    for arch, numbers in abis:
+        n = len(numbers)
+        prog.append((BPF_JEQ_K, 0, n + 3, arch))  # another ABI: on to its block
+        prog.append((BPF_LD_W_ABS, 0, 0, 0))
+        prog += [(BPF_JEQ_K, n - i, 0, nr) for i, nr in enumerate(numbers)]  # a match jumps to EPERM
+        prog.append((BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+        prog.append((BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | 1))  # EPERM
+    prog.append((BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS))
+    return prog
+
+
+def _join_fresh_session_keyring(machine):
+    """Leave the arena's session keyring for an empty anonymous one of our own (keyctl(2),
+    KEYCTL_JOIN_SESSION_KEYRING with no name): the session keyring is inherited across fork, execve
+    and setuid, the kernel searches it when it looks keys up on a process's behalf, and possessing
+    it grants its possessor permissions. Called before the uid change, so the new keyring is not
+    charged to the agent's uid and is gone with the agent's last process."""
+    number = _NATIVE_KEYCTL.get(machine)
+    if number is None:
+        raise SetupError(f"no keyring syscall table for {machine}: cannot isolate the kernel keyring")
+    if _libc.syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) < 0 \
+            and ctypes.get_errno() != errno.ENOSYS:  # ENOSYS: a kernel without keys, so none to inherit
+        _check(-1, "keyctl(join a fresh session keyring)")
+
+
+def _deny_keyring_syscalls(machine):
+    """The kernel keyring is not namespaced (keyrings(7), user-keyring(7)): the per-uid user and
+    persistent keyrings, and every key its owner makes world-readable, are reachable by serial from
+    any process whatever its namespaces, and outlive it. So agents do not get the keyring syscalls
+    at all (Docker's default seccomp profile refuses them for the same reason)."""
+    prog = keyring_filter(machine)
+    filters = (_SockFilter * len(prog))(*(_SockFilter(*ins) for ins in prog))
+    fprog = _SockFprog(len(prog), filters)
+    _check(_libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0),
+           "prctl(seccomp filter of the keyring syscalls)")
 
 
 def _exit_like(status):

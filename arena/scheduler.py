@@ -1,6 +1,6 @@
 """The arena service's scheduler: rating matches, continuously, until it is told to stop.
 
-Each round it reads the entrants (less the withdrawn ones) and the ratings from the ledger,
+Each round it reads the entrants (less the withdrawn and the dead) and the ratings from the ledger,
 chooses pairings, plays them in the sandbox on the machine's cores and records every match as
 soon as it (and every match scheduled before it) is done:
 
@@ -11,6 +11,15 @@ soon as it (and every match scheduled before it) is done:
 
 each pairing on one seed in both seat (side) orders. Agents' processes live across rounds (one
 per seat of a side, `arena.tournament`); an entrant withdrawn meanwhile has its processes shut down.
+
+Dead entrants: the scheduler's session is one long tournament, so an agent whose fault budget
+runs out (`SandboxLimits.max_consecutive_faults`, `max_faults`, `startup_budget_s`) would forfeit
+every later match without starting. It is recorded dead in the ledger (`arena.accounts.mark_dead`)
+with the match that killed it, and no later round, nor a restarted service, pairs it again (two
+dead entrants used to be paired with each other for thousands of zero-move forfeits: the ladder
+favours uncertain ratings, and theirs never settled). The matches already planned in the round
+it died in are still played (as forfeits): at most `2 * pairs_per_round`. A new version of its
+name is a new entrant and plays.
 
 Crash safety: a match is appended to the ledger with its rating update in one transaction
 (`league.ratings.rate_and_record`), and match ids are allocated from the ledger's largest id when
@@ -31,7 +40,7 @@ from typing import Callable
 
 import numpy as np
 
-from arena.accounts import active_entrants
+from arena.accounts import mark_dead, scheduled_entrants
 from arena.store import count_tournaments, read_info, tournament_key, verify_copy
 from arena.tournament import (MATCH_KIND, Pairing, TournamentSettings, check_two_sides, entrant_agents,
                               entrant_versions, ladder_round, play_in_parallel, play_pairing, seat_players)
@@ -95,7 +104,7 @@ class Scheduler:
             info = read_info(store)
             if info is None:
                 return 0
-            entrants = active_entrants(store)
+            entrants = scheduled_entrants(store)
             max_bytes = arena.config.sandbox_limits.max_submission_mb << 20
             for entrant in entrants:
                 if entrant.player_id not in self.verified:
@@ -111,7 +120,7 @@ class Scheduler:
                     "number": self.session, "game": info.game, "format": "service", "seed": self.settings.seed,
                     "started_at": time.time(), "finished": False})
         for pid in [p for p in self.players if p not in {e.player_id for e in entrants}]:
-            self._close_agents(pid)  # withdrawn
+            self._close_agents(pid)  # withdrawn or dead
         if len(entrants) < 2:
             return 0
         spec = registry.spec(info.game)
@@ -136,8 +145,12 @@ class Scheduler:
 
         recorded = 0
         for result in play_in_parallel(batch, play_one, self.settings.workers or os.cpu_count() or 1):
+            deaths = self._deaths(result.player_ids)
             with self.write_lock, Store.open(arena.directory, mode="write") as store:
                 rate_and_record(store, table, [result], kinds=(MATCH_KIND,))
+                if deaths:
+                    mark_dead(store, deaths)
+                    log.warning("the scheduler gave up on %s", "; ".join(f"{p} ({w})" for p, w in deaths.items()))
             recorded += 1
             self.recorded += 1
             self.on_recorded(False)
@@ -146,6 +159,18 @@ class Scheduler:
         return recorded
 
     # -- agents
+
+    def _deaths(self, player_ids) -> dict[str, str]:
+        """Player id -> why, for those of `player_ids` with an agent whose fault budget ran out."""
+        from arena.match import SandboxedAgent
+
+        deaths = {}
+        for pid in dict.fromkeys(player_ids):
+            why = next((a.why_dead for a in self.players.get(pid, ()) if isinstance(a, SandboxedAgent) and a.dead),
+                       None)
+            if why is not None:
+                deaths[pid] = why
+        return deaths
 
     def _close_agents(self, player_id: str) -> None:
         from arena.match import SandboxedAgent

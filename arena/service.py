@@ -25,10 +25,14 @@ behind the same calls.
 from __future__ import annotations
 
 import collections
+import fcntl
 import html
 import json
 import logging
+import os
+import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -41,17 +45,20 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
-from arena.accounts import ACCOUNTS_KEY, Account, authenticate, claim_name, name_owner, withdraw, withdrawn
+from arena.accounts import (ACCOUNT, ACCOUNTS_KEY, OPERATOR, Account, NameTakenError, NotYoursError, authenticate,
+                            check_name_free, dead, entrant_owners, withdraw, withdrawn)
 from arena.api import Arena, check_entrant_name
 from arena.leaderboard import INTERVAL_Z, build_leaderboard
 from arena.scheduler import Scheduler, SchedulerSettings
-from arena.store import ArenaError, ledger_exists, read_entrants
+from arena.store import ArenaError, ledger_exists, make_writable, read_entrants
 from arena.submission import SubmissionError
 from arena.uploads import UploadLimits, unpack_archive
 from league.ledger import Store
+from league.replay import MATCH_ID_LIMIT
 from ludus.errors import UserError
-from ludus.pages import PAGE_CSS
+from ludus.pages import PAGE_CSS, csp_hash
 
 log = logging.getLogger(__name__)
 BOARD_REFRESH_S = 1.0
@@ -78,6 +85,68 @@ class ServiceConfig:
     """Head-to-head cells with fewer games are greyed out on the pages."""
     recent_matches: int = 50
     """Matches listed on the leaderboard."""
+    auth_failures_burst: int = 10
+    """Failed authentications a client address may make at once before it is answered 429."""
+    auth_failures_per_minute: float = 6.0
+    """How fast a client address earns failed authentications back (a token bucket)."""
+    header_timeout_s: float = 10.0
+    """A connection's request line and headers must arrive within this long (slowloris)."""
+    body_timeout_s: float = 300.0
+    """A request's whole body must arrive within this long after its headers (64 MiB at 220 KB/s)."""
+
+
+def _clean_incoming(incoming: Path) -> int:
+    """Make `incoming/` and remove what a killed service left in it (a kill -9 skips the removal
+    of an upload's directory), unless another live service on the same arena is using it. Returns
+    the descriptor of a shared lock on ``incoming/.lock`` that says this service is live; each
+    service holds one until it closes, and cleaning needs the lock alone."""
+    incoming.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(incoming / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.warning("another service is serving this arena: its uploads in %s are left alone", incoming)
+    else:
+        for stale in incoming.glob("upload-*"):
+            make_writable(stale)  # a sandbox check may have left read-only copies inside
+            shutil.rmtree(stale, ignore_errors=True)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+class FailureBuckets:
+    """Failed authentications per client address, as token buckets: `burst` at once, then `rate`
+    per second. An address whose bucket is empty is answered 429 before its token is even looked
+    at, so a guesser learns nothing from the extra tries; successful authentications take nothing."""
+
+    MAX_CLIENTS = 10_000
+    """Addresses remembered; past it, the full buckets (indistinguishable from new ones) go first."""
+
+    def __init__(self, burst: int, rate: float):
+        self.burst = float(burst)
+        self.rate = rate
+        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, at monotonic time)
+        self._lock = threading.Lock()
+
+    def _tokens(self, client: str, now: float) -> float:
+        tokens, at = self._buckets.get(client, (self.burst, now))
+        return min(self.burst, tokens + (now - at) * self.rate)
+
+    def wait(self, client: str) -> float | None:
+        """None if `client` may try a token now, else the seconds until it may."""
+        now = time.monotonic()
+        with self._lock:
+            tokens = self._tokens(client, now)
+        return None if tokens >= 1 else (1 - tokens) / self.rate
+
+    def failed(self, client: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._buckets[client] = (max(0.0, self._tokens(client, now) - 1), now)
+            if len(self._buckets) > self.MAX_CLIENTS:
+                full = [c for c in self._buckets if self._tokens(c, now) >= self.burst]
+                for c in full or list(self._buckets)[:len(self._buckets) - self.MAX_CLIENTS]:
+                    del self._buckets[c]
 
 
 @dataclass
@@ -106,7 +175,8 @@ class ArenaService:
         self._uploads: dict[str, collections.deque] = {}
         self._uploads_lock = threading.Lock()
         self.scheduler_error: str | None = None
-        (arena.directory / INCOMING_DIRNAME).mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.auth_failures = FailureBuckets(config.auth_failures_burst, config.auth_failures_per_minute / 60)
+        self._incoming_lock = _clean_incoming(arena.directory / INCOMING_DIRNAME)
         self.refresh_board()
 
     # -- lifecycle
@@ -129,6 +199,9 @@ class ArenaService:
         if self.thread is not None:
             self.thread.join()
             self.thread = None
+        if self._incoming_lock >= 0:  # closing says to a restarted service that this one is gone
+            os.close(self._incoming_lock)
+            self._incoming_lock = -1
 
     # -- reads
 
@@ -191,20 +264,16 @@ class ArenaService:
             raise ArenaError(f"name {name!r} may not contain '@' or '/': versions are numbered by the arena")
         check_entrant_name(name)
         with Store.open(self.arena.directory, mode="read") as store:
-            owner = name_owner(store, name)
-        if owner not in (None, account.name):
-            raise ArenaError(f"the entrant name {name!r} belongs to another account; choose another name")
+            check_name_free(store, name, account.name)  # early, to spare the sandboxed check; `enter` decides
         folder = unpack_archive(archive, archive.parent / "unpacked", self.config.upload)
         submission = self.arena.validate(folder, self.arena.game)
         if submission.game is not None and self.arena.game is not None and submission.game != self.arena.game:
             raise ArenaError(f"the upload plays {submission.game!r}, this arena plays {self.arena.game!r}")
         with self.write_lock:
-            with Store.open(self.arena.directory, mode="write") as store:
-                claim_name(store, name, account.name)  # first: refuses a name another upload just took
-            entrants = self.arena.list()
-            version = 1 + sum(e.player_id.startswith(f"{name}@") for e in entrants)
-            entrant = self.arena.enter(submission, f"{name}@{version}")
+            # the name is checked, numbered and claimed by the one write that enters the upload
+            entrant = self.arena.enter(submission, name, account.name, new_version=True)
             twins = self.arena.same_content(entrant)
+        version = int(entrant.player_id.rsplit("@", 1)[1])
         result = {"player_id": entrant.player_id, "version": version, "kind": entrant.submission_kind.value,
                   "digest": entrant.digest, "account": account.name}
         if twins:
@@ -212,11 +281,8 @@ class ArenaService:
         return result
 
     def withdraw(self, account: Account, player_id: str) -> dict[str, Any]:
-        base = player_id.split("@", 1)[0]
         with self.write_lock, Store.open(self.arena.directory, mode="write") as store:
-            if name_owner(store, base) != account.name:
-                raise ArenaError(f"{player_id!r} is not an entrant of account {account.name!r}")
-            withdraw(store, player_id)
+            withdraw(store, player_id, account.name)  # NotYoursError unless the account entered it
         self.refresh_board()
         return {"player_id": player_id, "withdrawn": True}
 
@@ -230,14 +296,45 @@ class ArenaService:
             history = [{"seq": r.seq, "mu": r.mu, "sigma": r.sigma} for r in store.ratings_history(player_id)]
             matches = [m.result for m in store.iter_matches(kinds=("arena",), player_id=player_id)][-50:]
             gone = withdrawn(store)
-            owner = name_owner(store, player_id.split("@", 1)[0])
+            owner = entrant_owners(store)[player_id]
+            death = dead(store).get(player_id)
         return {"player_id": player_id, "kind": entrant.kind, "submission_kind": entrant.submission_kind.value,
                 "version": entrant.version, "digest": entrant.digest, "created_at": entrant.created_at,
-                "account": owner, "withdrawn": player_id in gone, "history": history,
+                "account": owner, "entered_by": OPERATOR if owner is None else ACCOUNT,
+                "withdrawn": player_id in gone, "dead": None if death is None else death.why, "history": history,
                 "matches": [match_json(m) for m in reversed(matches)]}
 
     def match(self, match_id: int):
-        return self.arena.match(match_id)
+        try:
+            return self.arena.match(match_id)
+        except ArenaError:  # its message names the arena's directory, which is not the public's to see
+            raise NotFound(f"no match {match_id} in this arena") from None
+
+
+class NotFound(UserError):
+    """A record the service does not have (answered 404)."""
+
+
+def parse_match_id(text: str) -> int:
+    """A match id from a URL, or `NotFound` for text no ledger's id can be (negative, not a
+    number, 2^63 or more: sqlite3 raises OverflowError for an integer past 64 bits)."""
+    if text.isascii() and text.isdigit() and len(text) <= 19 and int(text) < MATCH_ID_LIMIT:
+        return int(text)
+    raise NotFound(f"no match {text[:40]!r}: match ids are whole numbers from 0 to 2^63-1")
+
+
+def scrub_paths(message: str, work: Path) -> str:
+    """An upload's refusal without the server's filesystem: the upload's own files by their names
+    inside the archive, any other path below a server directory (the arena, the sandbox's
+    temporary copies, the Python installation, home) by its last component."""
+    unpacked = work / "unpacked"
+    for base in sorted({str(unpacked), str(unpacked.absolute()), str(unpacked.resolve())}, key=len, reverse=True):
+        message = message.replace(base + "/", "").replace(base, "the upload")
+    roots = {str(Path(r).resolve()) for r in (work.parent.parent, tempfile.gettempdir(), sys.prefix,
+                                              sys.base_prefix, Path(__file__).resolve().parents[1], Path.home())}
+    roots |= {str(work.parent.parent.absolute())}
+    pattern = "|".join(re.escape(r) for r in sorted(roots, key=len, reverse=True) if len(r) > 1)
+    return re.sub(f"(?:{pattern})(?![\\w.-])(?:/[^\\s'\":]*)?", lambda m: Path(m.group()).name, message)
 
 
 # ----------------------------------------------------------------------------------------- JSON
@@ -272,9 +369,9 @@ def leaderboard_json(board) -> dict[str, Any]:
 
 
 _CSS = PAGE_CSS + """
-nav a { margin-right: 14px; } .bar { position: relative; height: 10px; background: #eee; min-width: 160px; }
-.bar span { position: absolute; top: 0; height: 10px; background: #7aa6d8; } .bar i { position: absolute; top: -2px;
-width: 2px; height: 14px; background: #1f4e8c; } td.few { color: #bbb; background: #fafafa; }
+nav a { margin-right: 14px; } svg.bar { display: block; width: 100%; min-width: 160px; height: 14px; }
+.bar .track { fill: #eee; } .bar .interval { fill: #7aa6d8; } .bar .mu { fill: #1f4e8c; }
+td.few { color: #bbb; background: #fafafa; }
 .fault { color: #b00; } #result { white-space: pre-wrap; font-family: monospace; margin-top: 10px; }
 form label { display: block; margin: 8px 0 2px; } input[type=text], input[type=password] { width: 360px; }
 """
@@ -315,9 +412,12 @@ def leaderboard_page(data: dict[str, Any], min_cell_games: int) -> str:
     span = max(hi - lo, 1e-9)
 
     def bar(r: dict) -> str:
+        # SVG geometry, not style="..." attributes: the Content-Security-Policy refuses inline styles
         left, width = 100 * (r["low"] - lo) / span, 100 * (r["high"] - r["low"]) / span
-        return (f'<div class="bar"><span style="left:{left:.1f}%;width:{width:.1f}%"></span>'
-                f'<i style="left:{100 * (r["mu"] - lo) / span:.1f}%"></i></div>')
+        return (f'<svg class="bar" viewBox="0 0 100 14" preserveAspectRatio="none"><rect class="track" y="2" '
+                f'width="100" height="10"/><rect class="interval" x="{left:.1f}" y="2" width="{width:.1f}" '
+                f'height="10"/><rect class="mu" x="{100 * (r["mu"] - lo) / span - 0.6:.1f}" width="1.2" '
+                f'height="14"/></svg>')
 
     table = "".join(
         f'<tr class="entrant" data-player="{_e(r["player_id"])}"><td>{r["rank"]}</td>'
@@ -373,9 +473,11 @@ def entrant_page(data: dict[str, Any]) -> str:
         f'<tr><td><a href="/matches/{m["id"]}">{m["id"]}</a></td><td class="name">'
         f'{_e(" vs ".join(m["players"]))}</td><td>{_e(m["returns"])}</td><td class="name">{_e(m["statuses"])}</td></tr>'
         for m in data["matches"])
-    body = (f'<p class="meta">{_e(data["submission_kind"])} &middot; version {_e(data["version"])} &middot; account '
-            f'{_e(data["account"] or "-")} &middot; digest {_e(data["digest"][:16])}'
-            f'{" &middot; <b>withdrawn</b>" if data["withdrawn"] else ""}</p>'
+    owner = "entered by the operator" if data["account"] is None else f"account {_e(data['account'])}"
+    body = (f'<p class="meta">{_e(data["submission_kind"])} &middot; version {_e(data["version"])} &middot; '
+            f'<span id="owner">{owner}</span> &middot; digest {_e(data["digest"][:16])}'
+            f'{" &middot; <b>withdrawn</b>" if data["withdrawn"] else ""}'
+            f'{" &middot; <b>dead</b> (" + _e(data["dead"]) + ")" if data.get("dead") else ""}</p>'
             f'<h2>Rating history (latest 30)</h2><table id="history"><tr><th>after ledger seq</th><th>mu</th>'
             f'<th>sigma</th></tr>{points}</table><h2>Matches (latest 50)</h2><table id="entrant-matches"><tr>'
             f'<th>match</th><th class="name">seats</th><th>returns</th><th class="name">statuses</th></tr>{matches}'
@@ -423,6 +525,45 @@ def submit_page(config: ServiceConfig) -> str:
     return _page("Submit an agent", body, _SUBMIT_JS)
 
 
+# ------------------------------------------------------------------------------------- security
+
+
+def security_headers() -> list[tuple[bytes, bytes]]:
+    """What every response of the service carries. The pages keep their inline scripts and style
+    sheets (they are self-contained, as the static pages `ludus arena leaderboard --html` writes),
+    and the Content-Security-Policy allows exactly those by hash: any other script or style, an
+    injected one included, is refused, as are frames of the pages on other sites."""
+    from ludus.replay_page import PLAYER_JS, REPLAY_PAGE_CSS
+
+    scripts = " ".join(csp_hash(js) for js in (_LIVE_JS, _SUBMIT_JS, PLAYER_JS))
+    styles = " ".join(csp_hash(css) for css in (_CSS, REPLAY_PAGE_CSS))
+    policy = (f"default-src 'none'; script-src {scripts}; style-src {styles}; connect-src 'self'; img-src 'self'; "
+              "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+    return [(b"content-security-policy", policy.encode()), (b"x-content-type-options", b"nosniff"),
+            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+
+
+class SecurityHeaders:
+    """ASGI wrapper that adds `headers` to every response of `app`: pages, JSON, refusals, unknown
+    paths, and the 500 of Starlette's outermost error handler, which a middleware inside the app
+    would miss."""
+
+    def __init__(self, app, headers: list[tuple[bytes, bytes]]):
+        self.app = app
+        self.headers = headers
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *self.headers]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
 # ------------------------------------------------------------------------------------------ app
 
 
@@ -446,8 +587,26 @@ def make_app(service: ArenaService):
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError):
-        return error(404 if "no entrant" in str(exc) or "is not in the arena" in str(exc) else 400,
-                     str(exc).replace("\n", " "))
+        missing = isinstance(exc, NotFound) or "no entrant" in str(exc) or "is not in the arena" in str(exc)
+        return error(404 if missing else 400, str(exc).replace("\n", " "))
+
+    def client(request: Request) -> str:
+        return request.client.host if request.client else "unknown"
+
+    def authorize(request: Request) -> Account | JSONResponse:
+        """The request's account, or the refusal to answer: 401 for a token that is not valid,
+        429 once the client address has used up its failed tries (token bucket per address)."""
+        address = client(request)
+        wait = service.auth_failures.wait(address)
+        if wait is not None:
+            return error(429, f"too many requests with a token that is not valid from {address}; try again in "
+                              f"{wait:.0f} s", **{"Retry-After": str(int(wait) + 1)})
+        account = service.account(request.headers.get("authorization"))
+        if account is None:
+            service.auth_failures.failed(address)
+            return error(401, "a valid API token is required (Authorization: Bearer <token>; the arena operator "
+                              "makes one with `ludus arena token add NAME`)", **{"WWW-Authenticate": "Bearer"})
+        return account
 
     @app.get("/api/leaderboard")
     async def api_leaderboard():
@@ -458,19 +617,18 @@ def make_app(service: ArenaService):
         return service.entrant(player_id)
 
     @app.get("/api/matches/{match_id}")
-    def api_match(match_id: int):
-        return match_json(service.match(match_id))
+    def api_match(match_id: str):
+        return match_json(service.match(parse_match_id(match_id)))
 
     @app.get("/api/matches/{match_id}/episode")
-    def api_episode(match_id: int):
-        return match_episode(service.match(match_id))
+    def api_episode(match_id: str):
+        return match_episode(service.match(parse_match_id(match_id)))
 
     @app.post("/api/submissions")
     async def api_submit(request: Request, name: str = ""):
-        account = await run_in_threadpool(service.account, request.headers.get("authorization"))
-        if account is None:
-            return error(401, "a valid API token is required (Authorization: Bearer <token>; the arena operator "
-                              "makes one with `ludus arena token add NAME`)", **{"WWW-Authenticate": "Bearer"})
+        account = await run_in_threadpool(authorize, request)
+        if isinstance(account, JSONResponse):
+            return account
         if not name:
             return error(400, "name the entrant: POST /api/submissions?name=NAME")
         wait = service.allow_upload(account)
@@ -486,28 +644,35 @@ def make_app(service: ArenaService):
             archive = work / "upload"
             size = 0
             with open(archive, "wb") as out:
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > cap:
-                        return error(413, f"the upload is larger than {cap >> 20} MiB")
-                    out.write(chunk)
+                try:
+                    async for chunk in request.stream():
+                        size += len(chunk)
+                        if size > cap:
+                            return error(413, f"the upload is larger than {cap >> 20} MiB")
+                        out.write(chunk)
+                except ClientDisconnect:  # gone, or cut off by the body timeout: nobody to answer
+                    return Response(status_code=400)
             if size == 0:
                 return error(400, "the upload is empty: send the archive as the request body")
             try:
                 result = await run_in_threadpool(service.accept, account, name, archive)
+            except NameTakenError as exc:  # someone else's name (the operator's or an account's)
+                return error(409, str(exc).replace("\n", " "))
             except (SubmissionError, ArenaError) as exc:
-                return error(400, str(exc).replace("\n", " "))
+                return error(400, scrub_paths(str(exc), work).replace("\n", " "))
             return JSONResponse(result, status_code=201)
         finally:
             await run_in_threadpool(_remove_tree, work)
 
     @app.post("/api/entrants/{player_id:path}/withdraw")
     def api_withdraw(player_id: str, request: Request):
-        account = service.account(request.headers.get("authorization"))
-        if account is None:
-            return error(401, "a valid API token is required (Authorization: Bearer <token>)",
-                         **{"WWW-Authenticate": "Bearer"})
-        return service.withdraw(account, player_id)
+        account = authorize(request)
+        if isinstance(account, JSONResponse):
+            return account
+        try:
+            return service.withdraw(account, player_id)
+        except NotYoursError as exc:
+            return error(403, str(exc).replace("\n", " "))
 
     @app.get("/", response_class=HTMLResponse)
     async def page_leaderboard():
@@ -518,7 +683,8 @@ def make_app(service: ArenaService):
         return entrant_page(service.entrant(player_id))
 
     @app.get("/matches/{match_id}", response_class=HTMLResponse)
-    def page_match(match_id: int):
+    def page_match(match_id: str):
+        match_id = parse_match_id(match_id)
         episode = match_episode(service.match(match_id))
         return replay_html(episode, f"Arena match {match_id}",
                            '<p class="meta"><a href="/">leaderboard</a> &middot; '
@@ -535,11 +701,82 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def serve(arena: Arena, config: ServiceConfig = ServiceConfig()) -> None:
-    """Run the service until interrupted (SIGINT/SIGTERM stop the scheduler after its current round)."""
+def guarded_protocol(header_timeout_s: float, body_timeout_s: float, headers: list[tuple[bytes, bytes]]):
+    """uvicorn's h11 protocol with the read deadlines it lacks: its keep-alive timer runs only
+    between requests and stops at the first byte, so a client that opens a connection and sends
+    nothing, or a few header bytes now and then (slowloris), or a body that never ends, would hold
+    the connection forever. Here each request's headers must be complete `header_timeout_s` after
+    the connection opens or the request's first byte (else 408 and close), and its body
+    `body_timeout_s` after the headers (else close: the app sees a disconnect). Once a request is
+    in, the time is the app's (a sandboxed check takes seconds), not the client's. Header size is
+    capped by h11 itself (16 KiB: a larger head is answered 400)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    body = json.dumps({"error": f"the request's headers did not arrive within {header_timeout_s:g} s"}).encode()
+    timeout_response = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                        + b"".join(k + b": " + v + b"\r\n" for k, v in headers)
+                        + b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    class GuardedH11Protocol(H11Protocol):
+        _deadline: float | None = None
+        _timer = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._set_deadline(header_timeout_s)
+
+        def data_received(self, data: bytes) -> None:
+            waiting_for_headers = self.conn.their_state is h11.IDLE
+            if waiting_for_headers and self._deadline is None:  # the first byte of the next request
+                self._set_deadline(header_timeout_s)
+            super().data_received(data)
+            state = self.conn.their_state
+            if state is h11.SEND_BODY:
+                if waiting_for_headers:
+                    self._set_deadline(body_timeout_s)
+            elif state is not h11.IDLE:  # the whole request is in (or the connection is done)
+                self._deadline = None
+
+        def connection_lost(self, exc) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            super().connection_lost(exc)
+
+        def _set_deadline(self, seconds: float) -> None:
+            self._deadline = self.loop.time() + seconds
+            if self._timer is None:
+                self._timer = self.loop.call_at(self._deadline, self._expire)
+
+        def _expire(self) -> None:
+            self._timer = None
+            if self._deadline is None or self.transport.is_closing():
+                return
+            if self.loop.time() < self._deadline:  # moved on since the timer was set: wait for the new one
+                self._timer = self.loop.call_at(self._deadline, self._expire)
+                return
+            if self.conn.their_state is h11.IDLE and self.conn.our_state is h11.IDLE:
+                self.transport.write(timeout_response)
+            self.transport.close()
+
+    return GuardedH11Protocol
+
+
+def build_server(service: ArenaService):
+    """The uvicorn server of a service (not started: `.run()` serves until SIGINT/SIGTERM)."""
     import uvicorn
 
+    config = service.config
+    headers = security_headers()
+    return uvicorn.Server(uvicorn.Config(
+        SecurityHeaders(make_app(service), headers), host=config.host, port=config.port, log_level="warning",
+        access_log=False, http=guarded_protocol(config.header_timeout_s, config.body_timeout_s, headers)))
+
+
+def serve(arena: Arena, config: ServiceConfig = ServiceConfig()) -> None:
+    """Run the service until interrupted (SIGINT/SIGTERM stop the scheduler after its current round)."""
     service = ArenaService(arena, config)
     print(f"ludus arena: serving {arena.directory} ({arena.game or 'no game yet'}) on http://{config.host}:"
           f"{config.port}/ ; scheduler {'on' if config.schedule else 'off'}", flush=True)
-    uvicorn.run(make_app(service), host=config.host, port=config.port, log_level="warning", access_log=False)
+    build_server(service).run()

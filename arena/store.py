@@ -88,6 +88,11 @@ class Entrant:
     bot: str | None = None
     source: str = ""
     """The path (or bot name) it was submitted from, for people."""
+    entered_by: str | None = None
+    """Who entered it: 'operator' (`ludus arena submit`, bots) or 'account' (an upload to the
+    service, by `account`); None in records from before Ludus kept it (`arena.accounts` infers it)."""
+    account: str | None = None
+    """The account that uploaded it (entered_by 'account'); None otherwise."""
 
     def submission(self, arena_dir: Path) -> Submission:
         """The `Submission` that plays this entrant (its path points at the arena's copy)."""
@@ -99,6 +104,10 @@ class Entrant:
         metadata = {"type": self.submission_kind.value, "version": self.version, "game": self.declared_game,
                     "entry_point": self.entry_point, "executable": self.executable, "bot": self.bot,
                     "source": self.source}
+        if self.entered_by is not None:
+            # the owner and the normalised name live in the entry's own row, so the one INSERT that
+            # enters it also claims its name: a refused or failed entry claims nothing
+            metadata.update(entered_by=self.entered_by, account=self.account, name_key=name_key(self.player_id))
         return PlayerRecord(player_id=self.player_id, kind=self.kind, created_at=self.created_at,
                             snapshot_path=self.copy_path, snapshot_hash=self.digest, metadata=metadata)
 
@@ -107,7 +116,19 @@ class Entrant:
         meta = record.metadata
         return cls(record.player_id, record.kind, SubmissionKind(meta["type"]), meta["version"],
                    record.snapshot_hash, record.snapshot_path, record.created_at, meta.get("game"),
-                   meta.get("entry_point"), meta.get("executable"), meta.get("bot"), meta.get("source", ""))
+                   meta.get("entry_point"), meta.get("executable"), meta.get("bot"), meta.get("source", ""),
+                   meta.get("entered_by"), meta.get("account"))
+
+
+def base_name(player_id: str) -> str:
+    """An entrant's name without its version: ``bob@3`` -> ``bob`` (``RUN/main@12`` -> ``RUN/main``)."""
+    return player_id.split("@", 1)[0]
+
+
+def name_key(player_id: str) -> str:
+    """The key names are compared by: the base name, case-folded, so ``BOBBOT`` and ``bobbot`` are
+    one name (entrant names are ASCII letters, digits and ``._-/``, for which casefold is lower)."""
+    return base_name(player_id).casefold()
 
 
 def ledger_exists(arena_dir: Path) -> bool:

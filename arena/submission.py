@@ -24,7 +24,10 @@ Five kinds (`SubmissionKind`):
 `validate_submission` refuses a bad submission with a one-line `SubmissionError`: missing or
 malformed manifest, wrong game, an entry point that does not import (checked by importing it in
 a sandboxed process, never in the arena's), a snapshot that fails its hashes or does not load
-(loaded in a sandboxed process too), a file that is not executable, symlinks or special files.
+(loaded in a sandboxed process too), a file that is not executable, symlinks, special files, or
+files with more than one hard link. Every text field of a manifest must be one line of plain text:
+a control character (a newline included), a bidi override or a line separator in one is refused,
+since these fields are printed in the operator's listings (`ludus.text.unsafe_character`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import TYPE_CHECKING, NoReturn
 from agents.mixture import MIXTURE_FILE
 from ludus.errors import UserError
 from ludus.files import files_digest
+from ludus.text import unsafe_character
 
 if TYPE_CHECKING:
     from agents.policy import Policy
@@ -56,10 +60,11 @@ SNAPSHOT_MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_FILES = 10_000
 ANY_GAME = "*"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_ENTRY_RE = re.compile(r"^(?P<module>[A-Za-z_]\w*(\.[A-Za-z_]\w*)*):(?P<attr>[A-Za-z_]\w*)$")
+# used with fullmatch: `$` with match() also accepts a trailing newline ("mine\n")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_ENTRY_RE = re.compile(r"(?P<module>[A-Za-z_]\w*(\.[A-Za-z_]\w*)*):(?P<attr>[A-Za-z_]\w*)")
 _BOT_KINDS = ("random", "mcts", "perfect")
-_BOT_RE = re.compile(r"^(?P<kind>[a-z_]+)(-\d+)?(\([^()]*\))?$")
+_BOT_RE = re.compile(r"(?P<kind>[a-z_]+)(-\d+)?(\([^()]*\))?")
 _MANIFEST_KEYS = {"name", "version", "game", "entry_point", "executable", "description"}
 
 
@@ -128,6 +133,7 @@ def _scan_files(root: Path, max_bytes: int) -> list[tuple[str, Path]]:
                 continue
             if not stat.S_ISREG(st.st_mode):
                 _fail(f"{path} is not a regular file; submissions hold only files and directories")
+            _refuse_hard_link(path, st)
             total += st.st_size
             files.append((str(path.relative_to(root)), path))
         if len(files) > MAX_FILES:
@@ -135,6 +141,14 @@ def _scan_files(root: Path, max_bytes: int) -> list[tuple[str, Path]]:
         if total > max_bytes:
             _fail(f"submission {root} is larger than {max_bytes >> 20} MiB")
     return sorted(files)
+
+
+def _refuse_hard_link(path: Path, st: os.stat_result) -> None:
+    """A second name of a file may be a host file (root can link any file on the same filesystem
+    into a folder it is asked to submit): its content would be copied into the arena's store and
+    handed to the agent, as a symlink would, so it is refused like one."""
+    if st.st_nlink > 1:
+        _fail(f"{path} has {st.st_nlink} hard links; submit a copy of the file (`cp`), not another name of it")
 
 
 def _read_manifest(folder: Path) -> dict:
@@ -157,7 +171,15 @@ def _read_manifest(folder: Path) -> dict:
     for key in ("name", "version", "game"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             _fail(f"malformed manifest {path}: '{key}' must be a non-empty string")
-    if not _NAME_RE.match(raw["name"]):
+    for key in sorted(raw):
+        if not isinstance(raw[key], str):
+            _fail(f"malformed manifest {path}: '{key}' must be a string")
+        # the fields are printed in listings (`ludus arena list`, the service's pages): a newline
+        # in one would forge a row, U+202E reverse what follows; refused here, escaped there too
+        bad = unsafe_character(raw[key])
+        if bad is not None:
+            _fail(f"malformed manifest {path}: '{key}' holds {bad}; manifest fields are one line of plain text")
+    if not _NAME_RE.fullmatch(raw["name"]):
         _fail(f"malformed manifest {path}: name {raw['name']!r} must be 1-100 letters, digits, '.', '_', '-'")
     if ("entry_point" in raw) == ("executable" in raw):
         _fail(f"malformed manifest {path}: give exactly one of entry_point = \"module:attr\" "
@@ -243,7 +265,7 @@ def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
     text = os.fspath(path)
     candidate = Path(text)
     if not os.path.lexists(candidate):
-        match = _BOT_RE.match(text.strip())
+        match = _BOT_RE.fullmatch(text.strip())
         if match and match.group("kind") in _BOT_KINDS:
             return _builtin(text.strip(), game_id)
         _fail(f"no submission at {text!r}: give a folder with {MANIFEST_NAME}, a snapshot directory, "
@@ -256,6 +278,7 @@ def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
             _fail(f"{root} is not executable: `chmod +x {root}`, or submit a folder with {MANIFEST_NAME}")
         if root.stat().st_size > max_bytes:
             _fail(f"{root} is larger than {limits.max_submission_mb} MiB")
+        _refuse_hard_link(root, root.stat())
         return Submission(SubmissionKind.EXECUTABLE, root.name, "0", None, root,
                           files_digest([(root.name, root)]), executable=root.name)
     if not root.is_dir():
@@ -307,7 +330,7 @@ def _folder(root: Path, game_id: str | None, config: "SandboxConfig", limits: "S
         return Submission(SubmissionKind.EXECUTABLE, raw["name"], raw["version"], declared, root, digest,
                           executable=str(target.relative_to(root)))
     entry = raw["entry_point"]
-    match = _ENTRY_RE.match(entry) if isinstance(entry, str) else None
+    match = _ENTRY_RE.fullmatch(entry) if isinstance(entry, str) else None
     if not match:
         _fail(f"malformed manifest {where}: entry_point {entry!r} must look like 'module:Attribute'")
     if _module_file(root, match.group("module")) is None:
@@ -338,7 +361,7 @@ def _snapshot(root: Path, game_id: str | None, config: "SandboxConfig", limits: 
                       manifest.game_id, root, ref.snapshot_id)
 
 
-_SOURCE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,60}$")
+_SOURCE_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,60}")  # fullmatch, as _NAME_RE
 
 
 def source_name(root: Path) -> str | None:
@@ -351,7 +374,7 @@ def source_name(root: Path) -> str | None:
         run, member = root.parent.name, root.name
     else:
         return None
-    if _SOURCE_PART.match(run) and _SOURCE_PART.match(member) and "@" not in run:
+    if _SOURCE_PART.fullmatch(run) and _SOURCE_PART.fullmatch(member) and "@" not in run:
         return f"{run}/{member}"
     return None
 

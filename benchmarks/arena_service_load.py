@@ -1,4 +1,5 @@
-"""The arena service under load: 50 clients reading the leaderboard while 5 accounts upload, for 60 s.
+"""The arena service under load: 50 clients reading the leaderboard while 5 accounts upload and a
+slowloris client holds 200 half-open connections, for 60 s.
 
 Starts `ludus arena serve` on a loopback port (scheduler on: two bots and the uploads keep it
 playing), then at the same time:
@@ -6,13 +7,18 @@ playing), then at the same time:
 * 50 readers (5 processes x 10 threads, one keep-alive connection each) fetch `/api/leaderboard`
   in a loop and record every request's latency;
 * 5 uploaders, one account each, upload the example Python agent again and again (each upload is
-  unpacked, validated in the sandbox and entered as a new version).
+  unpacked, validated in the sandbox and entered as a new version);
+* a slowloris client (one process) keeps 200 connections open, each sending a request's first
+  line and then one more header line a second, never finishing; when the server closes one (its
+  header deadline, `ServiceConfig.header_timeout_s`, 10 s) it opens another at once.
 
 Afterwards: every upload answered 201 must be an entrant in the ledger (no lost submission), and
 no request may have failed (any status other than 200 for reads and 201 for uploads, or a
-connection error, counts as an error). Prints latency percentiles of the reads.
+connection error, counts as an error), and no slowloris connection may be held past the header
+deadline (plus 3 s of slack for a loaded machine). Prints latency percentiles of the reads and how
+long the server held the slowloris connections.
 
-    python benchmarks/arena_service_load.py [--seconds 60] [--readers 50] [--uploaders 5]
+    python benchmarks/arena_service_load.py [--seconds 60] [--readers 50] [--uploaders 5] [--slowloris 200]
 
 Ends with ``goal arena_read_p99_ms: <p99 read latency> (target 100) PASS|FAIL`` (FAIL also when
 anything failed or got lost).
@@ -25,6 +31,8 @@ import http.client
 import json
 import multiprocessing
 import os
+import selectors
+import socket
 import sys
 import tempfile
 import threading
@@ -35,6 +43,61 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TARGET_MS = 100.0
 REPO = Path(__file__).resolve().parents[1]
+HEADER_TIMEOUT_S = 10.0
+"""The service's default header deadline (`arena.service.ServiceConfig.header_timeout_s`)."""
+SLACK_S = 3.0
+
+
+def _slowloris_process(port: int, connections: int, until: float, out) -> None:
+    """Hold `connections` connections that never finish their headers, until `until`; report how
+    many were opened, how long the server held each one it closed, and the connect errors."""
+    selector = selectors.DefaultSelector()
+    opened, held, connect_errors = 0, [], 0
+
+    def open_one() -> None:
+        nonlocal opened, connect_errors
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.sendall(b"GET /api/leaderboard HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        except OSError:
+            connect_errors += 1
+            return
+        sock.setblocking(False)
+        opened += 1
+        selector.register(sock, selectors.EVENT_READ, time.monotonic())
+
+    def drop(key, closed_by_server: bool) -> None:
+        selector.unregister(key.fileobj)
+        key.fileobj.close()
+        if closed_by_server:
+            held.append(time.monotonic() - key.data)
+
+    for _ in range(connections):
+        open_one()
+    next_line = time.monotonic() + 1.0
+    while time.time() < until:
+        for key, _ in selector.select(timeout=max(0.0, next_line - time.monotonic())):
+            try:
+                data = key.fileobj.recv(4096)
+            except OSError:
+                data = b""
+            if not data or data.startswith(b"HTTP/"):  # the 408, then the close: gone either way
+                drop(key, closed_by_server=True)
+        if time.monotonic() >= next_line:  # one more header line on each, never the blank line
+            for key in list(selector.get_map().values()):
+                try:
+                    key.fileobj.send(b"X-Slow: 1\r\n")
+                except OSError:
+                    drop(key, closed_by_server=True)
+            next_line += 1.0
+        while len(selector.get_map()) < connections and time.time() < until:
+            open_one()
+            if connect_errors > 10 * connections:
+                break
+    still_open = [time.monotonic() - key.data for key in selector.get_map().values()]
+    for key in list(selector.get_map().values()):
+        drop(key, closed_by_server=False)
+    out.put((opened, held, still_open, connect_errors))
 
 
 def _reader_process(port: int, threads: int, until: float, out) -> None:
@@ -90,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--readers", type=int, default=50)
     parser.add_argument("--uploaders", type=int, default=5)
+    parser.add_argument("--slowloris", type=int, default=200, help="half-open connections held meanwhile")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -120,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
                          for k, token in enumerate(tokens)]
             for t in uploaders:
                 t.start()
+            slow_queue: multiprocessing.Queue = multiprocessing.Queue()
+            slowloris = multiprocessing.Process(target=_slowloris_process,
+                                                args=(server.port, args.slowloris, until, slow_queue))
+            if args.slowloris:
+                slowloris.start()
             latencies, errors = [], []
             for _ in processes:
                 got, bad = queue.get(timeout=args.seconds + 120)
@@ -129,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
                 p.join()
             for t in uploaders:
                 t.join()
+            opened, held, still_open, connect_errors = (slow_queue.get(timeout=120) if args.slowloris
+                                                        else (0, [], [], 0))
+            if args.slowloris:
+                slowloris.join()
             matches = server.get("/api/leaderboard")[1]["total_matches"]
         finally:
             server.stop()
@@ -144,8 +217,17 @@ def main(argv: list[str] | None = None) -> int:
           f"p99 {p99:.1f} ms, max {ms.max():.1f} ms; read errors {len(errors)}")
     print(f"uploads by {args.uploaders} accounts: {len(accepted)} accepted, {len(upload_errors)} not "
           f"({upload_errors[:3]}); lost submissions {len(lost)}; matches recorded meanwhile {matches}")
+    limit = HEADER_TIMEOUT_S + SLACK_S
+    overheld = [s for s in held + still_open if s > limit]
+    if args.slowloris:
+        times = np.array(held or [0.0])
+        print(f"slowloris: {args.slowloris} half-open connections held beside the readers: {opened} opened, "
+              f"{len(held)} closed by the server after p50 {np.percentile(times, 50):.1f} s, max {times.max():.1f} s "
+              f"(header deadline {HEADER_TIMEOUT_S:.0f} s); {len(overheld)} held past {limit:.0f} s; "
+              f"connect errors {connect_errors}")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    passed = p99 <= TARGET_MS and not errors and not upload_errors and not lost
+    passed = (p99 <= TARGET_MS and not errors and not upload_errors and not lost and not overheld
+              and not connect_errors and (not args.slowloris or bool(held)))
     print(f"goal arena_read_p99_ms: {p99:.1f} (target {TARGET_MS:.0f}) {'PASS' if passed else 'FAIL'}")
     return 0
 

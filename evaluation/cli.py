@@ -51,6 +51,12 @@ def _evaluate(args) -> int:
         raise UserError("nothing to evaluate: give --against RUN, --exploitability or --probe-steps N")
     from agents.mixture import is_run_directory, run_checkpoint
 
+    if args.base is not None and (args.run_dir is not None or args.probe_steps is not None
+                                  or is_run_directory(args.checkpoint)):
+        # --against plays the snapshot on the run's own base model (text_lm.model.base of RUN's config)
+        raise UserError("--base loads one LM snapshot for --exploitability only (--against RUN plays it on RUN's "
+                        "base model, text_lm.model.base): drop --base, or run --exploitability SNAPSHOT on its own")
+
     output: dict = {"checkpoint": args.checkpoint}
     text: list[str] = []
     checkpoint = run_checkpoint(args.checkpoint)  # a run directory stands for its output policy

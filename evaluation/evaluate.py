@@ -330,6 +330,7 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
     from games.registry import spec as game_spec
     from league.api import stored_ratings
     from league.backends import ProcessBackend, SerialBackend
+    from league.checkpoint import check_member_snapshots
     from league.rundata import open_ledger, read_run, trueskill_params
 
     start = time.perf_counter()
@@ -357,6 +358,7 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
                              snapshot_id=snapshot_id)]
         weights = None
     opponents = run.frozen(include_anchors)
+    check_member_snapshots(run.run_dir, opponents)  # as `ludus resume` does: no swapped snapshot plays
     if not opponents:
         raise EvaluationError(f"run {run.run_dir} has no frozen members to play"
                               f"{'' if include_anchors else ' (add --anchors to play its anchor bots)'}")

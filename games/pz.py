@@ -99,6 +99,11 @@ def _import_env_module(module_path: str) -> ModuleType:
         hint = f"; did you mean {', '.join(f'pz:{parent}.{c}' for c in close)}?" if close else ""
         raise GameError(f"no PettingZoo env module {module_path!r}{hint} (give the import path, "
                         f"e.g. pz:pettingzoo.classic.tictactoe_v3 or pz:mpe2.simple_spread_v3)") from None
+    except ImportError as exc:  # the module exists but refuses to import (pettingzoo.mpe: moved to mpe2)
+        reason = str(exc).splitlines()[0].rstrip(". ") if str(exc) else type(exc).__name__
+        moved = (f"; try pz:mpe2.{module_path.removeprefix('pettingzoo.mpe.')}"
+                 if module_path.startswith("pettingzoo.mpe.") else "")
+        raise GameError(f"PettingZoo env module {module_path!r} cannot be imported: {reason}{moved}") from None
 
 
 def _family(module_path: str) -> str:

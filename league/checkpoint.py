@@ -31,7 +31,7 @@ import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
@@ -290,11 +290,19 @@ def check_run_unit(run_dir: Path, state: CheckpointState, config: dict[str, Any]
                        f"(only 'iterations' may change, through `ludus resume --iterations N`)")
     with Store.open(run_dir, mode="read") as store:
         check_ledger(store, state.ledger, run_dir)
+    check_member_snapshots(run_dir, state.population.snapshots())
+
+
+def check_member_snapshots(run_dir: Path, members: Iterable[Any]) -> None:
+    """Each snapshot member's directory holds the snapshot (id: content hash) the run recorded for
+    it: `ludus resume` and `ludus evaluate --against` refuse a snapshot swapped for another."""
     from agents.snapshot import verify_snapshot
 
-    for member in state.population.snapshots():
+    for member in members:
+        if member.kind != "snapshot":
+            continue
         path = Path(member.snapshot_path)
-        ref = verify_snapshot(path if path.is_absolute() else run_dir / path)
+        ref = verify_snapshot(path if path.is_absolute() else Path(run_dir) / path)
         if ref.snapshot_id != member.snapshot_id:
             raise RunError(f"snapshot {member.player_id} at {path} holds {ref.snapshot_id[:12]}, not the "
                            f"{member.snapshot_id[:12]} the run recorded (copied over from another member?); "

@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="show presets and every config key")
     config_sub = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     config_sub.required = True
-    show = config_sub.add_parser("show", help="every key with its value (default or preset) and doc")
+    show = config_sub.add_parser("show", help="every key with its value (default or preset), valid range and doc")
     show.add_argument("preset", nargs="?", default=None, help="preset name or YAML file (default: defaults)")
     show.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     show.set_defaults(run=_config_show)
@@ -115,8 +115,10 @@ def _status(args) -> int:
 def _config_show(args) -> int:
     from league import api
 
+    from league.configio import format_table
+
     config = api.load_config(args.preset, args.overrides) if args.preset else api.LeagueConfig()
-    print(api.format_config(config))
+    print(format_table(api.LeagueConfig, config))  # key, value, valid range, doc
     return 0
 
 

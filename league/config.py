@@ -18,6 +18,7 @@ from agents.text_mmd import TextMMDConfig
 from agents.text_ppo import TextPPOConfig
 from agents.token_ppo import TokenPPOConfig
 from league.configio import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
+from ludus.bounds import bounds
 
 RoleKind = Literal["main", "main_exploiter", "league_exploiter"]
 
@@ -31,38 +32,38 @@ class RoleConfig:
     kind: RoleKind = "main"
     """'main' (self-play + PFSP against everyone), 'main_exploiter' (plays the main agents),
     'league_exploiter' (PFSP against the whole league, reset periodically)."""
-    learner_share: float = 1.0
+    learner_share: float = field(default=1.0, metadata=bounds(0, 1e6, low_open=True))
     """Share of each iteration's training matches played by this role (shares are normalised)."""
-    self_play: float = 0.35
+    self_play: float = field(default=0.35, metadata=bounds(0, 1e6))
     """Weight of self-play (the current learner on every seat) in this role's opponent mix."""
-    pfsp: float = 0.5
+    pfsp: float = field(default=0.5, metadata=bounds(0, 1e6))
     """Weight of prioritised fictitious self-play over the role's candidate opponents."""
-    uniform: float = 0.15
+    uniform: float = field(default=0.15, metadata=bounds(0, 1e6))
     """Weight of uniform sampling over the role's candidate opponents."""
-    meta_nash: float = 0.0
+    meta_nash: float = field(default=0.0, metadata=bounds(0, 1e6))
     """Weight of drawing opponents from the meta-strategy of the population's exact meta-game
     (PSRO, Lanctot et al. 2017; small OpenSpiel games only, see league/psro.py)."""
     meta_solver: Literal["nash", "prd"] = "nash"
     """PSRO's meta-solver: 'nash' (the meta-game's exact Nash mixture) or 'prd' (projected
     replicator dynamics, which keeps `prd_exploration` of the weight spread over every member)."""
-    prd_exploration: float = 0.05
+    prd_exploration: float = field(default=0.05, metadata=bounds(0, 1, high_open=True))
     """PRD's probability floor gamma (Lanctot et al. 2017 §3.2), in [0, 1)."""
     pfsp_weighting: Literal["hard", "var", "linear"] = "hard"
     """PFSP weighting f(P[learner beats B]): hard (1-x)^p, var x(1-x), linear 1-x."""
-    pfsp_power: float = 2.0
+    pfsp_power: float = field(default=2.0, metadata=bounds(0, 100))
     """The exponent p of the 'hard' weighting."""
-    team: int | None = None
+    team: int | None = field(default=None, metadata=bounds(0, 1023))
     """In an asymmetric team game, the side (index of the team, in order of first seat) this role's
     learner always plays, e.g. 0 for the predators of simple_tag; None rotates over all sides."""
-    reset_every_snapshots: int = 0
+    reset_every_snapshots: int = field(default=0, metadata=bounds(0, 10**6))
     """Reset the learner to its initial weights after this many of its snapshots (0 = never;
     AlphaStar resets league exploiters so they keep finding new weaknesses)."""
-    snapshot_on_plateau: int = 0
+    snapshot_on_plateau: int = field(default=0, metadata=bounds(0, 10**6))
     """Also freeze the learner once its mean training return has not risen by `plateau_min_gain`
     for this many iterations (0 = off): a PSRO best response is trained until its gain stops, not
     for a fixed step count. The mean is an exponential moving average spanning as many iterations;
     `snapshot_every_steps` stays the cap."""
-    plateau_min_gain: float = 0.0
+    plateau_min_gain: float = field(default=0.0, metadata=bounds(0, None))
     """The rise of the smoothed mean return (in the game's return units) that counts as progress."""
     net: NetConfig | None = None
     """This role's own actor-critic architecture (learners 'ppo', 'mappo', 'ippo', 'sdcfr'), e.g.
@@ -110,14 +111,14 @@ class DialogueConfig:
     """The learners' tiny GPT-2; vocab_size is taken from the game (the model reads its token ids)."""
     token_ppo: TokenPPOConfig = field(default_factory=TokenPPOConfig)
     """Token-level PPO hyperparameters (KL penalty to the imitation model, interleaved imitation batches)."""
-    imitation_steps: int = 0
+    imitation_steps: int = field(default=0, metadata=bounds(0, 10**9))
     """Behaviour-cloning steps on scripted dialogues before league RL (once per learner, before its first
     snapshot; a resume does not repeat them)."""
-    imitation_batch_size: int = 64
+    imitation_batch_size: int = field(default=64, metadata=bounds(1, 10**6))
     """Dialogue transcripts (one seat's side each) per imitation step."""
-    imitation_lr: float = 1e-3
+    imitation_lr: float = field(default=1e-3, metadata=bounds(0, 1, low_open=True))
     """Adam learning rate of the warm start, annealed linearly to 0 (interleaved batches during RL use token_ppo.lr)."""
-    imitation_dialogues: int = 2048
+    imitation_dialogues: int = field(default=2048, metadata=bounds(0, 10**8))
     """Scripted dialogues generated (seeded) as imitation data; each gives one transcript per seat."""
     imitation_bots: tuple[str, ...] = ("negotiator-fair", "negotiator-tough", "negotiator-soft", "random-split")
     """Demonstrators (bot names); the dialogues are split evenly over every ordered pair of them."""
@@ -156,13 +157,13 @@ class CriticConfig:
     learner with a local critic: the ablation of Yu et al. 2022); agents/mappo.py. The actor is
     `net`; PPO's clipping, entropy, epochs, minibatches, gamma and lambda come from `ppo`."""
 
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: tuple[int, ...] = field(default=(64, 64), metadata=bounds(1, 65536))
     """Hidden widths of the critic MLP (ReLU, LayerNorm after each, as the authors' MLPBase)."""
-    learning_rate: float = 7e-4
+    learning_rate: float = field(default=7e-4, metadata=bounds(0, 1, low_open=True))
     """Adam step size of the critic (its own optimizer: actor and critic are separate nets)."""
     value_norm: bool = True
     """The critic predicts returns normalised by running mean/std statistics (ValueNorm)."""
-    huber_delta: float | None = 10.0
+    huber_delta: float | None = field(default=10.0, metadata=bounds(0, None, low_open=True))
     """Huber value loss with this threshold (normalised units); None: squared error."""
     agent_id: bool = True
     """Append the seat's one-hot id to the critic's input (whose return it predicts)."""
@@ -188,45 +189,45 @@ class LeagueConfig:
 
     game: str = "tic_tac_toe"
     """Game id (see `ludus games`)."""
-    seed: int = 0
+    seed: int = field(default=0, metadata=bounds(0, 2**63, high_open=True))
     """Root seed: match seeds, initial weights and sampling all derive from it."""
-    iterations: int = 20
+    iterations: int = field(default=20, metadata=bounds(1, 10**9))
     """Number of league iterations (play -> learn -> rate -> snapshot) to run."""
-    matches_per_iteration: int = 256
+    matches_per_iteration: int = field(default=256, metadata=bounds(1, 10**7))
     """Training matches played per iteration, over all learners."""
-    num_envs: int = 128
+    num_envs: int = field(default=128, metadata=bounds(1, 10**6))
     """Games each runner steps at once (policy inference is batched across them)."""
-    num_runners: int = 1
+    num_runners: int = field(default=1, metadata=bounds(1, 1024))
     """Runner shards. 'serial' plays them one after another in this process; 'process' in
     parallel worker processes; results are identical in sync mode."""
     backend: Literal["serial", "process", "ray"] = "serial"
     """Where runners run: 'serial' (one process), 'process' (multiprocessing), 'ray'."""
     ray_address: str | None = None
     """Ray cluster address for backend 'ray'; None starts a local Ray."""
-    pipeline_depth: int = 1
+    pipeline_depth: int = field(default=1, metadata=bounds(1, 2))
     """1 = sync (play with the latest weights); 2 = async (runners play iteration k+1 while the
     learner updates on iteration k, so data lags the learner by up to one version)."""
-    max_policy_lag: int = 1
+    max_policy_lag: int = field(default=1, metadata=bounds(0, 10**6))
     """Trajectories from a policy more than this many versions old are dropped (and counted)."""
-    rating_share: float = 0.1
+    rating_share: float = field(default=0.1, metadata=bounds(0, 1, high_open=True))
     """Share of games that are rating matches between frozen members and anchors."""
-    snapshot_every_steps: int = 20_000
+    snapshot_every_steps: int = field(default=20_000, metadata=bounds(1, 10**12))
     """Freeze each learner into a snapshot after this many of its own decisions (env steps)."""
-    snapshot_win_rate_lcb: float = 0.7
+    snapshot_win_rate_lcb: float = field(default=0.7, metadata=bounds(0, 1))
     """Also freeze early when the Wilson 95% lower bound of the learner's win rate against the
     pool passes this (0 disables)."""
-    payoff_decay: float = 0.99
+    payoff_decay: float = field(default=0.99, metadata=bounds(0, 1, low_open=True))
     """Decay of a pair's payoff counts before each of its games (older results matter less)."""
-    draw_probability: float = 0.1
+    draw_probability: float = field(default=0.1, metadata=bounds(0, 1, high_open=True))
     """TrueSkill draw probability for this game."""
     anchors: tuple[str, ...] = ("random",)
     """Fixed anchor players: bots (random, mcts-K, perfect; `bot:NAME` spells the same) or snapshot paths."""
     seed_population: tuple[str, ...] = ()
     """Extra frozen members at start: snapshot directories or other run directories."""
-    torch_threads: int = 1
+    torch_threads: int = field(default=1, metadata=bounds(1, 1024))
     """Torch threads of the manager process (learner updates). One is fastest on a small machine
     shared with runner processes."""
-    runner_threads: int = 1
+    runner_threads: int = field(default=1, metadata=bounds(1, 1024))
     """Torch threads of each runner (the serial runner too): one for board-game nets, whose small
     matrices gain nothing from more; two for pretrained LMs, whose generation is large matrix products."""
     inference_dtype: Literal["float32", "bfloat16"] = "float32"
@@ -234,9 +235,9 @@ class LeagueConfig:
     the frozen ones stacked: connect-four self-play 1.5x faster than float32 on a CPU with AMX
     tiles, benchmarks/inference_paths.py; GPUs gain too). Learners train in float32 either way;
     PPO's ratio divides by the log-probs of the bf16 policy that played."""
-    policy_cache_size: int = 64
+    policy_cache_size: int = field(default=64, metadata=bounds(1, 10**6))
     """Frozen snapshots kept loaded (LRU); the rest stay on disk."""
-    max_opponents_per_iteration: int = 32
+    max_opponents_per_iteration: int = field(default=32, metadata=bounds(1, 10**6))
     """Distinct opponents a learner may face per iteration (bounds inference batches)."""
     learner: Literal["ppo", "mappo", "ippo", "token_ppo", "text_ppo", "text_mmd", "text_exit", "sdcfr"] = "ppo"
     """Learning algorithm: 'ppo' (actor-critic nets), 'mappo' (a side's shared actor with a centralised

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import json
 import re
 import textwrap
 import types
@@ -18,7 +19,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ludus.bounds import Range, range_of, range_problem
 from ludus.errors import UserError
+
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest config file read (1 MiB; the biggest preset is ~1 kB as YAML)."""
+MAX_CONFIG_DEPTH = 50
+"""Deepest nesting of mappings and lists a config file or `--set` value may have (the deepest key
+of the config tree is 5 levels down)."""
+MAX_CONFIG_ENTRIES = 100_000
+"""Most values (mapping entries and list items, counted along every path) a config may hold."""
 
 
 class ConfigError(UserError):
@@ -58,6 +68,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         options = typing.get_args(tp)
         if value is None and type(None) in options:
             return None
+        present = [option for option in options if option is not type(None)]
+        if len(present) == 1:  # `X | None`: X's own message (a range, a nested key) says more
+            return _coerce(value, present[0], key)
         errors = []
         for option in options:
             if option is type(None):
@@ -76,7 +89,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"config key {key!r}: expected a list, got {value!r}")
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+            return tuple(_coerce(v, args[0], _item_key(key, i, v)) for i, v in enumerate(value))
         if len(args) != len(value):
             raise ConfigError(f"config key {key!r}: expected {len(args)} items, got {len(value)}")
         return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(args, value)))
@@ -107,6 +120,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"config key {key!r}: expected {_type_name(tp)}, got {value!r}")
 
 
+def _item_key(key: str, index: int, item: Any) -> str:
+    """The key of a list's item: `roles.main` for a named section (as `--set` spells it), else `key[i]`."""
+    name = item.get("name") if isinstance(item, dict) else None
+    return f"{key}.{name}" if isinstance(name, str) and name else f"{key}[{index}]"
+
+
 def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     """Build dataclass `cls` from a nested dict; unknown keys and wrong types are refused."""
     if not isinstance(data, dict):
@@ -121,6 +140,10 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         hint = f" (did you mean {prefix}{close[0]!r}?)" if close else ""
         raise ConfigError(f"unknown config key {prefix}{unknown[0]!r}{hint}")
     kwargs = {name: _coerce(value, hints[name], prefix + name) for name, value in data.items()}
+    for name, value in kwargs.items():
+        problem = range_problem(fields[name], value, prefix + name, data[name])  # every field with a range
+        if problem:
+            raise ConfigError(problem)
     try:
         return cls(**kwargs)
     except ConfigError:
@@ -144,10 +167,15 @@ def parse_scalar(text: str) -> Any:
     """A `--set key=value` value: parsed as YAML (numbers, booleans, lists), else a string."""
     import yaml
 
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"a --set value of {len(text):,} characters is too long (at most {MAX_CONFIG_BYTES:,})")
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    except RecursionError:
+        value = _too_deep("a --set value")
+    _check_shape(value, "a --set value")
     if isinstance(value, str) and _EXPONENT_NUMBER.match(value.strip()):
         return float(value)  # YAML 1.1 reads "2e-4" (no dot) as a string; on the command line it is a number
     return value
@@ -200,38 +228,98 @@ def _named_entry(entries: list, name: str, item: str, where: str) -> dict:
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The top-level mapping of a YAML config file; an empty, oversized or too deeply nested file
+    is refused in one line."""
     import yaml
 
     path = Path(path)
+    name = str(path)
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+        raise ConfigError(f"config file {name!r} does not exist")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {name!r} has {size:,} bytes, more than a config's {MAX_CONFIG_BYTES:,}: "
+                          f"is it a config file?")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}): is it a YAML file?") from None
+        raise ConfigError(f"config file {name!r} is not UTF-8 text (byte {exc.start}): is it a YAML file?") from None
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first}") from None
+        raise ConfigError(f"config file {name!r} is not valid YAML: {first}") from None
+    except RecursionError:  # yaml's parser recurses once per level of nesting
+        data = _too_deep(f"config file {name!r}")
     if data is None:
-        return {}
+        raise ConfigError(f"config file {name!r} is empty: give at least the keys to change, e.g. "
+                          f"'game: tic_tac_toe' (`ludus config show` lists them), or train a preset")
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
+        raise ConfigError(f"config file {name!r} must hold a mapping at the top level")
+    _check_shape(data, f"config file {name!r}")
     return data
+
+
+def _too_deep(what: str) -> Any:
+    raise ConfigError(f"{what} nests deeper than {MAX_CONFIG_DEPTH} levels: a config is a few levels of mappings")
+
+
+def _check_shape(data: Any, what: str) -> None:
+    """Refuse data nested deeper than MAX_CONFIG_DEPTH or with more than MAX_CONFIG_ENTRIES values
+    (YAML aliases can repeat one list many times over: entries are counted along every path)."""
+    stack, entries = [(data, 0)], 0
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = list(node.values())
+        elif isinstance(node, (list, tuple)):
+            children = list(node)
+        else:
+            continue
+        if depth >= MAX_CONFIG_DEPTH:
+            _too_deep(what)
+        entries += len(children)
+        if entries > MAX_CONFIG_ENTRIES:
+            raise ConfigError(f"{what} holds more than {MAX_CONFIG_ENTRIES:,} values: a config holds a few hundred")
+        stack.extend((child, depth + 1) for child in children)
+
+
+def ranges(cls: type, instance: Any = None) -> dict[str, Range]:
+    """The declared range of every numeric key of a config tree: {dotted key: Range} (a list of
+    named sections, the league's `roles`, spelt as `--set` names them: roles.main.pfsp)."""
+    return {key: valid for key, _, _, valid in _rows(cls, instance, "") if valid is not None}
+
+
+def format_table(cls: type, instance: Any = None) -> str:
+    """Every key of a config tree, one a line: key, value (default or given), valid range, doc."""
+    rows = _rows(cls, instance, "")
+    width = max(len(key) for key, _, _, _ in rows)
+    shown = [("" if value == "" else json.dumps(value), "" if valid is None else str(valid)) for _, value, _, valid in rows]
+    value_width = min(22, max(len(v) for v, _ in shown))
+    range_width = max(len(r) for _, r in shown)
+    return "\n".join(f"{key:<{width}}  {value:<{value_width}} {valid:<{range_width}}  {doc}".rstrip()
+                     for (key, _, doc, _), (value, valid) in zip(rows, shown))
 
 
 def describe(cls: type, instance: Any = None, prefix: str = "") -> list[tuple[str, Any, str]]:
     """Every key of a config tree: (dotted key, value or default, one-line doc)."""
-    rows: list[tuple[str, Any, str]] = []
+    return [(key, value, doc) for key, value, doc, _ in _rows(cls, instance, prefix)]
+
+
+def _rows(cls: type, instance: Any, prefix: str) -> list[tuple[str, Any, str, Range | None]]:
+    """(dotted key, value or default, one-line doc, declared range or None) of every key."""
+    rows: list[tuple[str, Any, str, Range | None]] = []
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
     instance = instance if instance is not None else cls()
     for f in dataclasses.fields(cls):
         value = getattr(instance, f.name)
-        tp = hints[f.name]
+        tp, key = hints[f.name], prefix + f.name
         if dataclasses.is_dataclass(tp):
-            rows.append((prefix + f.name, "", docs.get(f.name, "")))
-            rows.extend(describe(tp, value, prefix + f.name + "."))
-        else:
-            rows.append((prefix + f.name, to_dict(value) if isinstance(value, tuple) else value,
-                         docs.get(f.name, "")))
+            rows.append((key, "", docs.get(f.name, ""), None))
+            rows.extend(_rows(tp, value, key + "."))
+            continue
+        rows.append((key, to_dict(value) if isinstance(value, tuple) else value, docs.get(f.name, ""), range_of(f)))
+        item_type = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple and typing.get_args(tp) else None
+        if dataclasses.is_dataclass(item_type):  # a list of named sections: each one's keys
+            for i, item in enumerate(value):
+                rows.extend(_rows(item_type, item, _item_key(key, i, to_dict(item)) + "."))
     return rows

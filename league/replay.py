@@ -18,6 +18,18 @@ class ReplayError(UserError):
     """Recorded moves that do not fit the game (illegal, too many or too few)."""
 
 
+MATCH_ID_LIMIT = 1 << 63
+"""Match ids are SQLite INTEGERs (signed 64-bit) and never negative: every id is below this."""
+
+
+def check_match_id(match_id: int) -> int:
+    """`match_id` if a ledger can hold it, else a one-line `ReplayError`: sqlite3 raises
+    OverflowError for an integer past 64 bits, which would reach the user as a traceback."""
+    if not 0 <= match_id < MATCH_ID_LIMIT:
+        raise ReplayError(f"match {match_id} cannot exist: match ids are whole numbers from 0 to 2^63-1")
+    return match_id
+
+
 def replay_moves(game: Game, seed: int, moves: Sequence[int], header: str = "") -> tuple[np.ndarray, str]:
     """Play `moves` in `game` from `seed`; returns (final returns, a text transcript with boards)."""
     lines, position = replay_prefix(game, seed, moves, stop_when_over=True)

@@ -48,10 +48,21 @@ def _league_hooks(config):
     return league_hooks(config)
 
 
+def _check_match_argument(args) -> None:
+    """`ludus replay RUN ID` and `ludus arena replay ID`: refuse an id no ledger can hold before any
+    command looks it up (sqlite3 would raise OverflowError past 64 bits: a traceback)."""
+    match = getattr(args, "match", None)
+    if isinstance(match, int):
+        from league.replay import check_match_id
+
+        check_match_id(match)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_match_argument(args)
         result = args.run(args)
     except UserError as exc:
         # one line, and no terminal control from text a submission or a file put in the message

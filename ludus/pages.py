@@ -13,3 +13,13 @@ th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: right; }
 th { background: #f6f6f6; } td.name, th.name { text-align: left; }
 .empty { color: #777; font-style: italic; }
 """
+
+
+def csp_hash(text: str) -> str:
+    """A Content-Security-Policy source that allows exactly one inline ``<script>`` or ``<style>``
+    whose content is `text`: a server sends it instead of 'unsafe-inline', so an injected script
+    or style (any other text) is refused by the browser while the pages stay self-contained."""
+    import base64
+    import hashlib
+
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"

@@ -28,6 +28,10 @@ PLAYER_CSS = """
 """
 
 
+REPLAY_PAGE_CSS = PAGE_CSS + PLAYER_CSS
+"""The one inline style sheet of `replay_html` (a server's CSP allows it by hash: `ludus.pages.csp_hash`)."""
+
+
 def _embedded_json(value: object) -> str:
     """JSON safe inside a <script> element: no '</' can close it early."""
     return json.dumps(value, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
@@ -52,10 +56,12 @@ def player_section(episode: dict, element_id: str = "replay") -> str:
 
 
 def replay_html(episode: dict, title: str, intro: str = "") -> str:
-    """A whole self-contained page with the player of one episode."""
+    """A whole self-contained page with the player of one episode. Its only inline code is
+    `PLAYER_JS` and `REPLAY_PAGE_CSS`, verbatim, so a server can allow them by hash; the episode
+    is a JSON data block, which a Content-Security-Policy does not treat as script."""
     verdict = "forfeit" if episode.get("forfeit") else "played to the end"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{PAGE_CSS}{PLAYER_CSS}</style></head><body>"
+            f"<title>{html.escape(title)}</title><style>{REPLAY_PAGE_CSS}</style></head><body>"
             f"<h1>{html.escape(title)}</h1>{intro}"
             f'<p class="meta">{html.escape(episode["game"])}, seed {episode["seed"]}, {len(episode["steps"]) - 1} '
             f"steps, {verdict}</p>{player_section(episode)}<script>{PLAYER_JS}</script></body></html>\n")

@@ -608,3 +608,103 @@ def test_a_team_submission_plays_every_seat_of_its_side(tmp_path, capsys):
 def test_the_arena_refuses_games_of_more_than_two_sides(tmp_path):
     with pytest.raises(ArenaError, match="two sides"):
         Arena.open(tmp_path / "arena", "pz:mpe2.simple_spread_v3", config())  # one cooperative side
+
+
+# ---------------------------------------------------------------------- text from submissions
+
+def test_one_line_and_printable_escape_what_forges_lines_or_reorders_them():
+    from ludus.text import one_line, printable, unsafe_character
+
+    text = "a\nb\tc\x1b[2Jd\u202ee\u2028f\u2029g\u2066h\x85i\ud800j"
+    assert one_line(text) == "a\\x0ab\\x09c\\x1b[2Jd\\u202ee\\u2028f\\u2029g\\u2066h\\x85i\\ud800j"
+    assert printable(text) == "a\nb\tc\\x1b[2Jd\\u202ee\\u2028f\\u2029g\\u2066h\\x85i\\ud800j"  # keeps lines
+    assert one_line("plain é ü 漢字 ●") == "plain é ü 漢字 ●" and unsafe_character("plain é") is None
+    assert unsafe_character("x\u202ey") == "U+202E RIGHT-TO-LEFT OVERRIDE"
+
+
+def test_a_stored_field_that_forges_a_row_is_listed_escaped_on_one_row(tmp_path, capsys):
+    """An arena stored before submit refused such manifests (the entrant is entered here without
+    `validate_submission`): `ludus arena list` still prints one row per entrant, the newline, the
+    bidi override and the line separator escaped."""
+    version = "1\n  FORGED-ENTRANT  submission python 9.9 \u202eevil\u2028more"
+    arena = Arena.open(tmp_path / "arena", GAME, config())
+    source = EXAMPLES / "random_sh"
+    digest = submission_digest_of_copy(SubmissionKind.EXECUTABLE, source, 1 << 30)
+    arena.enter(Submission(SubmissionKind.EXECUTABLE, "random-sh", version, None, source, digest,
+                           executable="agent.sh"))
+    assert arena.list()[0].version == version  # stored as it came
+    assert main(["arena", "list", "--arena", str(arena.directory)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) == 2 and lines[1].startswith("  random-sh  "), out
+    assert "1\\x0a  FORGED-ENTRANT" in lines[1] and "\\u202eevil\\u2028more" in lines[1]
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]", out.replace("\n", ""))
+
+
+# ---------------------------------------------------------------------------- strict actions
+
+LOOSE_KINDS = ("string", "float", "integral_float", "bool")
+
+
+def _play_loose(tmp_path: Path, zoo_name: str, kind: str):
+    """One match of a zoo agent copied with kind.txt = `kind`, in seat 0 (so its first move has
+    every cell legal: a coerced answer would be a legal move), against the random bot."""
+    import shutil
+
+    from arena.match import play_match
+    from arena.submission import make_player, validate_submission
+
+    folder = tmp_path / zoo_name
+    shutil.copytree(ZOO / zoo_name, folder)
+    (folder / "kind.txt").write_text(kind + "\n")
+    bot = make_player(validate_submission("random", GAME), GAME)
+    with make_player(validate_submission(folder, GAME, limits=BOX), GAME, BOX) as agent:
+        return play_match(GAME, [agent, bot], seed=3, limits=LIMITS, match_id=f"loose-{kind}")
+
+
+@pytest.mark.parametrize("kind", LOOSE_KINDS)
+def test_a_python_agent_returning_a_non_integer_makes_no_move(tmp_path, kind):
+    """agent_host used to send int(value): "4" and 4.7 became 4, True became 1. Now the value goes
+    out as it is and the arena records the first move INVALID, as for any malformed action."""
+    require_isolation()
+    record = _play_loose(tmp_path, "loose_action", kind)
+    assert record.statuses[0] == "invalid", record.faults[0]
+    assert re.search(r"malformed action: .*action must be an integer", record.faults[0].reason), record.faults[0]
+    assert not [m for m in record.moves if m.seat == 0]  # not a single coerced move was played
+    assert "an action is an integer" in record.faults[0].stderr_tail  # the host told the author why
+
+
+def test_a_python_agent_returning_a_numpy_integer_plays_normally(tmp_path):
+    require_isolation()
+    record = _play_loose(tmp_path, "loose_action", "numpy")
+    assert record.statuses == ("ok", "ok") and [m for m in record.moves if m.seat == 0], record.faults
+
+
+@pytest.mark.parametrize("kind, reason", [("duplicate", "key 'action' appears twice"),
+                                          *((k, "action must be an integer") for k in LOOSE_KINDS)])
+def test_an_action_line_that_is_not_one_integer_action_is_invalid(tmp_path, kind, reason):
+    """The arena's decoder: {"action":99,"action":L} was read as L (json keeps the last key); a
+    string, a float (4.7 or 4.0) or true are not actions either."""
+    require_isolation()
+    record = _play_loose(tmp_path, "loose_action_line", kind)
+    assert record.statuses[0] == "invalid" and "malformed action: " in record.faults[0].reason, record.faults[0]
+    assert reason in record.faults[0].reason and not [m for m in record.moves if m.seat == 0]
+
+
+def test_the_host_never_coerces_what_act_returned():
+    """`agent_host.action_line` on both sides of the rule, decoded by the arena's own decoder."""
+    from arena import protocol
+    from arena.agent_host import action_line
+
+    class Hostile:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    for value in (4, np.int64(4), np.uint8(4), np.int32(4)):
+        assert protocol.decode_agent_line(action_line(value), 9) == protocol.Action(4)
+    for value in ("4", 4.7, 4.0, True, False, np.bool_(True), np.float64(4.0), np.array(4), np.array([4]),
+                  None, float("nan"), [4], {"action": 4}, Hostile(), "4" * 100_000, 10**30, -1):
+        line = action_line(value)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1 and len(line) < 1024, (value, line)
+        with pytest.raises(protocol.ProtocolError):
+            protocol.decode_agent_line(line, 9)

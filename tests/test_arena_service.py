@@ -139,8 +139,8 @@ def test_an_upload_is_validated_versioned_placed_and_withdrawn(service):
     assert status == 201 and body["player_id"] == "bob@1" and body["kind"] == "python", body
     status, body = server.upload("bob", agent_zip(EXAMPLES / "random_sh"), alice)
     assert status == 201 and body["player_id"] == "bob@2", body
-    status, body = server.upload("bob", agent_zip(), mallory)  # another account's name
-    assert status == 400 and "belongs to another account" in body["error"]
+    status, body = server.upload("bob", agent_zip(), mallory)  # another account's name (tests/test_arena_names.py)
+    assert status == 409 and "belongs to account 'alice'" in body["error"]
     status, body = server.upload("carol", agent_zip(), mallory)  # the same content: entered, with a warning
     assert status == 201 and "bob@1" in body.get("warning", ""), body
     status, body = server.upload("broken", agent_zip(extra=[("broken/agent.toml", b"not toml [")]), mallory)
@@ -166,7 +166,7 @@ def test_an_upload_is_validated_versioned_placed_and_withdrawn(service):
     assert status == 200 and entrant["account"] == "alice" and entrant["history"]
 
     status, body = server.request("POST", "/api/entrants/bob@1/withdraw", token=mallory)
-    assert status == 400 and "not an entrant of account 'mallory'" in body["error"]
+    assert status == 403 and "not an entrant of account 'mallory'" in body["error"]
     status, body = server.request("POST", "/api/entrants/bob@1/withdraw", token=alice)
     assert status == 200 and body["withdrawn"]
     board = server.get("/api/leaderboard")[1]

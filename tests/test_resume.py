@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import sys
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 # (which does the same 20 times and prints goal resume_exact_kills).
 _spec = importlib.util.spec_from_file_location("resume_kills", REPO / "benchmarks" / "resume_kills.py")
 resume_kills = importlib.util.module_from_spec(_spec)
+sys.modules["resume_kills"] = resume_kills  # its dataclasses resolve their annotations through it
 _spec.loader.exec_module(resume_kills)
 ASYNC, run_with_kills, train_args = resume_kills.ASYNC, resume_kills.run_with_kills, resume_kills.train_args
 ledger_rows, snapshot_ids = resume_kills.ledger_rows, resume_kills.snapshot_ids

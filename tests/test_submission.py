@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -270,3 +271,94 @@ def test_an_operator_chosen_module_game_is_compared_not_resolved(tmp_path):
     """With the arena's game set by its operator, a submission's id is only compared as a string."""
     root = folder(tmp_path, GOOD_MANIFEST.replace("tic_tac_toe", "pz:evilmod.env"), {"agent.py": GOOD_AGENT})
     refused(root, "plays 'pz:evilmod.env', not 'tic_tac_toe'")
+
+
+# ------------------------------------------------------------------- text fields and hard links
+
+FORGED_ROW = "1\n  FORGED-ENTRANT  submission python 9.9 digest 000000000000  2026-01-01 00:00  /trusted"
+FIELDS = {  # a good manifest's value of each text field, for the field under test to replace
+    "name": "mine", "version": "2.0", "game": "tic_tac_toe", "entry_point": "agent:Agent", "description": "ok",
+}
+
+
+def manifest_with(field: str, value: str) -> str:
+    values = dict(FIELDS, **{field: value})
+    return "".join(f"{key} = {json.dumps(text)}\n" for key, text in values.items())  # JSON escapes are TOML's
+
+
+@pytest.mark.parametrize("field", sorted(FIELDS))
+@pytest.mark.parametrize("char, described", [("\n", "U+000A"), ("\u202e", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+                                             ("\u2028", "U+2028 LINE SEPARATOR"), ("\x1b", "U+001B"),
+                                             ("\x85", "U+0085")])
+def test_a_manifest_field_that_is_not_one_line_of_plain_text_is_refused(tmp_path, field, char, described):
+    """A newline in a field forged a row of `ludus arena list`; U+202E and U+2028 printed raw.
+    Refused before anything runs, naming the field and the character; a trailing one too ("mine\\n"
+    matched the old name pattern, whose `$` accepts a final newline)."""
+    for i, value in enumerate([FIELDS[field] + char, FORGED_ROW.replace("\n", char)]):
+        root = folder(tmp_path / str(i), manifest_with(field, value), {"agent.py": GOOD_AGENT})
+        message = refused(root, f"'{field}' holds {re.escape(described)}")
+        assert char not in message
+
+
+def test_the_forged_row_manifest_is_refused_by_the_cli_and_nothing_is_stored(tmp_path, ludus_here):
+    """The issue's reproduction through `ludus arena submit`: exit 2, one line, the arena as it was."""
+    arena_dir = tmp_path / "arena"
+    assert ludus_here("arena", "submit", "bot:random", "--game", GAME, "--arena", str(arena_dir)).returncode == 0
+    before = tree_digest(arena_dir)
+    root = folder(tmp_path, manifest_with("version", FORGED_ROW), {"agent.py": GOOD_AGENT})
+    done = ludus_here("arena", "submit", str(root), "--arena", str(arena_dir))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "'version' holds U+000A" in done.stderr, done.stderr
+    assert "FORGED-ENTRANT" not in done.stderr  # the message names the field; it does not echo the value
+    assert tree_digest(arena_dir) == before
+    listing = ludus_here("arena", "list", "--arena", str(arena_dir)).stdout
+    assert "FORGED-ENTRANT" not in listing and len(listing.splitlines()) == 2  # header + the bot
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over every path under `root` with its mode and (files) bytes."""
+    import hashlib
+    import stat
+
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        st = os.lstat(path)
+        h.update(f"{path.relative_to(root)}\0{st.st_mode}\0".encode())
+        if stat.S_ISREG(st.st_mode):
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def test_a_non_string_text_field_is_refused(tmp_path):
+    root = folder(tmp_path, GOOD_MANIFEST + "description = 5\n", {"agent.py": GOOD_AGENT})
+    refused(root, "'description' must be a string", game_id=None)
+
+
+def test_a_hard_link_in_a_folder_is_refused_and_nothing_is_stored(tmp_path):
+    """A second name of a host file inside the folder would copy the host file into the arena's
+    store (and hand it to the agent): refused like a symlink, naming the file, before any copy."""
+    from arena.api import Arena
+
+    secret = tmp_path / "host-secret"
+    secret.write_text("the operator's private key\n")
+    root = folder(tmp_path, GOOD_MANIFEST, {"agent.py": GOOD_AGENT})
+    os.link(secret, root / "notes.txt")
+    refused(root, f"{re.escape(str(root / 'notes.txt'))} has 2 hard links")
+    arena_dir = tmp_path / "arena"
+    arena = Arena.open(arena_dir, GAME)
+    arena.submit("bot:random")
+    before = tree_digest(arena_dir)
+    with pytest.raises(SubmissionError, match="notes.txt has 2 hard links") as info:
+        arena.submit(root)
+    assert "\n" not in str(info.value) and tree_digest(arena_dir) == before
+    assert not any(b"private key" in p.read_bytes() for p in arena_dir.rglob("*") if p.is_file())
+    # two names of one file, both inside the folder: refused all the same (st_nlink cannot tell)
+    (root / "notes.txt").unlink()
+    os.link(root / "agent.py", root / "agent_copy.py")
+    refused(root, "agent_copy.py has 2 hard links|agent.py has 2 hard links")
+    # a lone executable with a second name
+    lone = tmp_path / "bot.sh"
+    shutil.copy(EXAMPLES / "random_sh" / "agent.sh", lone)
+    os.chmod(lone, 0o755)
+    os.link(lone, tmp_path / "bot-again.sh")
+    refused(lone, "bot.sh has 2 hard links")

@@ -1,0 +1,482 @@
+"""Rating views people can trust: Bradley-Terry with bootstrap intervals, Nash averaging, rank
+stability and rule-breaking apart from skill (issue 78). Pure compute on lists of game records.
+
+* `fit` — Bradley-Terry (Bradley & Terry 1952; Zermelo 1929): P(i beats j) = s_i / (s_i + s_j).
+  A draw counts as half a win for each side (the common "ties as half wins" convention), so a
+  game of score x in [0, 1] adds x wins to i and 1 - x to j. The log-strengths theta maximise the
+  log-likelihood minus alpha * sum(theta**2), exactly choix's `opt_pairwise(..., alpha)` objective:
+  the tiny Gaussian prior keeps an undefeated player, or a group never compared with the rest,
+  finite (plain ML sends them to infinity) and makes the optimum unique with mean(theta) = 0.
+  We use Newton's method with a backtracking line search on the aggregated win matrix (the
+  objective is strictly convex, so it converges in a few steps; Zermelo/MM iteration is slower).
+  Ratings are reported on the Elo-like scale 1000 + 400/ln(10) * theta, anchored at mean 1000.
+* `bootstrap_intervals` — the nonparametric bootstrap over games, as LMArena (Chiang et al. 2024):
+  resample the games with replacement, refit, take percentiles of each rating and each rank.
+* `nash_average` — Balduzzi et al. 2018, "Re-evaluating evaluation": scores against the
+  maximum-entropy Nash equilibrium of the antisymmetric meta-game, blind to redundant copies.
+* `rank_stability` — Huang, Shen, Wei & Broderick 2025, "Dropping just a handful of preferences
+  can change top large language model rankings": how few games must go to reorder the top.
+* `forfeit_rates`, `ratings_without_forfeits`, `forfeit_dependence_warnings` — rule-breaking
+  (errors, timeouts, invalid answers) measured apart from skill.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import sparse
+from scipy.linalg import null_space
+from scipy.optimize import linprog, minimize
+from scipy.special import expit
+
+from ludus.errors import UserError
+
+ALPHA = 0.01
+"""Default prior strength: a Gaussian prior of variance 1 / (2 alpha) = 50 on each log-strength,
+negligible once a player has a few games, enough that ten straight wins stay near +850."""
+SCALE = 400.0 / math.log(10.0)
+"""Elo points per unit of log-strength: a 400-point gap is 10:1 odds."""
+CENTRE = 1000.0
+
+
+class RankingError(UserError):
+    """Game records or a payoff matrix the rating views cannot use."""
+
+
+@dataclass(frozen=True)
+class Game:
+    """One game: a's score (1 win, 0.5 draw, 0 loss) against b, its weight and its game kind."""
+
+    a: str
+    b: str
+    score_a: float
+    weight: float = 1.0
+    game: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Ratings:
+    """Bradley-Terry fit: log-strengths (mean 0), Elo-like ratings (mean 1000), games per player."""
+
+    players: tuple[str, ...]
+    log_strength: np.ndarray
+    rating: np.ndarray
+    games: np.ndarray
+    alpha: float
+
+    def order(self) -> np.ndarray:
+        """Player indices from best to worst (ties keep the players' order)."""
+        return np.argsort(-self.log_strength, kind="stable")
+
+    def ranks(self) -> dict[str, int]:
+        """Place of each player, 1 = best."""
+        return {self.players[i]: place + 1 for place, i in enumerate(self.order())}
+
+
+# ---------------------------------------------------------------------------------------- fitting
+
+def _index(games: Sequence[Game], players: Sequence[str] | None = None):
+    """Players and games as arrays (a, b, score, weight); refuses what the model cannot read."""
+    if not games:
+        raise RankingError("no games to rate: record some games first")
+    names = tuple(players) if players is not None else tuple(sorted({g.a for g in games} | {g.b for g in games}))
+    where = {p: i for i, p in enumerate(names)}
+    for g in games:
+        if g.a == g.b:
+            raise RankingError(f"game of {g.a!r} against itself: drop self-play games before rating")
+        if g.a not in where or g.b not in where:
+            raise RankingError(f"game {g.a!r} vs {g.b!r} names a player not in `players`: add it")
+        if not 0.0 <= g.score_a <= 1.0 or not g.weight > 0.0:
+            raise RankingError(f"game {g.a!r} vs {g.b!r}: score must be in [0, 1] and weight > 0, "
+                               f"got {g.score_a}, {g.weight}")
+    ia = np.array([where[g.a] for g in games])
+    ib = np.array([where[g.b] for g in games])
+    return names, ia, ib, np.array([g.score_a for g in games], float), np.array([g.weight for g in games], float)
+
+
+def _by_game_weights(games: Sequence[Game], w: np.ndarray) -> np.ndarray:
+    """Reweight so every game kind carries the same total weight (Kaggle Game Arena's combined
+    board): a kind with many games does not drown one with few. The total is unchanged, so alpha
+    means the same thing."""
+    kinds = np.array([g.game for g in games])
+    out = w.copy()
+    names = np.unique(kinds)
+    for kind in names:
+        mine = kinds == kind
+        out[mine] *= w.sum() / (len(names) * w[mine].sum())
+    return out
+
+
+def _cells(ia, ib, s, w):
+    """Distinct (a, b, score, weight) cells with a < b, each game's cell and the counts."""
+    swap = ia > ib
+    rows = np.column_stack([np.where(swap, ib, ia), np.where(swap, ia, ib), np.where(swap, 1 - s, s), w])
+    cells, inverse, counts = np.unique(rows, axis=0, return_inverse=True, return_counts=True)
+    return cells, inverse.reshape(-1), counts.astype(float)
+
+
+def _win_map(cells: np.ndarray, n: int) -> sparse.csr_matrix:
+    """[C, n*n] map from cell counts to the flattened win matrix W[i, j] (i's wins over j)."""
+    a, b, s, w = cells[:, 0].astype(int), cells[:, 1].astype(int), cells[:, 2], cells[:, 3]
+    rows = np.concatenate([np.arange(len(cells))] * 2)
+    return sparse.csr_matrix((np.concatenate([w * s, w * (1 - s)]), (rows, np.concatenate([a * n + b, b * n + a]))),
+                             shape=(len(cells), n * n))
+
+
+def _wins(counts: np.ndarray, win_map: sparse.csr_matrix, n: int) -> np.ndarray:
+    """Win matrices [B, n, n] from cell counts [B, C] (or [C], giving B = 1)."""
+    return np.asarray(win_map.T @ np.atleast_2d(counts).T).T.reshape(-1, n, n)
+
+
+def _objective(theta, W, alpha):
+    d = theta[:, :, None] - theta[:, None, :]
+    return alpha * (theta ** 2).sum(-1) + (W * np.logaddexp(0.0, -d)).sum((-2, -1))
+
+
+def _hessian(theta, N, alpha):
+    p = expit(theta[:, :, None] - theta[:, None, :])
+    q = N * p * (1 - p)
+    H = -q
+    idx = np.arange(theta.shape[1])
+    H[:, idx, idx] += q.sum(-1) + 2 * alpha
+    return H, p
+
+
+def _newton(W: np.ndarray, alpha: float, theta0: np.ndarray | None = None, max_iter: int = 200) -> np.ndarray:
+    """Penalised ML log-strengths for a batch of win matrices [B, n, n] (Newton + Armijo backtracking).
+
+    Gradient: expected minus observed wins plus the prior, 2 alpha theta + sum_j N_ij p_ij - W_ij;
+    Hessian: the Laplacian of N_ij p_ij (1 - p_ij) plus 2 alpha I, positive definite for alpha > 0.
+    The optimum has mean 0 (the gradient sums to 2 alpha sum(theta)) and shifts leave the
+    likelihood alone, so we iterate on mean-zero theta: the Hessian gets 1/n along the all-ones
+    direction (else only 2 alpha, and rounding error would wander along it) and theta is re-centred."""
+    B, n, _ = W.shape
+    N = W + W.transpose(0, 2, 1)
+    theta = np.zeros((B, n)) if theta0 is None else np.broadcast_to(theta0, (B, n)).copy()
+    theta -= theta.mean(-1, keepdims=True)
+    for _ in range(max_iter):
+        H, p = _hessian(theta, N, alpha)
+        g = 2 * alpha * theta + (N * p).sum(-1) - W.sum(-1)
+        step = np.linalg.solve(H + 1.0 / n, g[..., None])[..., 0]
+        f0, decrement, t = _objective(theta, W, alpha), (g * step).sum(-1), np.ones(B)
+        for _ in range(60):
+            trial = theta - t[:, None] * step
+            bad = _objective(trial, W, alpha) > f0 - 1e-4 * t * decrement + 1e-12 * np.abs(f0)
+            if not bad.any():
+                break
+            t = np.where(bad, t / 2, t)
+        theta = trial - trial.mean(-1, keepdims=True)
+        if np.abs(t[:, None] * step).max() < 1e-10 or np.abs(g).max() < 1e-12 * (1 + W.sum((-2, -1)).max()):
+            return theta
+    raise RuntimeError("Bradley-Terry Newton iteration did not converge (a bug: the objective is convex)")
+
+
+def _ratings(names, theta, ia, ib, alpha) -> Ratings:
+    played = np.bincount(ia, minlength=len(names)) + np.bincount(ib, minlength=len(names))
+    return Ratings(names, theta - theta.mean(), CENTRE + SCALE * (theta - theta.mean()), played, alpha)
+
+
+def fit(games: Sequence[Game], *, alpha: float = ALPHA, by_game: bool = False,
+        players: Sequence[str] | None = None) -> Ratings:
+    """Bradley-Terry ratings of `games` (see the module docstring for the model and the prior).
+
+    by_game=True weights each game so every distinct `Game.game` contributes the same total weight;
+    a per-game board is `fit([g for g in games if g.game == kind])`. `players` fixes the order and
+    may name players without games (they sit at the mean, where the prior puts them)."""
+    if not alpha > 0:
+        raise RankingError(f"alpha must be > 0 (got {alpha}): plain ML diverges for undefeated players")
+    names, ia, ib, s, w = _index(games, players)
+    if by_game:
+        w = _by_game_weights(games, w)
+    cells, _, counts = _cells(ia, ib, s, w)
+    theta = _newton(_wins(counts, _win_map(cells, len(names)), len(names)), alpha)[0]
+    return _ratings(names, theta, ia, ib, alpha)
+
+
+@dataclass(frozen=True, eq=False)
+class Intervals:
+    """Bootstrap percentile intervals of each player's rating and rank (rank 1 = best)."""
+
+    ratings: Ratings
+    low: np.ndarray
+    high: np.ndarray
+    rank_low: np.ndarray
+    rank_high: np.ndarray
+    rounds: int
+    level: float
+
+
+def bootstrap_intervals(games: Sequence[Game], rounds: int = 1000, seed: int | np.random.Generator = 0,
+                        level: float = 0.95, *, alpha: float = ALPHA, by_game: bool = False) -> Intervals:
+    """Nonparametric bootstrap over games (LMArena's): `rounds` resamples of the game list with
+    replacement, each refitted; the interval is the central `level` of the bootstrap ratings, and
+    the rank interval the same percentiles of the player's rank. Resampling games is multinomial
+    counts over the distinct (a, b, score, weight) cells, so one round costs one small fit, and all
+    rounds are fitted together as a batch, warm-started at the point estimate."""
+    if rounds < 1 or not 0 < level < 1:
+        raise RankingError(f"need rounds >= 1 and 0 < level < 1, got {rounds}, {level}")
+    point = fit(games, alpha=alpha, by_game=by_game)
+    names, ia, ib, s, w = _index(games)
+    if by_game:
+        w = _by_game_weights(games, w)
+    cells, _, counts = _cells(ia, ib, s, w)
+    n, win_map = len(names), _win_map(cells, len(names))
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(int(counts.sum()), counts / counts.sum(), size=rounds).astype(float)
+    batch = max(1, 4_000_000 // (n * n))
+    theta = np.concatenate([_newton(_wins(draws[k:k + batch], win_map, n), alpha, point.log_strength)
+                            for k in range(0, rounds, batch)])
+    elo = CENTRE + SCALE * (theta - theta.mean(1, keepdims=True))
+    ranks = np.argsort(np.argsort(-elo, axis=1, kind="stable"), axis=1, kind="stable") + 1
+    q = 50 * (1 - level)
+    low, high = np.percentile(elo, [q, 100 - q], axis=0)
+    return Intervals(point, low, high, np.percentile(ranks, q, axis=0, method="lower").astype(int),
+                     np.percentile(ranks, 100 - q, axis=0, method="higher").astype(int), rounds, level)
+
+
+# ------------------------------------------------------------------------------- Nash averaging
+
+@dataclass(frozen=True, eq=False)
+class NashAveraging:
+    """Maximum-entropy Nash mixture of the meta-game and each player's score against it (<= 0;
+    exactly 0 for the players in the equilibrium's support)."""
+
+    players: tuple[str, ...]
+    weights: np.ndarray
+    scores: np.ndarray
+
+
+def payoff_matrix(games: Sequence[Game], players: Sequence[str] | None = None):
+    """(players, P): P[i, j] = i's weighted mean score against j; NaN where they never met, 0.5 on the diagonal."""
+    names, ia, ib, s, w = _index(games, players)
+    n = len(names)
+    total, played = np.zeros((n, n)), np.zeros((n, n))
+    np.add.at(total, (ia, ib), w * s)
+    np.add.at(total, (ib, ia), w * (1 - s))
+    np.add.at(played, (ia, ib), w)
+    np.add.at(played, (ib, ia), w)
+    with np.errstate(invalid="ignore"):
+        P = np.where(played > 0, total / np.where(played > 0, played, 1), np.nan)
+    np.fill_diagonal(P, 0.5)
+    return names, P
+
+
+def nash_average(players: Sequence[str], payoff, unknown: str = "refuse") -> NashAveraging:
+    """Nash averaging (Balduzzi et al. 2018). A = (P - P^T) / 2, which is P - 1/2 for a constant-sum
+    P (P + P^T = 1, draws as halves) and antisymmetric in any case, so the game is symmetric
+    zero-sum with value 0. Its Nash set is {p in simplex : A p <= 0}; the paper picks the maximum
+    entropy point of it, the one that treats equivalent agents alike, which is why adding copies
+    of an agent cannot change anyone's score (exactly so when the equilibrium without copies is
+    unique, the generic case for empirical payoffs). Unplayed pairs (NaN) are refused, or with
+    unknown="even" counted as 0.5.
+
+    Solved in two steps: linear programs (HiGHS) find the union S of all equilibria's supports
+    (max p_i over the Nash set, for each i not yet seen in a support); the max-entropy point has
+    support exactly S and (A p)_S = 0, so it is found by SLSQP on the affine set
+    {sum p = 1, A_SS p_S = 0} (parametrised by its null space) with p >= 0 and A_out,S p_S <= 0."""
+    names = tuple(players)
+    P = np.array(payoff, dtype=float)
+    n = len(names)
+    if P.shape != (n, n):
+        raise RankingError(f"payoff must be {n}x{n} for {n} players, got shape {P.shape}")
+    np.fill_diagonal(P, 0.5)
+    if np.isnan(P).any():
+        if unknown != "even":
+            i, j = np.argwhere(np.isnan(P))[0]
+            raise RankingError(f"no games between {names[i]!r} and {names[j]!r}: play them, "
+                               f"or pass unknown='even' to count unplayed pairs as 0.5")
+        P = np.where(np.isnan(P), 0.5, P)
+    A = (P - P.T) / 2
+    tol, support, vertices = 1e-9, np.zeros(n, bool), []
+    options = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+    for i in range(n):
+        if support[i]:
+            continue
+        lp = linprog(-np.eye(n)[i], A_ub=A, b_ub=np.zeros(n), A_eq=np.ones((1, n)), b_eq=[1.0],
+                     bounds=(0, None), method="highs", options=options)
+        if lp.status != 0:
+            raise RuntimeError(f"Nash LP failed ({lp.message}): a bug, the symmetric game always has one")
+        vertices.append(np.clip(lp.x, 0, None))
+        support |= vertices[-1] > tol
+    S, out = np.flatnonzero(support), np.flatnonzero(~support)
+    p0 = np.mean(vertices, axis=0)[S]
+    p0 /= p0.sum()
+    basis = null_space(np.vstack([A[np.ix_(S, S)], np.ones((1, len(S)))]))
+    if basis.shape[1]:
+        def entropy(z):  # negative entropy and its gradient, at p clipped away from 0
+            p = np.clip(p0 + basis @ z, 1e-300, None)
+            return float(p @ np.log(p)), basis.T @ (np.log(p) + 1)
+        constraints = [{"type": "ineq", "fun": lambda z: p0 + basis @ z, "jac": lambda z: basis}]
+        if len(out):
+            outside = A[np.ix_(out, S)]
+            constraints.append({"type": "ineq", "fun": lambda z: -outside @ (p0 + basis @ z),
+                                "jac": lambda z: -outside @ basis})
+        z = minimize(entropy, np.zeros(basis.shape[1]), jac=True, method="SLSQP", constraints=constraints,
+                     options={"ftol": 1e-15, "maxiter": 1000}).x
+        p0 = np.clip(p0 + basis @ z, 0, None)
+    weights = np.zeros(n)
+    weights[S] = p0 / p0.sum()
+    return NashAveraging(names, weights, A @ weights)
+
+
+# -------------------------------------------------------------------------------- rank stability
+
+@dataclass(frozen=True)
+class RankStability:
+    """Fewest games found whose removal flips an adjacent pair of the top places (None: no flip
+    within max_removals), the pair (better first), its places and the removed games; `per_pair`
+    holds (better, worse, count) for every adjacent pair of the top."""
+
+    count: int | None
+    pair: tuple[str, str] | None
+    places: tuple[int, int] | None
+    removed: tuple[Game, ...]
+    per_pair: tuple[tuple[str, str, int | None], ...]
+
+
+def rank_stability(games: Sequence[Game], top: int = 3, *, alpha: float = ALPHA, shortlist: int = 64,
+                   max_removals: int | None = None) -> RankStability:
+    """How many games must go to reorder the top `top` places (Huang et al. 2025)?
+
+    Any change of the top's order flips some pair that was adjacent, so for each adjacent pair
+    (i, i+1) we greedily remove one game at a time, the one whose removal most shrinks the gap
+    theta_i - theta_(i+1), until the gap is <= 0 (a tie counts: the data no longer put i above
+    i+1). Candidates are the `shortlist` cells ranked by their first-order influence on the gap
+    (implicit-function derivative, as the paper's AMIP approximation), each then refitted exactly.
+    Greedy, so each count is an upper bound on the fewest; the answer is the minimum over pairs."""
+    if top < 2:
+        raise RankingError(f"top must be >= 2 to have an order to flip, got {top}")
+    names, ia, ib, s, w = _index(games)
+    cells, inverse, counts = _cells(ia, ib, s, w)
+    n, win_map = len(names), _win_map(cells, len(names))
+    members = [list(np.flatnonzero(inverse == c)) for c in range(len(cells))]
+    theta = _newton(_wins(counts, win_map, n), alpha)[0]
+    order = np.argsort(-theta, kind="stable")
+    a, b = cells[:, 0].astype(int), cells[:, 1].astype(int)
+    best, per_pair = None, []
+    for place in range(min(top, n) - 1):
+        i, j = order[place], order[place + 1]
+        left, removed, th = counts.copy(), [], theta
+        while th[i] - th[j] > 1e-9 and (max_removals is None or len(removed) < max_removals):
+            W = _wins(left, win_map, n)
+            H, p = _hessian(th[None], W + W.transpose(0, 2, 1), alpha)
+            v = np.linalg.solve(H[0], np.eye(n)[i] - np.eye(n)[j])
+            influence = -cells[:, 3] * (cells[:, 2] - p[0, a, b]) * (v[a] - v[b])
+            influence[left == 0] = np.inf
+            candidates = np.argsort(influence, kind="stable")[:min(shortlist, int((left > 0).sum()))]
+            trial = left[None].repeat(len(candidates), 0)
+            trial[np.arange(len(candidates)), candidates] -= 1
+            fits = _newton(_wins(trial, win_map, n), alpha, th)
+            k = int(np.argmin(fits[:, i] - fits[:, j]))
+            left, th = trial[k], fits[k]
+            removed.append(games[members[candidates[k]][int(counts[candidates[k]] - left[candidates[k]]) - 1]])
+        count = len(removed) if th[i] - th[j] <= 1e-9 else None
+        per_pair.append((names[i], names[j], count))
+        if count is not None and (best is None or count < best[0]):
+            best = (count, (names[i], names[j]), (place + 1, place + 2), tuple(removed))
+    if best is None:
+        return RankStability(None, None, None, (), tuple(per_pair))
+    return RankStability(*best, tuple(per_pair))
+
+
+# ------------------------------------------------------------------------ rule-breaking vs skill
+
+@dataclass(frozen=True)
+class Match:
+    """A finished match: player's score against opponent, how it ended ("ok", or "ERROR",
+    "TIMEOUT", "INVALID", ...: a forfeit) and who was at fault (None: nobody, or unknown)."""
+
+    player: str
+    opponent: str
+    score: float
+    status: str = "ok"
+    faulty: str | None = None
+    game: str = ""
+
+    @property
+    def forfeit(self) -> bool:
+        return self.status.lower() != "ok"
+
+
+@dataclass(frozen=True)
+class ForfeitRates:
+    """Per player: matches played and the fraction of them it lost by its own rule-breaking."""
+
+    player: str
+    matches: int
+    forfeits: int
+    forfeit_rate: float
+    error_rate: float
+    timeout_rate: float
+    invalid_rate: float
+
+
+@dataclass(frozen=True)
+class ForfeitWarning:
+    player: str
+    rank_with: int
+    rank_without: int
+    text: str
+
+
+def _checked(records: Sequence[Match]) -> Sequence[Match]:
+    for r in records:
+        if r.faulty is not None and r.faulty not in (r.player, r.opponent):
+            raise RankingError(f"match {r.player!r} vs {r.opponent!r} blames {r.faulty!r}, who did not play it: "
+                               f"set faulty to one of the two players or None")
+    return records
+
+
+def forfeit_rates(records: Sequence[Match]) -> tuple[ForfeitRates, ...]:
+    """Forfeits each player caused, overall and by kind (ERROR, TIMEOUT, INVALID), per match it
+    played: rule-breaking as its own number, not folded into a rating."""
+    players = sorted({r.player for r in _checked(records)} | {r.opponent for r in records})
+    out = []
+    for p in players:
+        mine = [r for r in records if p in (r.player, r.opponent)]
+        caused = [r.status.upper() for r in mine if r.forfeit and r.faulty == p]
+        out.append(ForfeitRates(p, len(mine), len(caused), len(caused) / len(mine),
+                                *(caused.count(kind) / len(mine) for kind in ("ERROR", "TIMEOUT", "INVALID"))))
+    return tuple(out)
+
+
+def ratings_without_forfeits(records: Sequence[Match], *, alpha: float = ALPHA) -> tuple[Ratings, Ratings]:
+    """Bradley-Terry fitted on all matches and on the matches played to the end (same players,
+    same order); a player with only forfeited matches sits at the mean in the second."""
+    players = sorted({r.player for r in _checked(records)} | {r.opponent for r in records})
+    games = [Game(r.player, r.opponent, r.score, game=r.game) for r in records]
+    clean = [g for g, r in zip(games, records) if not r.forfeit]
+    if not clean:
+        raise RankingError("every match ended by a forfeit: there is no play to rate")
+    return fit(games, alpha=alpha, players=players), fit(clean, alpha=alpha, players=players)
+
+
+def forfeit_dependence_warnings(records: Sequence[Match], *, alpha: float = ALPHA) -> tuple[ForfeitWarning, ...]:
+    """Players whose rank moves when the forfeited matches are dropped: their place comes from
+    rule-breaking (theirs or their opponents'), not only from play."""
+    with_, without = ratings_without_forfeits(records, alpha=alpha)
+    r1, r2 = with_.ranks(), without.ranks()
+    return tuple(ForfeitWarning(p, r1[p], r2[p], f"{p}: rank {r1[p]} counting forfeits, {r2[p]} without them; "
+                                                 f"its place depends on rule-breaking, not only on play")
+                 for p in with_.players if r1[p] != r2[p])
+
+
+# ---------------------------------------------------------------------------------------- output
+
+def format_ranking(ratings: Ratings, intervals: Intervals | None = None,
+                   nash: NashAveraging | None = None) -> list[str]:
+    """Plain-text table, best first: place, player, rating, interval, rank interval, Nash score, games."""
+    pct = f"{round(100 * intervals.level)}%" if intervals else "95%"
+    lines = [f"{'#':>3}  {'player':<24} {'rating':>7}  {pct + ' interval':<15} {'ranks':<7} {'nash':>7} {'games':>6}"]
+    nash_of = dict(zip(nash.players, nash.scores)) if nash else {}
+    for place, i in enumerate(ratings.order()):
+        p = ratings.players[i]
+        span = f"{intervals.low[i]:.0f}..{intervals.high[i]:.0f}" if intervals else "-"
+        ranks = f"{intervals.rank_low[i]}-{intervals.rank_high[i]}" if intervals else "-"
+        score = f"{nash_of[p]:+.3f}" if p in nash_of else "-"
+        lines.append(f"{place + 1:>3}  {p:<24} {ratings.rating[i]:>7.1f}  {span:<15} {ranks:<7} {score:>7} "
+                     f"{ratings.games[i]:>6}")
+    return lines
