@@ -13,7 +13,6 @@ import pwd
 import resource
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -287,22 +286,6 @@ def uid_key_count(uid: int) -> int:
     return 0
 
 
-_CLEAR_KEYS = r"""
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-number = int(sys.argv[1])
-def keyctl(*args):
-    return libc.syscall(ctypes.c_long(number), *(ctypes.c_long(a) for a in args))
-keyctl(1, 0)  # JOIN_SESSION_KEYRING, anonymous: possess nothing of the arena's session
-keys = [keyctl(0, spec, 1) for spec in (-4, -5)]  # GET_KEYRING_ID: our user and user-session keyrings
-keys.append(keyctl(22, -1, -3))  # GET_PERSISTENT: our persistent keyring, linked into our session
-with open("/proc/keys") as f:  # and any key of ours linked elsewhere that we may view
-    keys += [int(fields[0], 16) for fields in map(str.split, f) if fields[5] == str(os.getuid())]
-for key in keys:
-    if key > 0:
-        keyctl(7, key)  # CLEAR: unlink what a keyring holds (those keys go once nothing links them)
-        keyctl(21, key)  # INVALIDATE: gone at once, and unlinked from the registers that keep it
-"""
 _KEYCTL_NUMBERS = {"x86_64": 250, "aarch64": 219, "riscv64": 219}
 
 
@@ -317,10 +300,27 @@ def join_session_keyring() -> None:
     number = _KEYCTL_NUMBERS.get(os.uname().machine)
     if number is None:
         raise SandboxError(f"no keyctl syscall number for {os.uname().machine}: add it to isolation._KEYCTL_NUMBERS")
-    if _libc.syscall(ctypes.c_long(number), ctypes.c_long(1), None) < 0:
+    if _keyctl(number, 1, 0) < 0:
         err = ctypes.get_errno()
         if err != errno.ENOSYS:  # ENOSYS: a kernel without keys, so none to share
             raise OSError(err, f"keyctl(join a fresh session keyring): {os.strerror(err)}")
+
+
+def _keyctl(number: int, *args: int) -> int:
+    return _libc.syscall(ctypes.c_long(number), *(ctypes.c_long(a) for a in args))
+
+
+def _clear_own_keys(number: int) -> None:
+    """In a child that became the uid: unlink and invalidate every key it owns (keyctl(2))."""
+    _keyctl(number, 1, 0)  # JOIN_SESSION_KEYRING, anonymous: possess nothing of the arena's session
+    keys = [_keyctl(number, 0, spec, 1) for spec in (-4, -5)]  # GET_KEYRING_ID: user, user-session keyrings
+    keys.append(_keyctl(number, 22, -1, -3))  # GET_PERSISTENT: the persistent keyring, linked into our session
+    with open("/proc/keys") as listing:  # and any key of ours linked elsewhere that we may view
+        keys += [int(fields[0], 16) for fields in map(str.split, listing) if fields[5] == str(os.getuid())]
+    for key in keys:
+        if key > 0:
+            _keyctl(number, 7, key)  # CLEAR: unlink what a keyring holds (those keys go once nothing links them)
+            _keyctl(number, 21, key)  # INVALIDATE: gone at once, and unlinked from the registers that keep it
 
 
 def clear_uid_keys(uid: int, wait_s: float = 2.0) -> int:
@@ -336,9 +336,16 @@ def clear_uid_keys(uid: int, wait_s: float = 2.0) -> int:
     number = _KEYCTL_NUMBERS.get(os.uname().machine)
     if number is None:
         raise SandboxError(f"no keyctl syscall number for {os.uname().machine}: add it to isolation._KEYCTL_NUMBERS")
-    subprocess.run([sys.executable, "-I", "-S", "-c", _CLEAR_KEYS, str(number)], user=uid, group=uid,
-                   extra_groups=[], env={}, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=30)
+    pid = os.fork()  # not a new interpreter: the uid may not reach this one's files (/root is 0700)
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            _clear_own_keys(number)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
     deadline = time.monotonic() + wait_s
     while (left := uid_key_count(uid)) and time.monotonic() < deadline:
         time.sleep(0.01)  # the garbage collector runs as a work item, soon after the last link goes

@@ -181,7 +181,8 @@ def _ratings(names, theta, ia, ib, alpha) -> Ratings:
 
 def fit(games: Sequence[Game], *, alpha: float = ALPHA, by_game: bool = False,
         players: Sequence[str] | None = None) -> Ratings:
-    """Bradley-Terry ratings of `games` (see the module docstring for the model and the prior).
+    """Bradley-Terry ratings of `games` (Bradley & Terry 1952), a draw counting as half a win for
+    each side; penalised ML with choix's alpha prior, mean rating 1000 (see the module docstring).
 
     by_game=True weights each game so every distinct `Game.game` contributes the same total weight;
     a per-game board is `fit([g for g in games if g.game == kind])`. `players` fixes the order and
@@ -226,7 +227,7 @@ def bootstrap_intervals(games: Sequence[Game], rounds: int = 1000, seed: int | n
     n, win_map = len(names), _win_map(cells, len(names))
     rng = np.random.default_rng(seed)
     draws = rng.multinomial(int(counts.sum()), counts / counts.sum(), size=rounds).astype(float)
-    batch = max(1, 4_000_000 // (n * n))
+    batch = max(1, 1_000_000 // (n * n))
     theta = np.concatenate([_newton(_wins(draws[k:k + batch], win_map, n), alpha, point.log_strength)
                             for k in range(0, rounds, batch)])
     elo = CENTRE + SCALE * (theta - theta.mean(1, keepdims=True))

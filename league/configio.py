@@ -235,7 +235,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     name = str(path)
     if not path.is_file():
-        raise ConfigError(f"config file {name!r} does not exist")
+        raise ConfigError(f"config file {name!r} does not exist" if not path.exists() else
+                          f"config file {name!r} is not a regular file; give a YAML file or a preset name")
     size = path.stat().st_size
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"config file {name!r} has {size:,} bytes, more than a config's {MAX_CONFIG_BYTES:,}: "

@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 "$PY" -m pip install --disable-pip-version-check -q \
     torch==2.13.0 "pettingzoo[classic]==1.27.0" gymnasium==1.4.0 open-spiel==2.0.2 trueskill==0.4.5 \
     numpy==2.4.6 numba==0.68.1 wandb==0.31.0 deepspeed==0.19.8 ray==2.60.0 transformers==5.23.0 mpe2==1.1.1 \
-    safetensors pyyaml tensorboard matplotlib onnx onnxscript pytest pytest-timeout hypothesis==6.155.2 \
+    safetensors pyyaml tensorboard matplotlib onnx onnxscript pytest pytest-timeout hypothesis==6.155.2 choix==0.4.1 \
     peft==0.21.2 gguf==0.19.0 accelerate==1.15.0 textarena==0.7.4 \
     fastapi==0.165.0 uvicorn==0.54.0 websockets==17.4 dm-tree==0.1.10 \
     -e ".[all]"

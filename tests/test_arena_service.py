@@ -25,6 +25,11 @@ EXAMPLES = REPO / "examples" / "agents"
 GAME = "tic_tac_toe"
 
 
+def uploads_left(arena_dir: Path) -> list[Path]:
+    """What uploads left in `incoming/` (its `.lock` says a service is live: not an upload)."""
+    return [p for p in (arena_dir / "incoming").iterdir() if p.name != ".lock"]
+
+
 def agent_zip(folder: Path = EXAMPLES / "random_python", extra: list[tuple[str, bytes]] = ()) -> bytes:
     return testing.agent_zip(folder, extra)
 
@@ -63,7 +68,7 @@ def test_writes_need_a_valid_token(service):
     status, _ = server.request("POST", "/api/entrants/random/withdraw")
     assert status == 401
     assert entrants(arena_dir) == before
-    assert list((arena_dir / "incoming").iterdir()) == []
+    assert uploads_left(arena_dir) == []
 
 
 def _hostile_archives(root: Path) -> dict[str, bytes]:
@@ -104,7 +109,7 @@ def test_hostile_uploads_are_refused_and_nothing_is_written_outside(service):
     assert entrants(arena_dir) == before
     assert list((root / "outside").iterdir()) == [] and not (root / "escaped.py").exists()
     assert not (arena_dir.parent / "escaped.py").exists()
-    assert list((arena_dir / "incoming").iterdir()) == []
+    assert uploads_left(arena_dir) == []
 
 
 def test_a_1_gb_upload_is_refused_without_being_read(service):
@@ -130,7 +135,7 @@ def test_a_1_gb_upload_is_refused_without_being_read(service):
     response = connection.getresponse()
     assert response.status == 413
     connection.close()
-    assert list((service["arena"] / "incoming").iterdir()) == []
+    assert uploads_left(service["arena"]) == []
 
 
 def test_an_upload_is_validated_versioned_placed_and_withdrawn(service):

@@ -245,7 +245,7 @@ def test_status_imports_no_torch_and_survives_a_closed_pipe(tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     (["nonsense_key=3"], "unknown config key 'nonsense_key'"),
     (["iterations=zero"], "config key 'iterations'"),
-    (["iterations=0"], "'iterations' must be >= 1"),
+    (["iterations=0"], "iterations=0 is outside its range [1, 10**9]"),
     (["game=no_such_game"], "unknown game"),
     (["ppo.learning_rate=fast"], "config key 'ppo.learning_rate'"),
     (["roles=[{name: main, learner_share: -1}]"], "learner_share"),

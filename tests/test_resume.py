@@ -234,8 +234,8 @@ def test_a_killed_rewrite_of_the_same_iteration_leaves_the_checkpoint_in_force(f
 
 
 @pytest.mark.parametrize("override, message", [
-    ("seed=-1", "'seed' must be in [0, 2**63)"),
-    ("ppo.learning_rate=0", "learning_rate must be > 0"),
+    ("seed=-1", "seed=-1 is outside its range [0, 2**63)"),
+    ("ppo.learning_rate=0", "ppo.learning_rate=0 is outside its range (0, 1]"),
     ("anchors=[no_such_bot]", "no_such_bot"),
 ])
 def test_bad_config_values_leave_no_run_directory(tmp_path, ludus_here, override, message):

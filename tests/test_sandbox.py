@@ -9,6 +9,7 @@ may remain. Under LUDUS_CI=1 a machine without namespace isolation fails these t
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import signal
@@ -481,6 +482,49 @@ def test_shared_memory_segments_stay_inside_one_agent(honest):
     record, _, _ = play_clean("shm_segment", honest, config)
     assert "SHM MADE" in record.stderr_tails[0] and "SHM FOUND" not in record.stderr_tails[0]
     assert key not in _host_shm_keys()
+
+
+def test_the_kernel_keyring_is_no_channel_between_agents(honest):
+    """tests/hostile_agents/keyring adds a world-readable key to its uid's keyring and reads anyone
+    else's (the keyring is not namespaced): two of them in one match cannot make or find a key, a
+    later agent (possibly given the same uid) finds nothing, and their uids own no key afterwards."""
+    from arena.isolation import uid_key_count
+
+    first = SandboxedAgent(unchecked("keyring"), GAME, BOX)
+    second = SandboxedAgent(unchecked("keyring"), GAME, BOX)
+    uids = (first.uid, second.uid)
+    try:
+        record = play_match(GAME, [first, second], seed=5, limits=LIMITS, match_id="zoo-keyring")
+    finally:
+        first.close()
+        second.close()
+    assert record.statuses == (MatchStatus.OK, MatchStatus.OK), record.faults
+    for tail in record.stderr_tails:
+        assert "KEY DENIED EPERM" in tail and "KEY MADE" not in tail and "KEY FOUND" not in tail, tail
+    record, _, agent = play_clean("keyring", honest)
+    assert "KEY DENIED" in record.stderr_tails[0] and "KEY FOUND" not in record.stderr_tails[0]
+    assert [uid_key_count(uid) for uid in (*uids, agent.uid)] == [0, 0, 0]
+
+
+def test_keys_an_agent_uid_left_are_removed_before_it_is_leased_again():
+    """Should a key get past the filter (or an agent ran unsandboxed under the uid), the uid's keys
+    are cleared when its agent ends: made here by a process of that uid, then removed."""
+    from arena.isolation import clear_uid_keys, uid_key_count
+
+    uid = 60990  # above the arena's agent uids, below nobody's
+    add_key = {"x86_64": 248, "aarch64": 217, "riscv64": 217}[os.uname().machine]
+    libc = ctypes.CDLL(None, use_errno=True)
+    pid = os.fork()  # a child of the uid (/root may be closed to it: no new interpreter)
+    if pid == 0:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        made = libc.syscall(ctypes.c_long(add_key), b"user", b"left-behind", b"x", ctypes.c_size_t(1),
+                            ctypes.c_long(-4))
+        os._exit(0 if made > 0 else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert uid_key_count(uid) >= 1  # the channel exists on this kernel: keys outlive their process
+    assert clear_uid_keys(uid) == 0 and uid_key_count(uid) == 0
 
 
 def test_shared_memory_hog_is_stopped_at_the_memory_cap(honest):
