@@ -6,6 +6,16 @@ exceeds with ~99.9% probability), so a newcomer with few games ranks low until i
 settles. The 95% interval is mu +- 1.96 sigma. Forfeits count as losses: an agent that crashes
 or times out is rated by what it did.
 
+Beside TrueSkill (online, so it depends on the order of the games) the board carries the
+order-free views of `league.ranking` over the same arena matches: Bradley-Terry with 95%
+bootstrap intervals of the rating and the rank, the rank-stability figure (how few games must go
+to reorder the top 3), each entrant's forfeit, error, timeout and invalid-answer rates, its
+Bradley-Terry rating without forfeited matches and a warning where a rank depends on forfeits;
+with matches of several games, per-game boards and a combined one (equal weight per game). The
+slow parts (1,000 bootstrap rounds, Nash averaging, the stability search) are computed in full
+here; the service, which rebuilds the board every second, carries them over through a
+`RankingCache` between full computations.
+
 The page (`write_page`) is one self-contained HTML file: inline CSS, inline SVG charts from
 `ludus.charts` (ratings over time with interval bands, a bar chart of mu with its
 interval, the head-to-head heatmap), no scripts, no external ``src`` or ``href``. Its match list
@@ -18,6 +28,7 @@ from __future__ import annotations
 import collections
 import html
 import os
+import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +36,7 @@ from typing import Any, Mapping
 
 from arena.store import Entrant, read_info, tournament_key
 from league.ledger import MatchResult, Store
+from league.ranking import TIES, RankingError, RankingViews, ledger_records, ranking_views
 from league.ratings import RatingTable, TrueSkillParams, load_params, rebuild_ratings
 
 INTERVAL_Z = 1.96
@@ -109,6 +121,15 @@ class Leaderboard:
     """The newest matches, newest first (the page lists them with their replays)."""
     tournaments: tuple[Mapping[str, Any], ...]
     """The tournaments' meta entries, oldest first."""
+    ranking: RankingViews | None = None
+    """Bradley-Terry, intervals, stability and forfeit views of the same matches (None: no games
+    between two active entrants yet)."""
+
+    def bt_row(self, player_id: str) -> dict | None:
+        """The entrant's Bradley-Terry row (`RankingViews.rows`), or None if it has no games."""
+        if self.ranking is None:
+            return None
+        return next((r for r in self.ranking.rows() if r["player"] == player_id), None)
 
     def row(self, player_id: str) -> LeaderboardRow:
         for r in self.rows:
@@ -117,9 +138,44 @@ class Leaderboard:
         raise KeyError(player_id)
 
 
-def build_leaderboard(store: Store, recent: int = 200) -> Leaderboard:
+class RankingCache:
+    """The slow rating views of the last full computation, for a board rebuilt every second.
+
+    A build whose ledger and entrants are unchanged reuses the views as they are; one whose
+    ledger grew fits the Bradley-Terry point ratings and the forfeit views afresh (~25 ms on 2,000
+    matches) and carries the bootstrap intervals, Nash averaging, per-game boards and the
+    stability search over from the last full computation, which is redone once `min_interval_s`
+    has passed and the views are behind the ledger (or at once when the entrants changed). The
+    board states how many games the carried views rest on."""
+
+    def __init__(self, min_interval_s: float = 30.0):
+        self.min_interval_s = min_interval_s
+        self.key: tuple | None = None
+        self.full: RankingViews | None = None
+        self.full_key: tuple | None = None
+        self.views: RankingViews | None = None
+        self.computed_at = -float("inf")
+
+    def views_for(self, key: tuple, records) -> RankingViews | None:
+        due = time.monotonic() - self.computed_at >= self.min_interval_s
+        if key == self.key and not (due and self.views is not None and self.views.stale):
+            return self.views
+        if not records.games:
+            views = None
+        elif self.full is None or self.full_key[1] != key[1] or due:
+            views = self.full = ranking_views(records)
+            self.full_key, self.computed_at = key, time.monotonic()
+        else:
+            views = self.full.with_point_fit(ranking_views(records, slow=False))
+        self.key, self.views = key, views
+        return views
+
+
+def build_leaderboard(store: Store, recent: int = 200, cache: RankingCache | None = None) -> Leaderboard:
     """Read the leaderboard from an arena's store (read-only access suffices). Withdrawn entrants
-    are left out; their matches stay in the ledger and in their opponents' records."""
+    are left out; their matches stay in the ledger and in their opponents' records. `cache`
+    (the service's) spares the slow rating views between full computations; without it they are
+    computed in full."""
     from arena.accounts import active_entrants
 
     info = read_info(store)
@@ -135,10 +191,12 @@ def build_leaderboard(store: Store, recent: int = 200) -> Leaderboard:
     losses = [[0] * n for _ in range(n)]
     faults: dict[str, collections.Counter] = {pid: collections.Counter() for pid in ids}
     newest: collections.deque[MatchResult] = collections.deque(maxlen=recent)
-    total = 0
+    total, last_seq, played = 0, 0, []
     for recorded in store.iter_matches(kinds=("arena",)):
         match = recorded.result
         total += 1
+        last_seq = recorded.seq
+        played.append(match)
         newest.appendleft(match)
         for player_id, status in {(seat.player_id, seat.status) for seat in match.seats}:  # once per match
             if status != "ok" and player_id in faults:
@@ -181,10 +239,15 @@ def build_leaderboard(store: Store, recent: int = 200) -> Leaderboard:
     while (entry := store.get_meta(tournament_key(number))) is not None:
         tournaments.append(entry)
         number += 1
+    records = ledger_records(played, ids)
+    try:
+        views = (cache or RankingCache()).views_for((last_seq, tuple(ids)), records)
+    except RankingError:
+        views = None
     return Leaderboard(str(store.directory), info.game if info else "?", params, tuple(rows),
                        HeadToHead(tuple(ranked), permute(wins), permute(draws), permute(losses)),
                        {pid: tuple(points) for pid, points in history.items()}, total, tuple(newest),
-                       tuple(tournaments))
+                       tuple(tournaments), views)
 
 
 # ------------------------------------------------------------------------------------------- text
@@ -194,18 +257,57 @@ def _faults_text(faults: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {status}" for status, n in sorted(faults.items())) or "-"
 
 
+def _bt_cells(board: Leaderboard, player_id: str) -> tuple[str, str, str, str]:
+    """(BT rating, its 95% interval, rank interval, forfeit rate) as text; '-' where unknown."""
+    row = board.bt_row(player_id)
+    if row is None:
+        return "-", "-", "-", "-"
+    span = f"[{row['low']:.0f}, {row['high']:.0f}]" if row["low"] is not None else "-"
+    ranks = f"{row['rank_low']}-{row['rank_high']}" if row["rank_low"] is not None else "-"
+    rate = f"{row['forfeit_rate']:.1%}" if row["forfeit_rate"] is not None else "-"
+    return f"{row['rating']:.0f}", span, ranks, rate
+
+
+def ranking_notes(board: Leaderboard) -> list[str]:
+    """What the Bradley-Terry columns are, the rank-stability line, forfeit rates by kind, the
+    ratings without forfeited matches, forfeit-dependence warnings and (several games) the
+    member x game table: the lines under the table."""
+    views = board.ranking
+    if views is None:
+        return ["Bradley-Terry: no games between two entrants yet"]
+    lines = [f"BT: Bradley-Terry over {views.board.games} games (pairs of seats), {TIES}, Elo-like scale (mean 1000); "
+             f"95% intervals of rating and rank from {views.rounds} bootstrap rounds (seed {views.seed})"
+             + (f", as of {views.slow_games} games" if views.stale else "")
+             + ("; combined board: every game the same total weight" if views.multi_game else ""),
+             views.stability_text() + (f" (as of {views.slow_games} games)" if views.stale else ""),
+             "forfeit: share of its matches the entrant lost by its own fault (error, timeout or invalid answer)"]
+    if views.without_forfeits is not None:
+        clean = views.without_forfeits
+        lines.append("BT without forfeited matches: " + ", ".join(
+            f"{clean.players[i]} {clean.rating[i]:.0f}" for i in clean.order()))
+    lines += [f"warning: {w.text}" for w in views.warnings]
+    if views.multi_game:
+        from league.ranking import format_game_table
+
+        lines += format_game_table(views, "entrant")
+    return lines
+
+
 def format_leaderboard(board: Leaderboard) -> str:
-    """The ranking table, then the head-to-head matrix (scores in percent)."""
+    """The ranking table (TrueSkill and Bradley-Terry side by side), the notes under it (see
+    `ranking_notes`), then the head-to-head matrix (scores in percent)."""
     lines = [f"arena {board.arena_dir}: {board.game}, {len(board.rows)} entrants, {board.total_matches} matches "
              f"in {len(board.tournaments)} tournament(s); ranked by TrueSkill mu - 3 sigma"]
     width = max([len(r.player_id) for r in board.rows] + [7])
     lines.append(f"{'rank':>4}  {'entrant':<{width}} {'mu':>7} {'sigma':>6} {'mu-3s':>7}  {'95% interval':<16} "
-                 f"{'W':>4} {'D':>4} {'L':>4} {'games':>5}  forfeits")
+                 f"{'BT':>5} {'BT 95%':<12} {'ranks':<6} {'W':>4} {'D':>4} {'L':>4} {'games':>5} {'forfeit':>7}  forfeits")
     for r in board.rows:
         low, high = r.interval
+        bt, span, ranks, rate = _bt_cells(board, r.player_id)
         lines.append(f"{r.rank:>4}  {r.player_id:<{width}} {r.mu:>7.2f} {r.sigma:>6.2f} {r.conservative:>7.2f}  "
-                     f"{f'[{low:.1f}, {high:.1f}]':<16} {r.wins:>4} {r.draws:>4} {r.losses:>4} {r.games:>5}  "
-                     f"{_faults_text(r.faults)}")
+                     f"{f'[{low:.1f}, {high:.1f}]':<16} {bt:>5} {span:<12} {ranks:<6} {r.wins:>4} {r.draws:>4} "
+                     f"{r.losses:>4} {r.games:>5} {rate:>7}  {_faults_text(r.faults)}")
+    lines += ranking_notes(board)
     h2h = board.head_to_head
     if len(h2h.players) >= 2:
         lines.append("")
@@ -224,6 +326,7 @@ def format_leaderboard(board: Leaderboard) -> str:
 
 _CSS = """
 tr.forfeit td { background: #fff4f0; } .status-ok { color: #2a7; } .fault { color: #c30; }
+td.bt { font-weight: 600; } p.stability { margin: 8px 0 2px; }
 """
 
 
@@ -287,14 +390,61 @@ def _leaderboard_table(board: Leaderboard) -> str:
     for r in board.rows:
         low, high = r.interval
         faults = _faults_text(r.faults)
+        bt, span, ranks, rate = _bt_cells(board, r.player_id)
         body.append(f'<tr class="entrant" id="player-{r.rank}" data-player="{_e(r.player_id)}"><td>{r.rank}</td>'
                     f'<td class="name">{_e(r.player_id)}</td><td class="name">{_e(r.kind)} ({_e(r.submission_kind)})'
                     f"</td><td>{r.mu:.2f}</td><td>{r.sigma:.2f}</td><td>{r.conservative:.2f}</td>"
-                    f"<td>[{low:.1f}, {high:.1f}]</td><td>{r.wins}</td><td>{r.draws}</td><td>{r.losses}</td>"
-                    f'<td>{r.games}</td><td class="name{" fault" if r.faults else ""}">{_e(faults)}</td></tr>')
+                    f'<td>[{low:.1f}, {high:.1f}]</td><td class="bt">{bt}</td><td>{span}</td><td>{ranks}</td>'
+                    f"<td>{r.wins}</td><td>{r.draws}</td><td>{r.losses}</td>"
+                    f'<td>{r.games}</td><td class="forfeit-rate">{rate}</td>'
+                    f'<td class="name{" fault" if r.faults else ""}">{_e(faults)}</td></tr>')
     return ('<table id="leaderboard"><tr><th>#</th><th class="name">entrant</th><th class="name">kind</th>'
-            "<th>mu</th><th>&sigma;</th><th>mu &minus; 3&sigma;</th><th>95% interval</th><th>W</th><th>D</th>"
-            f'<th>L</th><th>games</th><th class="name">forfeits</th></tr>{"".join(body)}</table>')
+            "<th>mu</th><th>&sigma;</th><th>mu &minus; 3&sigma;</th><th>95% interval</th><th>BT</th>"
+            "<th>BT 95% interval</th><th>BT ranks</th><th>W</th><th>D</th>"
+            f'<th>L</th><th>games</th><th>forfeit</th><th class="name">forfeits</th></tr>{"".join(body)}</table>')
+
+
+def ranking_section(board: Leaderboard) -> str:
+    """Under the table: the stability figure, what the Bradley-Terry columns are, forfeit rates
+    by kind with the ratings without forfeited matches, warnings, and the per-game table."""
+    views = board.ranking
+    if views is None:
+        return '<p class="empty" id="bt-empty">Bradley-Terry: no games between two entrants yet.</p>'
+    stale = f" (as of {views.slow_games} games)" if views.stale else ""
+    parts = [f'<p class="stability" id="stability"><b>{_e(views.stability_text() + stale)}</b></p>',
+             f'<p class="meta" id="bt-note">BT: Bradley-Terry over {views.board.games} games (pairs of seats), '
+             f"{_e(TIES)}, on an Elo-like scale (mean 1000); its 95% intervals of rating and rank come from "
+             f"{views.rounds} bootstrap rounds (seed {views.seed}){_e(stale)}. Unlike TrueSkill it does not depend on "
+             f"the order of the games. forfeit: share of its matches the entrant lost by its own fault."
+             + (" The combined board gives every game the same total weight." if views.multi_game else "") + "</p>"]
+    rows = [r for r in views.rows() if r["forfeits"]]
+    if rows:
+        def clean(r: dict) -> str:
+            if r["rating_without_forfeits"] is None:
+                return "-"
+            return f'{r["rating_without_forfeits"]:.0f} (#{r["rank_without_forfeits"]})'
+
+        body = "".join(
+            f'<tr><td class="name">{_e(r["player"])}</td><td>{r["forfeit_rate"]:.1%}</td><td>{r["error_rate"]:.1%}</td>'
+            f'<td>{r["timeout_rate"]:.1%}</td><td>{r["invalid_rate"]:.1%}</td><td>{r["rating"]:.0f} (#{r["place"]})</td>'
+            f"<td>{clean(r)}</td></tr>" for r in rows)
+        parts.append('<table id="forfeits"><tr><th class="name">entrant</th><th>forfeit</th><th>error</th>'
+                     "<th>timeout</th><th>invalid</th><th>BT (rank)</th><th>BT without forfeited matches (rank)</th>"
+                     f"</tr>{body}</table>")
+    for w in views.warnings:
+        parts.append(f'<p class="warning fault">warning: {_e(w.text)}</p>')
+    if views.multi_game:
+        kinds = [b.game for b in views.per_game]
+        head = "".join(f"<th>{_e(k)}</th>" for k in kinds)
+        body = "".join(
+            f'<tr><td class="name">{_e(r["player"])}</td>' + "".join(
+                f'<td>{r["per_game"][k]["rating"]:.0f} ({r["per_game"][k]["games"]})</td>' if k in r["per_game"]
+                else "<td>-</td>" for k in kinds) + f'<td>{r["rating"]:.0f}</td></tr>' for r in views.rows())
+        parts.append('<h3>Per game</h3><table id="per-game"><tr><th class="name">entrant</th>'
+                     f"{head}<th>combined</th></tr>{body}</table><p class=\"meta\">Each game's own Bradley-Terry "
+                     "fit (games in brackets); combined: every game the same total weight (as Kaggle's Game "
+                     "Arena).</p>")
+    return "".join(parts)
 
 
 def _tournaments_table(board: Leaderboard) -> str:
@@ -347,7 +497,7 @@ def render_html(board: Leaderboard, replay_dir: str) -> str:
         f"{len(board.tournaments)} tournament(s) &middot; {forfeits} forfeited seats &middot; TrueSkill "
         f"(&beta; {board.params.beta:.2f}, draw probability {board.params.draw_probability:g}), ranked by "
         f"mu &minus; 3&sigma;</p>",
-        '<h2 id="standings">Leaderboard</h2>', _leaderboard_table(board),
+        '<h2 id="standings">Leaderboard</h2>', _leaderboard_table(board), ranking_section(board),
         '<h2 id="ratings">Ratings</h2>', '<div class="row">', *_charts(board), "</div>",
         '<h2 id="tournaments-title">Tournaments</h2>', _tournaments_table(board),
         '<h2 id="matches-title">Matches</h2>',

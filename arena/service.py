@@ -50,7 +50,7 @@ from starlette.requests import ClientDisconnect
 from arena.accounts import (ACCOUNT, ACCOUNTS_KEY, OPERATOR, Account, NameTakenError, NotYoursError, authenticate,
                             check_name_free, dead, entrant_owners, withdraw, withdrawn)
 from arena.api import Arena, check_entrant_name
-from arena.leaderboard import INTERVAL_Z, build_leaderboard
+from arena.leaderboard import INTERVAL_Z, RankingCache, build_leaderboard
 from arena.scheduler import Scheduler, SchedulerSettings
 from arena.store import ArenaError, ledger_exists, make_writable, read_entrants
 from arena.submission import SubmissionError
@@ -168,6 +168,8 @@ class ArenaService:
         self.thread: threading.Thread | None = None
         self.board = _Board()
         self._board_lock = threading.Lock()
+        # Bradley-Terry's bootstrap and stability search redone at most every 30 s, point fits at each rebuild
+        self.ranking_cache = RankingCache()
         # One rebuild at a time, so the last to start is the last to land: otherwise a rebuild the
         # scheduler began before a withdrawal could finish after the withdrawal's own and put the
         # withdrawn entrant back on the board.
@@ -216,10 +218,10 @@ class ArenaService:
         with self._rebuild_lock:
             if not ledger_exists(self.arena.directory):
                 data = {"game": self.arena.game, "rows": [], "head_to_head": {"players": [], "games": [], "score": []},
-                        "recent": [], "total_matches": 0}
+                        "recent": [], "total_matches": 0, "bradley_terry": None}
             else:
                 with Store.open(self.arena.directory, mode="read") as store:
-                    data = leaderboard_json(build_leaderboard(store, self.config.recent_matches))
+                    data = leaderboard_json(build_leaderboard(store, self.config.recent_matches, self.ranking_cache))
             data["scheduler"] = {"running": self.thread is not None and self.scheduler_error is None,
                                  "matches_recorded": self.scheduler.recorded, "error": self.scheduler_error}
             data["updated_at"] = time.time()
@@ -302,7 +304,15 @@ class ArenaService:
                 "version": entrant.version, "digest": entrant.digest, "created_at": entrant.created_at,
                 "account": owner, "entered_by": OPERATOR if owner is None else ACCOUNT,
                 "withdrawn": player_id in gone, "dead": None if death is None else death.why, "history": history,
-                "matches": [match_json(m) for m in reversed(matches)]}
+                "matches": [match_json(m) for m in reversed(matches)], "bradley_terry": self.bt_row(player_id)}
+
+    def bt_row(self, player_id: str) -> dict[str, Any] | None:
+        """The entrant's Bradley-Terry row of the cached board, with the board's stability line."""
+        board = self.leaderboard()
+        row = next((r for r in board["rows"] if r["player_id"] == player_id), None)
+        if row is None or row.get("bt") is None:
+            return None
+        return {**row["bt"], "stability": (board.get("bradley_terry") or {}).get("stability_text")}
 
     def match(self, match_id: int):
         try:
@@ -350,14 +360,26 @@ def match_json(match) -> dict[str, Any]:
 
 
 def leaderboard_json(board) -> dict[str, Any]:
+    """The board as the service serves it: per row TrueSkill and (``bt``) Bradley-Terry with its
+    intervals, forfeit rates and rating without forfeited matches; ``bradley_terry`` says how
+    the latter was computed, with the rank-stability figure, warnings and per-game boards."""
     h2h = board.head_to_head
     n = len(h2h.players)
+    views = board.ranking
+    bt = {r["player"]: r for r in views.rows()} if views is not None else {}
     return {
         "game": board.game, "total_matches": board.total_matches,
         "rows": [{"rank": r.rank, "player_id": r.player_id, "kind": r.kind, "submission_kind": r.submission_kind,
                   "mu": r.mu, "sigma": r.sigma, "low": r.mu - INTERVAL_Z * r.sigma, "high": r.mu + INTERVAL_Z * r.sigma,
                   "conservative": r.conservative, "games": r.games, "wins": r.wins, "draws": r.draws,
-                  "losses": r.losses, "faults": dict(r.faults)} for r in board.rows],
+                  "losses": r.losses, "faults": dict(r.faults), "bt": bt.get(r.player_id)} for r in board.rows],
+        "bradley_terry": None if views is None else {
+            "ties": "half a win", "scale": "elo-like, mean 1000", "rounds": views.rounds, "seed": views.seed,
+            "level": 0.95, "games": views.board.games, "slow_views_games": views.slow_games,
+            "combined_equal_weight_per_game": views.multi_game,
+            "stability_text": views.stability_text() + (f" (as of {views.slow_games} games)" if views.stale else ""),
+            "stability": views.to_json()["stability"], "forfeit_warnings": [w.text for w in views.warnings],
+            "games_by_kind": [{"game": b.game, "games": b.games} for b in views.per_game]},
         "head_to_head": {"players": list(h2h.players),
                          "games": [[h2h.games(i, j) for j in range(n)] for i in range(n)],
                          "score": [[h2h.score(i, j) for j in range(n)] for i in range(n)]},
@@ -372,7 +394,8 @@ _CSS = PAGE_CSS + """
 nav a { margin-right: 14px; } svg.bar { display: block; width: 100%; min-width: 160px; height: 14px; }
 .bar .track { fill: #eee; } .bar .interval { fill: #7aa6d8; } .bar .mu { fill: #1f4e8c; }
 td.few { color: #bbb; background: #fafafa; }
-.fault { color: #b00; } #result { white-space: pre-wrap; font-family: monospace; margin-top: 10px; }
+.fault { color: #b00; } td.bt { font-weight: 600; } p.stability { font-weight: 600; margin: 8px 0 2px; }
+#result { white-space: pre-wrap; font-family: monospace; margin-top: 10px; }
 form label { display: block; margin: 8px 0 2px; } input[type=text], input[type=password] { width: 360px; }
 """
 
@@ -405,6 +428,44 @@ _LIVE_JS = """
 """
 
 
+def _bt_cells(bt: dict | None) -> str:
+    """BT rating, interval, rank interval and forfeit rate cells of a leaderboard row."""
+    if bt is None:
+        return "<td>-</td>" * 4
+    span = "-" if bt["low"] is None else f'[{bt["low"]:.0f}, {bt["high"]:.0f}]'
+    ranks = "-" if bt["rank_low"] is None else f'{bt["rank_low"]}-{bt["rank_high"]}'
+    rate = "-" if bt["forfeit_rate"] is None else f'{bt["forfeit_rate"]:.1%}'
+    return f'<td class="bt">{bt["rating"]:.0f}</td><td>{span}</td><td>{ranks}</td><td class="forfeit-rate">{rate}</td>'
+
+
+def _bt_notes(info: dict | None, rows: list[dict]) -> str:
+    """Under the table: the stability figure, what BT is, rates by kind and ratings without
+    forfeited matches for entrants that forfeited, and the forfeit-dependence warnings."""
+    if info is None:
+        return '<p class="meta" id="bt-empty">Bradley-Terry: no games between two entrants yet.</p>'
+    out = [f'<p class="stability" id="stability">{_e(info["stability_text"])}</p>',
+           f'<p class="meta" id="bt-note">BT: Bradley-Terry over {info["games"]} games, ties as half wins, Elo-like '
+           f'scale (mean 1000); 95% intervals of rating and rank from {info["rounds"]} bootstrap rounds'
+           + (f' as of {info["slow_views_games"]} games (recomputed at most every 30 s)'
+              if info["slow_views_games"] != info["games"] else "")
+           + "; forfeit: share of its matches lost by its own fault.</p>"]
+    faulty = [r for r in rows if r.get("bt") and r["bt"]["forfeits"]]
+    if faulty:
+        def clean(bt: dict) -> str:
+            return "-" if bt["rating_without_forfeits"] is None else (
+                f'{bt["rating_without_forfeits"]:.0f} (#{bt["rank_without_forfeits"]})')
+
+        body = "".join(
+            f'<tr><td class="name">{_e(r["player_id"])}</td><td>{r["bt"]["error_rate"]:.1%}</td>'
+            f'<td>{r["bt"]["timeout_rate"]:.1%}</td><td>{r["bt"]["invalid_rate"]:.1%}</td>'
+            f'<td>{r["bt"]["rating"]:.0f} (#{r["bt"]["place"]})</td><td>{clean(r["bt"])}</td></tr>' for r in faulty)
+        out.append('<table id="forfeits"><tr><th class="name">entrant</th><th>error</th><th>timeout</th>'
+                   "<th>invalid</th><th>BT (rank)</th><th>BT without forfeited matches (rank)</th></tr>"
+                   f"{body}</table>")
+    out += [f'<p class="fault warning">warning: {_e(text)}</p>' for text in info["forfeit_warnings"]]
+    return "".join(out)
+
+
 def leaderboard_page(data: dict[str, Any], min_cell_games: int) -> str:
     rows = data["rows"]
     lo = min((r["low"] for r in rows), default=0.0)
@@ -424,13 +485,15 @@ def leaderboard_page(data: dict[str, Any], min_cell_games: int) -> str:
         f'<td class="name"><a href="{_e(_link("/entrants/", r["player_id"]))}">{_e(r["player_id"])}</a></td>'
         f'<td class="name">{_e(r["submission_kind"])}</td><td>{r["mu"]:.2f}</td>'
         f'<td>[{r["low"]:.1f}, {r["high"]:.1f}]</td><td>{bar(r)}</td><td>{r["conservative"]:.2f}</td>'
+        f"{_bt_cells(r.get('bt'))}"
         f'<td class="games">{r["games"]}</td><td>{r["wins"]}/{r["draws"]}/{r["losses"]}</td>'
         f'<td class="name fault">{_e(", ".join(f"{n} {k}" for k, n in r["faults"].items()))}</td></tr>'
         for r in rows)
     board = (f'<table id="leaderboard"><tr><th>#</th><th class="name">entrant</th><th class="name">kind</th>'
-             f"<th>mu</th><th>95% interval</th><th></th><th>mu-3&sigma;</th><th>games</th><th>W/D/L</th>"
-             f'<th class="name">forfeits</th></tr>{table}</table>' if rows else
-             '<p class="empty" id="leaderboard-empty">No entrants yet: <a href="/submit">submit one</a>.</p>')
+             f"<th>mu</th><th>95% interval</th><th></th><th>mu-3&sigma;</th><th>BT</th><th>BT 95% interval</th>"
+             f"<th>BT ranks</th><th>forfeit</th><th>games</th><th>W/D/L</th>"
+             f'<th class="name">forfeits</th></tr>{table}</table>{_bt_notes(data.get("bradley_terry"), rows)}'
+             if rows else '<p class="empty" id="leaderboard-empty">No entrants yet: <a href="/submit">submit one</a>.</p>')
     h2h = data["head_to_head"]
     cells = []
     for i, a in enumerate(h2h["players"]):
@@ -474,10 +537,20 @@ def entrant_page(data: dict[str, Any]) -> str:
         f'{_e(" vs ".join(m["players"]))}</td><td>{_e(m["returns"])}</td><td class="name">{_e(m["statuses"])}</td></tr>'
         for m in data["matches"])
     owner = "entered by the operator" if data["account"] is None else f"account {_e(data['account'])}"
+    bt = data.get("bradley_terry")
+    ranking = ('<p class="meta" id="bt">Bradley-Terry: no games against another entrant yet.</p>' if bt is None else
+               f'<p id="bt">Bradley-Terry <b>{bt["rating"]:.0f}</b>'
+               + ("" if bt["low"] is None else f' (95% interval {bt["low"]:.0f}&ndash;{bt["high"]:.0f}, rank '
+                                                f'{bt["rank_low"]}&ndash;{bt["rank_high"]})')
+               + f', place {bt["place"]}, {bt["games"]} games; forfeits {bt["forfeit_rate"]:.1%} (error '
+               f'{bt["error_rate"]:.1%}, timeout {bt["timeout_rate"]:.1%}, invalid {bt["invalid_rate"]:.1%})'
+               + ("" if bt["rating_without_forfeits"] is None else
+                  f'; without forfeited matches {bt["rating_without_forfeits"]:.0f} (#{bt["rank_without_forfeits"]})')
+               + "</p>" + (f'<p class="meta">{_e(bt["stability"])}</p>' if bt.get("stability") else ""))
     body = (f'<p class="meta">{_e(data["submission_kind"])} &middot; version {_e(data["version"])} &middot; '
             f'<span id="owner">{owner}</span> &middot; digest {_e(data["digest"][:16])}'
             f'{" &middot; <b>withdrawn</b>" if data["withdrawn"] else ""}'
-            f'{" &middot; <b>dead</b> (" + _e(data["dead"]) + ")" if data.get("dead") else ""}</p>'
+            f'{" &middot; <b>dead</b> (" + _e(data["dead"]) + ")" if data.get("dead") else ""}</p>{ranking}'
             f'<h2>Rating history (latest 30)</h2><table id="history"><tr><th>after ledger seq</th><th>mu</th>'
             f'<th>sigma</th></tr>{points}</table><h2>Matches (latest 50)</h2><table id="entrant-matches"><tr>'
             f'<th>match</th><th class="name">seats</th><th>returns</th><th class="name">statuses</th></tr>{matches}'

@@ -7,7 +7,12 @@ snapshots, and its anchor bots when asked) on the league's own runners, then
   a draw counts half a win);
 * fits the checkpoint's TrueSkill rating against the opponents' stored ratings, which stay fixed
   (`league.ratings.fit_placement`: expectation propagation on the newcomer's skill only), and
-  ranks it among the run's rated members by the conservative skill mu - 3 sigma.
+  ranks it among the run's rated members by the conservative skill mu - 3 sigma;
+* places it by Bradley-Terry too (`league.ranking`): one fit, with 95% bootstrap intervals of
+  the rating and the rank, on the games between the run's frozen members in its ledger (the
+  matches `ludus ratings` reads) plus the evaluation games, ties as half wins. Unlike the
+  TrueSkill placement the members' ratings move with the new games; the intervals say how sure
+  the place is.
 
 Seating and seeds. Every game seed is played once with the checkpoint in each seat and the
 opponent in the others ("duplicate" play, as in duplicate bridge and poker AI evaluations): in
@@ -127,6 +132,19 @@ class EvaluationReport:
     rated_members: int
     """Number of rated members it was ranked among."""
     seconds: float
+    bt_rating: float | None = None
+    """Bradley-Terry rating of the checkpoint (Elo-like scale, mean 1000 over the players fitted)."""
+    bt_low: float | None = None
+    bt_high: float | None = None
+    """Its 95% bootstrap interval."""
+    bt_rank: int | None = None
+    bt_rank_low: int | None = None
+    bt_rank_high: int | None = None
+    """Its place among `bt_players` (1 = best) and the place's 95% bootstrap interval."""
+    bt_players: int = 0
+    """Players in the fit: the checkpoint and the frozen members with games."""
+    bt_games: int = 0
+    """Games in the fit: the ledger's games between frozen members plus the evaluation games."""
 
     @property
     def placement(self) -> Rating | None:
@@ -401,6 +419,8 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
     rank = None
     if placement is not None:
         rank = 1 + sum(r.conservative > placement.conservative for r in ratings.values())
+    bt = bt_placement(run.run_dir, [m.player_id for m in run.frozen()], candidate_id,
+                      placement_games(matches, candidate_id, spec.team_of_seat), spec.id, seed)
     return EvaluationReport(
         checkpoint=str(checkpoint_path), snapshot_id=snapshot_id, game_id=spec.id,
         run_dir=str(run.run_dir), run_iteration=run.iteration,
@@ -409,7 +429,29 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
         placement_mu=None if placement is None else placement.mu,
         placement_sigma=None if placement is None else placement.sigma,
         placement_games=len(rated_games), rank=rank, rated_members=len(ratings),
-        seconds=time.perf_counter() - start)
+        seconds=time.perf_counter() - start, **bt)
+
+
+def bt_placement(run_dir: str | os.PathLike, members: Sequence[str], candidate: str,
+                 games: Sequence[tuple[str, float]], game_id: str, seed: int = 0, rounds: int = 1000) -> dict:
+    """The candidate's Bradley-Terry place among `members`: one fit on the ledger's games between
+    members (`league.api.RANKED_KINDS`, pairs as `league.ranking.ledger_records`) plus its
+    evaluation `games` (opponent, its score), with bootstrap intervals; `EvaluationReport`'s bt_
+    fields (empty when it played nobody)."""
+    from league.api import RANKED_KINDS
+    from league.ranking import Game, bootstrap_intervals, ledger_records
+    from league.rundata import open_ledger
+
+    if not games:
+        return {}
+    with open_ledger(run_dir) as store:
+        records = ledger_records((r.result for r in store.iter_matches(kinds=RANKED_KINDS)), members)
+    fitted = list(records.games) + [Game(candidate, opponent, score, game=game_id) for opponent, score in games]
+    iv = bootstrap_intervals(fitted, rounds, seed)
+    i = iv.ratings.players.index(candidate)
+    return {"bt_rating": float(iv.ratings.rating[i]), "bt_low": float(iv.low[i]), "bt_high": float(iv.high[i]),
+            "bt_rank": iv.ratings.ranks()[candidate], "bt_rank_low": int(iv.rank_low[i]),
+            "bt_rank_high": int(iv.rank_high[i]), "bt_players": len(iv.ratings.players), "bt_games": len(fitted)}
 
 
 def _mixture_members(directory: Path, mixture) -> list[Member]:
@@ -477,5 +519,10 @@ def format_evaluation(report: EvaluationReport) -> str:
                      f"and the checkpoint)")
     else:
         lines.append("TrueSkill placement: none of the opponents is rated yet")
+    if report.bt_rating is not None:
+        lines.append(f"Bradley-Terry placement ({report.bt_games:,} games: the ledger's between frozen members and "
+                     f"these; ties as half wins): {report.bt_rating:.0f} [{report.bt_low:.0f}, {report.bt_high:.0f}], "
+                     f"rank {report.bt_rank} of {report.bt_players} (95% interval of the rank {report.bt_rank_low}-"
+                     f"{report.bt_rank_high})")
     lines.append(f"({report.seconds:.1f} s)")
     return "\n".join(lines)

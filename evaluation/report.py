@@ -3,7 +3,9 @@
 The page shows learning curves from metrics.jsonl (the main agent's rating over env steps and
 wall time, the learner's score against each anchor, PPO losses, entropy, KL, throughput, return),
 the ratings over time with 95% intervals (from the ledger's ratings history), the
-leaderboard, the empirical payoff heatmap, the meta-game (Nash mixture, alpha-rank, 3-cycles), the
+leaderboard (TrueSkill beside Bradley-Terry with 95% bootstrap intervals of rating and rank,
+Nash-averaged scores, the rank-stability figure, forfeit rates; `league.ranking` over the games
+between frozen members that `ludus ratings` reads), the empirical payoff heatmap, the meta-game (Nash mixture, alpha-rank, 3-cycles), the
 snapshot genealogy (parents and roles from the population), the exploitability curve where the run
 logged ``eval/exploitability`` in metrics.jsonl, and the matchmaking mix (whom each learner trained
 against), and for team games the results of each side and of each member on it. Charts are inline SVG from ludus/charts.py; the page has no scripts and no external
@@ -27,6 +29,7 @@ import numpy as np
 from ludus import charts, pages
 from evaluation.metagame import MetaGameReport, PayoffMatrix, PayoffRecorder, solve_metagame
 from league.population import Member
+from league.ranking import TIES, RankingError, RankingViews, ledger_records, ranking_views
 from league.ratings import Rating
 
 MAX_HEATMAP_PLAYERS = 40
@@ -110,6 +113,8 @@ class RunReport:
     side_results: tuple[SideResult, ...] = ()
     """Per member and side over training, rating and evaluation matches; empty unless the game
     has teams (a side of several seats)."""
+    ranking: RankingViews | None = None
+    """Bradley-Terry and the other order-free views of the frozen members (None: no games between two)."""
 
     @property
     def is_team_game(self) -> bool:
@@ -164,12 +169,14 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
     mix_counts: dict[tuple[str, str], int] = {}
     kinds: dict[str, int] = {}
     record = PayoffRecorder(frozen + learners)
+    ranked = []  # the matches `ludus ratings` reads (league.api.RANKED_KINDS)
     with open_ledger(run.run_dir) as store:
         for recorded in store.iter_matches():
             match = recorded.result
             kinds[match.kind] = kinds.get(match.kind, 0) + 1
             if match.kind in ("training", "rating", "evaluation"):
                 record.add(match)
+                ranked.append(match)
                 if team_game:
                     _add_side_results(side_totals, match, side_of_team)
             if match.kind == "training":
@@ -202,6 +209,11 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
     opponents = [o for o in ("self-play", *frozen, *learners) if any((l, o) in mix_counts for l in learners)]
     counts = np.array([[mix_counts.get((l, o), 0) for o in opponents] for l in learners], dtype=np.int64)
     curves = read_curves(run.run_dir)  # one pass over metrics.jsonl serves the curves and the exploitability
+    records = ledger_records(ranked, frozen)
+    try:
+        ranking = ranking_views(records) if records.games else None
+    except RankingError:
+        ranking = None
     return RunReport(
         run_dir=str(run.run_dir), game_id=run.game_id, iteration=run.iteration,
         iterations=int(run.config.get("iterations", run.iteration)), total_matches=run.total_matches,
@@ -213,7 +225,8 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
         matchmaking=MatchmakingMix(tuple(learners), tuple(opponents), counts.reshape(len(learners), len(opponents))),
         sides=sides, side_results=tuple(
             SideResult(pid, side, int(t[0]), int(t[1]), int(t[2]), int(t[3]), t[4] / t[0])
-            for (pid, side), t in sorted(side_totals.items(), key=lambda kv: (kv[0][1], kv[0][0]))))
+            for (pid, side), t in sorted(side_totals.items(), key=lambda kv: (kv[0][1], kv[0][0]))),
+        ranking=ranking)
 
 
 def _add_side_results(totals: dict[tuple[str, int], list[float]], match, side_of_team: Mapping[int, int]) -> None:
@@ -402,17 +415,71 @@ def _figure(chart: charts.Chart | None, fig_id: str, caption: str, empty: str) -
     return f'<figure id="{fig_id}">{chart.svg()}<figcaption>{_e(caption)}</figcaption></figure>'
 
 
+def bt_chart(report: RunReport) -> charts.Chart | None:
+    """Bradley-Terry ratings with their 95% bootstrap intervals, best first."""
+    views = report.ranking
+    if views is None or views.intervals is None:
+        return None
+    rows = views.rows()
+    return charts.bar_chart([r["player"] for r in rows], [r["rating"] for r in rows],
+                            title="Bradley-Terry rating with its 95% bootstrap interval", y_label="rating (mean 1000)",
+                            intervals=[(r["low"], r["high"]) for r in rows], value_format="{:.0f}",
+                            reference=1000.0)
+
+
 def _leaderboard(report: RunReport) -> str:
-    if not report.ratings:
+    """TrueSkill (as the run rated) beside Bradley-Terry with its intervals, Nash-averaged score and
+    forfeit rate, best Bradley-Terry first, then the stability figure and the forfeit views."""
+    views = report.ranking
+    if not report.ratings and views is None:
         return '<p class="empty">No rating matches yet.</p>'
     kind = _member_kind(report)
-    rows = sorted(report.ratings.items(), key=lambda kv: -kv[1].conservative)
-    body = "".join(
-        f'<tr><td>{i}</td><td class="name">{_e(pid)}</td><td class="name">{_e(kind.get(pid, "?"))}</td>'
-        f"<td>{r.mu:.2f}</td><td>{r.sigma:.2f}</td><td>{r.conservative:.2f}</td></tr>"
-        for i, (pid, r) in enumerate(rows, 1))
-    return ('<table id="leaderboard"><tr><th>#</th><th class="name">player</th><th class="name">kind</th>'
-            f"<th>mu</th><th>sigma</th><th>mu-3&sigma;</th></tr>{body}</table>")
+    bt = {r["player"]: r for r in views.rows()} if views is not None else {}
+    order = list(bt) + [p for p, _ in sorted(report.ratings.items(), key=lambda kv: -kv[1].conservative)
+                        if p not in bt]
+
+    def cells(pid: str) -> str:
+        r, t = bt.get(pid), report.ratings.get(pid)
+        ts = (f"<td>{t.mu:.2f}</td><td>{t.sigma:.2f}</td><td>{t.conservative:.2f}</td>" if t is not None
+              else "<td>-</td>" * 3)
+        if r is None:
+            return ts + "<td>-</td>" * 6
+        span = "-" if r["low"] is None else f'[{r["low"]:.0f}, {r["high"]:.0f}]'
+        ranks = "-" if r["rank_low"] is None else f'{r["rank_low"]}-{r["rank_high"]}'
+        nash = "-" if r["nash"] is None else f'{r["nash"]:+.3f}'
+        rate = "-" if r["forfeit_rate"] is None else f'{r["forfeit_rate"]:.1%}'
+        return ts + (f'<td class="bt"><b>{r["rating"]:.0f}</b></td><td>{span}</td><td>{ranks}</td><td>{nash}</td>'
+                     f'<td>{r["games"]}</td><td>{rate}</td>')
+
+    body = "".join(f'<tr><td>{i}</td><td class="name">{_e(pid)}</td><td class="name">{_e(kind.get(pid, "?"))}</td>'
+                   f"{cells(pid)}</tr>" for i, pid in enumerate(order, 1))
+    parts = ['<table id="leaderboard"><tr><th>#</th><th class="name">player</th><th class="name">kind</th>'
+             "<th>mu</th><th>sigma</th><th>mu-3&sigma;</th><th>BT</th><th>BT 95% interval</th><th>BT ranks</th>"
+             f"<th>Nash avg.</th><th>BT games</th><th>forfeit</th></tr>{body}</table>"]
+    if views is not None:
+        parts.append(f'<p class="stability" id="stability"><b>{_e(views.stability_text())}</b></p>')
+        parts.append(f'<p class="meta" id="bt-note">BT: Bradley-Terry over {views.board.games:,} games between '
+                     f"frozen members in the training, rating and evaluation matches (live learners left out), "
+                     f"{_e(TIES)}, Elo-like scale (mean 1000); 95% intervals of rating and rank from {views.rounds} "
+                     f"bootstrap rounds (seed {views.seed}). Nash avg.: score against the maximum-entropy Nash "
+                     f"mixture of the meta-game (0 for members of its support; pairs that never met count as even). "
+                     f"TrueSkill is the run's own online rating (rating matches, in order); rows are in "
+                     f"Bradley-Terry order.</p>")
+        if views.without_forfeits is not None:
+            clean = views.without_forfeits
+            parts.append('<p class="meta" id="bt-clean">Bradley-Terry without forfeited matches: ' + ", ".join(
+                f"{_e(clean.players[i])} {clean.rating[i]:.0f}" for i in clean.order()) + "</p>")
+        parts += [f'<p class="warning">warning: {_e(w.text)}</p>' for w in views.warnings]
+        if views.multi_game:
+            kinds = [b.game for b in views.per_game]
+            rows = "".join(f'<tr><td class="name">{_e(r["player"])}</td>' + "".join(
+                f'<td>{r["per_game"][k]["rating"]:.0f} ({r["per_game"][k]["games"]})</td>' if k in r["per_game"]
+                else "<td>-</td>" for k in kinds) + f'<td>{r["rating"]:.0f}</td></tr>' for r in views.rows())
+            parts.append('<table id="per-game"><tr><th class="name">player</th>'
+                         + "".join(f"<th>{_e(k)}</th>" for k in kinds) + f"<th>combined</th></tr>{rows}</table>")
+        parts.append(_figure(bt_chart(report), "fig-bt", "Bars: Bradley-Terry rating; whiskers: 95% bootstrap "
+                             "interval; dashed: the mean, 1000.", ""))
+    return "".join(parts)
 
 
 def _teams_section(report: RunReport) -> str:
@@ -522,7 +589,8 @@ def report_charts(report: RunReport) -> dict[str, charts.Chart]:
     """The page's charts by file stem (those with data)."""
     found: dict[str, charts.Chart | None] = {
         "ratings": ratings_chart(report), "payoff": payoff_chart(report), "genealogy": genealogy_chart(report),
-        "exploitability": exploitability_chart(report), "matchmaking": matchmaking_chart(report)}
+        "exploitability": exploitability_chart(report), "matchmaking": matchmaking_chart(report),
+        "bradley_terry": bt_chart(report)}
     if report.metagame is not None:
         found["nash"], found["alpharank"] = metagame_charts(report.metagame)
     for fig_id, chart, _ in learning_charts(report):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from league.config import LeagueConfig, load_config, preset_names
 from league.configio import describe
@@ -19,9 +20,13 @@ from league.manager import League, RunError
 from league.status import MemberStatus, StatusReport, format_status, status
 from league.ratings import Rating, RatingTable, load_params, rebuild_ratings
 
+if TYPE_CHECKING:
+    from league.ranking import RankingViews
+
 __all__ = ["League", "LeagueConfig", "load_config", "preset_names", "status", "format_status", "MemberStatus",
            "StatusReport", "format_config", "default_run_dir", "stored_ratings", "rebuild_ratings_check",
-           "format_ratings", "replay_match", "recorded_match"]
+           "format_ratings", "replay_match", "recorded_match", "run_ranking", "RunRanking", "format_run_ranking",
+           "RANKED_KINDS"]
 
 
 def default_run_dir(source: str, config: LeagueConfig) -> str:
@@ -76,6 +81,70 @@ def format_ratings(ratings: dict[str, Rating]) -> str:
     lines = [f"{'player':<24} {'mu':>8} {'sigma':>7} {'mu-3s':>8}"]
     for pid, r in sorted(ratings.items(), key=lambda kv: -kv[1].conservative):
         lines.append(f"{pid:<24} {r.mu:8.3f} {r.sigma:7.3f} {r.conservative:8.3f}")
+    return "\n".join(lines)
+
+
+RANKED_KINDS = ("training", "rating", "evaluation")
+"""Match kinds the Bradley-Terry views of a run read: those of the meta-game's payoff matrix
+(`evaluation.metagame.payoff_matrix_from_ledger`), between frozen members only."""
+
+
+@dataclass(frozen=True, eq=False)
+class RunRanking:
+    """`ludus ratings`: TrueSkill as stored beside the Bradley-Terry views of the same members."""
+
+    run_dir: str
+    trueskill: dict[str, Rating]
+    views: "RankingViews | None"
+    """None when no two frozen members have played each other yet."""
+    members: tuple[str, ...]
+    """The frozen members (snapshots and anchors) the views may rate, in joining order."""
+    matches: int
+    """Ledger matches read (of `RANKED_KINDS`)."""
+
+    def to_json(self) -> dict:
+        ts = {pid: {"mu": r.mu, "sigma": r.sigma, "conservative": r.conservative} for pid, r in self.trueskill.items()}
+        return {"run_dir": self.run_dir, "kinds": list(RANKED_KINDS), "players": "frozen members (snapshots and "
+                "anchors); live learners excluded", "matches": self.matches, "trueskill": ts,
+                "bradley_terry": None if self.views is None else self.views.to_json()}
+
+
+def run_ranking(run_dir: str | Path, rounds: int = 1000, seed: int = 0) -> RunRanking:
+    """Bradley-Terry with bootstrap intervals, Nash averaging, rank stability and forfeits of a
+    run's frozen members, from the pairs of its training, rating and evaluation matches in which
+    two of them met (a live learner's row mixes all its versions, so it is left out, as in the
+    meta-game). Deterministic for a given `seed`."""
+    from league.ranking import RankingError, ledger_records, ranking_views
+    from league.rundata import read_run
+
+    run = read_run(run_dir)
+    frozen = tuple(m.player_id for m in run.members if m.kind != "learner")
+    with Store.open(run.run_dir, mode="read") as store:
+        trueskill = {pid: Rating(r.mu, r.sigma) for pid, r in store.latest_ratings().items()}
+        matches = [rec.result for rec in store.iter_matches(kinds=RANKED_KINDS)]
+    records = ledger_records(matches, frozen)
+    try:
+        views = ranking_views(records, rounds=rounds, seed=seed) if records.games else None
+    except RankingError as exc:
+        raise RunError(f"{run_dir}: {exc}") from None
+    return RunRanking(str(run_dir), trueskill, views, frozen, len(matches))
+
+
+def format_run_ranking(ranking: RunRanking) -> str:
+    from league.ranking import TIES, format_views
+
+    views = ranking.views
+    if views is None:
+        return format_ratings(ranking.trueskill) + "\n(no games between two frozen members yet: no Bradley-Terry ratings)"
+    iv = views.intervals
+    lines = [f"{ranking.run_dir}: TrueSkill (as rated by the run) and Bradley-Terry over {views.board.games:,} games "
+             f"between frozen members in {ranking.matches:,} training, rating and evaluation matches (live learners "
+             f"excluded); {TIES}; BT on the Elo-like scale (mean 1000), 95% intervals from {views.rounds} bootstrap "
+             f"rounds (seed {views.seed}); nash: score against the max-entropy Nash mixture (unplayed pairs even)"]
+    lines += format_views(views, ranking.trueskill)
+    unrated = [p for p in ranking.members if p not in views.ratings.players]
+    if unrated:
+        lines.append(f"no games against another frozen member yet: {', '.join(unrated)}")
     return "\n".join(lines)
 
 

@@ -37,10 +37,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     lst = config_sub.add_parser("list", help="preset names")
     lst.set_defaults(run=_config_list)
 
-    p = sub.add_parser("ratings", help="TrueSkill ratings of a run's frozen members")
+    p = sub.add_parser("ratings", help="TrueSkill and Bradley-Terry ratings of a run's frozen members, with "
+                                       "intervals, Nash averaging, rank stability and forfeits")
     p.add_argument("run_dir")
     p.add_argument("--rebuild", action="store_true",
                    help="replay the ledger in order and check it reproduces the stored ratings exactly")
+    p.add_argument("--rounds", type=int, default=1000, help="bootstrap rounds of the intervals (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0; same seed, same intervals)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=_ratings)
 
     p = sub.add_parser("replay", help="re-simulate a match of a run from the ledger and check its returns")
@@ -139,7 +143,17 @@ def _ratings(args) -> int:
         print(f"rebuilt from {check.rating_matches} rating matches: "
               f"{'identical to the stored ratings' if check.identical else 'DIFFERENT from the stored ratings'}")
         return 0 if check.identical else 1
-    print(api.format_ratings(api.stored_ratings(args.run_dir)))
+    if args.rounds < 1:
+        from ludus.errors import UserError
+
+        raise UserError(f"--rounds must be >= 1, got {args.rounds}")
+    ranking = api.run_ranking(args.run_dir, rounds=args.rounds, seed=args.seed)
+    if args.json:
+        import json
+
+        print(json.dumps(ranking.to_json(), indent=2))
+    else:
+        print(api.format_run_ranking(ranking))
     return 0
 
 

@@ -3,13 +3,21 @@
 Only the run directory's JSON files and the ledger are read (league/rundata.py, league/ledger.py),
 and the ledger's per-player sums are computed by SQLite, so the table answers quickly while the
 run trains.
+
+The headline figures are in the table: each member's recent score against each anchor bot (a
+column per anchor: how good it is against fixed yardsticks, which one overall score over a
+changing population hides; from the checkpoint's payoff table, not a ledger scan), and, for a run that measures it (small OpenSpiel games with an averaged or
+PSRO output policy; `evaluation.league_hooks`), the output policy's latest exploitability.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from league.checkpoint import CHECKPOINT_POINTER, STATE_FILE
 from league.ledger import Store
 from league.rundata import read_run
 
@@ -32,6 +40,10 @@ class MemberStatus:
     """Mean episode return over its last `RECENT_GAMES` games (what a one-player game is judged by)."""
     recent_length: float | None = None
     """Mean length (steps) of those games."""
+    vs_anchors: tuple[tuple[str, float, float | None], ...] = ()
+    """(anchor, games, score) against each anchor of the run, in `StatusReport.anchors` order: win 1,
+    draw .5, over its recent games with it (decayed counts of the league's payoff table; see
+    `anchor_scores`), None if they never met."""
 
     @property
     def conservative(self) -> float | None:
@@ -49,49 +61,140 @@ class StatusReport:
     total_matches: int
     total_env_steps: int
     members: tuple[MemberStatus, ...]
+    anchors: tuple[str, ...] = ()
+    """Player ids of the run's anchors: the `vs <anchor>` columns."""
+    exploitability: float | None = None
+    """The output policy's latest exploitability (``eval/exploitability`` in metrics.jsonl), if logged."""
+    exploitability_step: float | None = None
+    """Env steps at which it was measured."""
 
     def to_json(self) -> dict:
         return {
             "run_dir": self.run_dir, "game": self.game, "iteration": self.iteration,
             "iterations": self.iterations, "total_matches": self.total_matches,
-            "total_env_steps": self.total_env_steps,
-            "members": [{**m.__dict__, "conservative": m.conservative} for m in self.members],
+            "total_env_steps": self.total_env_steps, "anchors": list(self.anchors),
+            "exploitability": self.exploitability, "exploitability_step": self.exploitability_step,
+            "members": [{**m.__dict__, "conservative": m.conservative,
+                         "vs_anchors": {a: {"games": n, "score": v} for a, n, v in m.vs_anchors}}
+                        for m in self.members],
         }
 
 
 RECENT_GAMES = 100
+EXPLOITABILITY_KEY = "eval/exploitability"
+TAIL_BYTES = 1 << 22
+"""How much of metrics.jsonl's end is searched for the latest exploitability (4 MiB, newest first)."""
+
+
+def anchor_scores(run_dir: Path, players: list[str], anchors: list[str]) -> dict[tuple[str, str], tuple[float, float]]:
+    """(player, anchor) -> (games, score) from the league's payoff table in the checkpoint: decayed
+    counts of the pair's recent games (about the last 1 / (1 - payoff_decay), training and rating
+    matches), exactly what the league logs as ``eval/win_rate_vs_<anchor>`` for its main learner.
+    A lookup, not a ledger scan: joining every anchor seat of a 600,000-match ledger takes ~2 s
+    here, and the table's window is the one the return and length columns show too. Empty when
+    the checkpoint cannot be read (being replaced: the next call reads the new one)."""
+    from league.payoff import PayoffTable
+
+    if not anchors:
+        return {}
+    try:
+        pointer = json.loads((run_dir / CHECKPOINT_POINTER).read_text())
+        table = PayoffTable.from_json(json.loads((run_dir / pointer["path"] / STATE_FILE).read_text())["payoff"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    out = {}
+    for player in players:
+        for anchor in anchors:
+            wins, draws, games = table.counts(player, anchor)
+            if games > 0 and player != anchor:
+                out[(player, anchor)] = (games, (wins + draws / 2) / games)
+    return out
+
+
+def latest_metric(path: Path, key: str, tail_bytes: int = TAIL_BYTES) -> tuple[float, float] | None:
+    """(value, step) of the newest metrics.jsonl record holding `key`, read from the file's end
+    (at most `tail_bytes`), or None."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - tail_bytes))
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    needle = f'"{key}"'.encode()
+    for line in reversed(data.split(b"\n")):
+        if needle in line:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line being written, or cut by the tail's start
+            if key in record:
+                return float(record[key]), float(record.get("step", 0.0))
+    return None
+
+
+def _measures_exploitability(config) -> bool:
+    """Whether the run's config logs the output policy's exploitability (an averaged or PSRO output)."""
+    return (config.get("output_policy") in ("average", "uniform_average")
+            or any(float(role.get("meta_nash", 0) or 0) > 0 for role in config.get("roles", ()) or ()))
 
 
 def status(run_dir: str | Path) -> StatusReport:
     """The population table, read-only (works while the run trains)."""
     run = read_run(Path(run_dir))
+    anchors = [m.player_id for m in run.members if m.kind == "anchor"]
     with Store.open(run.run_dir, mode="read") as store:
         latest = store.latest_ratings()
         played = store.player_games(RECENT_GAMES)  # a team's seats share one policy: one game, one outcome
+    versus = anchor_scores(run.run_dir, [m.player_id for m in run.members], anchors)
     members = []
     for m in run.members:
         r = latest.get(m.player_id)
         g = played.get(m.player_id)
+        vs = tuple((a, *versus.get((m.player_id, a), (0.0, None))) for a in anchors)
         members.append(MemberStatus(m.player_id, m.kind, m.role, r.mu if r else None, r.sigma if r else None,
                                     g.games if g else 0, g.score / g.games if g else None, m.parent, m.iteration,
-                                    g.recent_return if g else None, g.recent_length if g else None))
+                                    g.recent_return if g else None, g.recent_length if g else None, vs))
     members.sort(key=lambda m: (m.conservative is None, -(m.conservative or 0.0), m.player_id))
+    found = latest_metric(run.run_dir / "metrics.jsonl", EXPLOITABILITY_KEY) if _measures_exploitability(run.config) \
+        else None
     return StatusReport(str(run_dir), run.game_id, run.iteration, run.config["iterations"], run.total_matches,
-                        run.total_env_steps, tuple(members))
+                        run.total_env_steps, tuple(members), tuple(anchors),
+                        None if found is None else found[0], None if found is None else found[1])
+
+
+def anchor_label(player_id: str) -> str:
+    """Column title of an anchor: ``vs random`` for ``anchor:random``."""
+    return "vs " + player_id.split(":", 1)[-1]
 
 
 def format_status(report: StatusReport) -> str:
+    """The run line (with the output policy's exploitability where logged), the column titles,
+    one row per member (its score against each anchor in a column of its own), and a note."""
+    exploit = ("" if report.exploitability is None else
+               f"  output-policy exploitability {report.exploitability:.4g} (at {report.exploitability_step:,.0f} "
+               f"env steps)")
+    labels = [anchor_label(a) for a in report.anchors]
+    widths = [max(len(label), 6) for label in labels]
     lines = [f"run {report.run_dir}  game {report.game}  iteration {report.iteration}/{report.iterations}  "
-             f"matches {report.total_matches:,}  env steps {report.total_env_steps:,}",
+             f"matches {report.total_matches:,}  env steps {report.total_env_steps:,}{exploit}",
              f"{'player':<24} {'kind':<9} {'role':<17} {'mu':>7} {'sigma':>6} {'mu-3s':>7} {'games':>7} {'score':>6} "
-             f"{'return':>9} {'length':>7}"]
+             + "".join(f"{label:>{w}} " for label, w in zip(labels, widths)) + f"{'return':>9} {'length':>7}"]
     for m in report.members:
         mu = f"{m.mu:7.2f}" if m.mu is not None else f"{'-':>7}"
         sigma = f"{m.sigma:6.2f}" if m.sigma is not None else f"{'-':>6}"
         cons = f"{m.conservative:7.2f}" if m.conservative is not None else f"{'-':>7}"
         score = f"{m.score:6.3f}" if m.score is not None else f"{'-':>6}"
+        vs = dict((a, v) for a, _, v in m.vs_anchors)
+        cells = "".join((f"{vs[a]:>{w}.3f} " if vs.get(a) is not None else f"{'-':>{w}} ")
+                        for a, w in zip(report.anchors, widths))
         ret = f"{m.recent_return:9.3g}" if m.recent_return is not None else f"{'-':>9}"
         length = f"{m.recent_length:7.1f}" if m.recent_length is not None else f"{'-':>7}"
-        lines.append(f"{m.player_id:<24} {m.kind:<9} {m.role:<17} {mu} {sigma} {cons} {m.games:>7} {score} {ret} {length}")
-    lines.append(f"(return, length: means over each player's last {RECENT_GAMES} games)")
+        lines.append(f"{m.player_id:<24} {m.kind:<9} {m.role:<17} {mu} {sigma} {cons} {m.games:>7} {score} {cells}"
+                     f"{ret} {length}")
+    lines.append(f"(score: mean outcome over all its games, win 1, draw .5"
+                 + (", 'vs <anchor>': over its recent games with that anchor (the payoff table's decayed counts)"
+                    if report.anchors else "")
+                 + f"; return, length: means over each player's last {RECENT_GAMES} games)")
     return "\n".join(lines)

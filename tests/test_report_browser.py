@@ -144,7 +144,8 @@ def test_png_plots_beside_the_page(written):
     names = {Path(p).name for p in written.pngs}
     assert names == {"ratings.png", "payoff.png", "nash.png", "alpharank.png", "genealogy.png",
                      "exploitability.png", "matchmaking.png", "main-rating.png", "main-rating-wall.png",
-                     "win-rates.png", "losses.png", "entropy.png", "kl.png", "throughput.png", "return.png"}
+                     "win-rates.png", "losses.png", "entropy.png", "kl.png", "throughput.png", "return.png",
+                     "bradley_terry.png"}
     for path in written.pngs:
         assert Path(path).parent == Path(written.html).parent / "report_png"
         image = np.asarray(Image.open(path).convert("L"), dtype=np.float64)
