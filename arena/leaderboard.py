@@ -1,6 +1,6 @@
 """The arena's leaderboard: TrueSkill ratings from the ledger, as text and as a static HTML page.
 
-Ratings are a pure function of the ledger (`league.ratings.rebuild_ratings` over the 'arena'
+Ratings are a pure function of the ledger (`ludus.league.records.ratings.rebuild_ratings` over the 'arena'
 matches); entrants are ranked by the conservative estimate mu - 3 sigma (a skill the entrant
 exceeds with ~99.9% probability), so a newcomer with few games ranks low until its rating
 settles. The 95% interval is mu +- 1.96 sigma. Forfeits count as losses: an agent that crashes
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from arena.store import Entrant, read_info, tournament_key
-from league.ledger import MatchResult, Store
-from league.ratings import RatingTable, TrueSkillParams, load_params, rebuild_ratings
+from ludus.arena.store import Entrant, read_info, tournament_key
+from ludus.league.records.ledger import MatchResult, Store
+from ludus.league.records.ratings import RatingTable, TrueSkillParams, load_params, rebuild_ratings
 
 INTERVAL_Z = 1.96
 """Standard-normal quantile of the two-sided 95% interval of a skill estimate."""
@@ -120,7 +120,7 @@ class Leaderboard:
 def build_leaderboard(store: Store, recent: int = 200) -> Leaderboard:
     """Read the leaderboard from an arena's store (read-only access suffices). Withdrawn entrants
     are left out; their matches stay in the ledger and in their opponents' records."""
-    from arena.accounts import active_entrants
+    from ludus.arena.accounts import active_entrants
 
     info = read_info(store)
     params = load_params(store) or TrueSkillParams()
@@ -373,8 +373,8 @@ class PageFiles:
 def write_page(board: Leaderboard, path: str | os.PathLike) -> PageFiles:
     """Write the page and, into ``<stem>_replays/`` beside it, each listed match's replay player
     page (``match-<id>.html``, linked from the page) and its text transcript (``match-<id>.txt``)."""
-    from arena.replay import replay_match
-    from league.replay import match_episode
+    from ludus.arena.replay import replay_match
+    from ludus.league.records.replay import match_episode
     from ludus.replay_page import replay_html
 
     page = Path(path)

@@ -25,9 +25,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ludus import charts, pages
-from evaluation.metagame import MetaGameReport, PayoffMatrix, PayoffRecorder, solve_metagame
-from league.population import Member
-from league.ratings import Rating
+from ludus.evaluation.metagame import MetaGameReport, PayoffMatrix, PayoffRecorder, solve_metagame
+from ludus.league.records.population import Member
+from ludus.league.records.ratings import Rating
 
 MAX_HEATMAP_PLAYERS = 40
 """Payoff heatmap size limit: anchors plus the newest members."""
@@ -149,8 +149,8 @@ def read_curves(run_dir: Path, prefixes: Sequence[str] = CURVE_PREFIXES) -> dict
 
 def build_report(run_dir: str | os.PathLike) -> RunReport:
     """Read everything the report shows (read-only)."""
-    from games.registry import spec as game_spec
-    from league.rundata import open_ledger, read_run
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.rundata import open_ledger, read_run
 
     run = read_run(run_dir)
     spec = game_spec(run.game_id)

@@ -1,6 +1,6 @@
 """The league's Python API: everything `ludus train|resume|status|config|ratings|replay` does.
 
-    from league.api import League, load_config, status, format_status
+    from ludus.league.api import League, load_config, status, format_status
     league = League.create(load_config("tic_tac_toe", ["iterations=10"]), "runs/ttt")
     league.run(); league.close()
     print(format_status(status("runs/ttt")))
@@ -12,12 +12,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from league.config import LeagueConfig, load_config, preset_names
-from league.configio import describe
-from league.ledger import MatchResult, Store
-from league.manager import League, RunError
-from league.status import MemberStatus, StatusReport, format_status, status
-from league.ratings import Rating, RatingTable, load_params, rebuild_ratings
+from ludus.league.config import LeagueConfig, load_config, preset_names
+from ludus.league.configio import describe
+from ludus.league.records.ledger import MatchResult, Store
+from ludus.league.manager import League, RunError
+from ludus.league.status import MemberStatus, StatusReport, format_status, status
+from ludus.league.records.ratings import Rating, RatingTable, load_params, rebuild_ratings
 
 __all__ = ["League", "LeagueConfig", "load_config", "preset_names", "status", "format_status", "MemberStatus",
            "StatusReport", "format_config", "default_run_dir", "stored_ratings", "rebuild_ratings_check",
@@ -103,8 +103,8 @@ def recorded_match(run_dir: str | Path, match_id: int) -> MatchResult:
 
 def replay_match(run_dir: str | Path, match_id: int) -> Replay:
     """Re-simulate a match from its seed and recorded moves; compare the returns with the ledger."""
-    from games.registry import make
-    from league.replay import replay_forfeit, replay_moves
+    from ludus.games.registry import make
+    from ludus.league.records.replay import replay_forfeit, replay_moves
 
     match = recorded_match(run_dir, match_id)
     game = make(match.game_id)

@@ -1,6 +1,6 @@
 """`ludus status`: a run's population table, read-only, without importing torch.
 
-Only the run directory's JSON files and the ledger are read (league/rundata.py, league/ledger.py),
+Only the run directory's JSON files and the ledger are read (league/rundata.py, league/records/ledger.py),
 and the ledger's per-player sums are computed by SQLite, so the table answers quickly while the
 run trains.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from league.ledger import Store
-from league.rundata import read_run
+from ludus.league.records.ledger import Store
+from ludus.league.rundata import read_run
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from evaluation.ranking import (SCALE, Game, Match, RankingError, bootstrap_intervals, fit,
+from ludus.evaluation.ranking import (SCALE, Game, Match, RankingError, bootstrap_intervals, fit,
                                 forfeit_dependence_warnings, forfeit_rates, format_ranking, nash_average,
                                 payoff_matrix, rank_stability, ratings_without_forfeits)
 
