@@ -309,7 +309,7 @@ run, until = sys.argv[1], int(sys.argv[2])
 league = League.resume(run) if until == 0 else League.create(config, run)
 try:
     league.run(until_iteration=until or None)
-    assert ludus.league.learners.ranks is not None and ludus.league.learners.ranks.world_size == 2
+    assert league.ranks is not None and league.ranks.world_size == 2
 finally:
     league.close()
 """
