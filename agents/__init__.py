@@ -1,1 +1,19 @@
-"""agents package."""
+"""Agents (`ludus.agents`): policies and the compute that trains them, below the league.
+
+Rule: imports `ludus.games` and the shared `ludus` modules (errors, text, bounds, files), never
+the league, arena or evaluation (tests/test_layering.py).
+
+* the base: the `Policy` protocol (policy), nets, rollout, ppo_core, torch_policy, kernels (with
+  grouped_linear.cpp), the snapshot format (snapshot), mixtures, the optimizer backends
+  (deepspeed_backend, data_parallel), threads, check, export, play, cli;
+* `ludus.agents.rl`: PPO, MAPPO (its learner and cooperative training loop), token-level PPO;
+* `ludus.agents.solvers`: Deep CFR, MMD, exact exploitability;
+* `ludus.agents.lm`: language models (the model, generation and prompt cache in `model`, the KV
+  cache, pretrained bases, the text policy, the LM learners' compute);
+* `ludus.agents.bots`: reference bots (`builtin`: random, MCTS, perfect tic-tac-toe, scripted),
+  connect four's compiled MCTS, MPE's scripted policies, scripted negotiators.
+
+The sub-packages build on the base. Where the base still reaches up into one (the snapshot format
+loads LM and bot policies; mixtures and play build bots; the optimizer backends serve PPO and
+token PPO) the import is lazy, inside a function; issue 75 phase B replaces those with tables.
+"""

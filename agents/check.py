@@ -11,7 +11,7 @@ message naming the seed and step:
 * the batch handed to `act` is not modified (runners reuse its arrays);
 * a policy with `needs_history` gets the histories and a policy without does not need them;
 * a policy with `needs_critic_input` (a MAPPO side) gets each row's centralised critic input as
-  runners record it (`agents.rollout.side_critic_inputs`).
+  runners record it (`ludus.agents.rollout.side_critic_inputs`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.policy import ActBatch, ActOutput, Policy
-from agents.rollout import side_critic_inputs
-from games import registry
-from games.core import is_over
+from ludus.agents.policy import ActBatch, ActOutput, Policy
+from ludus.agents.rollout import side_critic_inputs
+from ludus.games import registry
+from ludus.games.core import is_over
 
 
 class PolicyCheckError(AssertionError):

@@ -8,7 +8,7 @@ import argparse
 def _run_play(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from agents.play import play_terminal
+    from ludus.agents.play import play_terminal
 
     seed = args.seed if args.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
     print(f"seed {seed} (replay this game with --seed {seed})")
@@ -17,8 +17,8 @@ def _run_play(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from agents.export import MIXTURE_FORMAT, ExportError, export_mixture, export_snapshot
-    from agents.mixture import is_mixture, run_checkpoint
+    from ludus.agents.export import MIXTURE_FORMAT, ExportError, export_mixture, export_snapshot
+    from ludus.agents.mixture import is_mixture, run_checkpoint
 
     args.snapshot = run_checkpoint(args.snapshot)  # a run directory stands for its output policy
     if is_mixture(args.snapshot):

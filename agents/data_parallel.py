@@ -1,6 +1,6 @@
 """Data-parallel PPO on DeepSpeed: N processes, each with 1/N of a batch, take one update together.
 
-`PPOLearner.update(batch, shard)` (agents/ppo.py) holds the arithmetic that makes N ranks equal
+`PPOLearner.update(batch, shard)` (agents/rl/ppo.py) holds the arithmetic that makes N ranks equal
 one process: the same permutation of the global rows on every rank, global advantage moments,
 and losses scaled so that DeepSpeed's average of the ranks' gradients is the gradient of each whole
 minibatch. This module runs it: `run_ranks` starts N processes (gloo on loopback here; the same
@@ -9,7 +9,7 @@ initial net with ZeRO stage 0-2 (stages 1 and 2 partition the optimizer state an
 across the ranks), gives each its contiguous shard of the batch, and returns the weights after
 `updates` updates, which every rank holds identically.
 
-    python -m agents.data_parallel --world-size 2 --zero-stage 1      # prints max |2 ranks - 1 rank|
+    python -m ludus.agents.data_parallel --world-size 2 --zero-stage 1      # prints max |2 ranks - 1 rank|
 
 `tests/test_deepspeed.py` checks the equivalence; `benchmarks/deepspeed_ranks.py` times it.
 """
@@ -43,8 +43,8 @@ class RankRun:
 
 def synthetic_batch(seed: int, rows: int):
     """A PPO batch on tic-tac-toe observations in which every parameter gets a gradient."""
-    from agents.rollout import RolloutBatch
-    from games.registry import spec as game_spec
+    from ludus.agents.rollout import RolloutBatch
+    from ludus.games.registry import spec as game_spec
 
     spec = game_spec(GAME)
     rng = np.random.default_rng(seed)
@@ -65,10 +65,10 @@ def _rank_main(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from agents.deepspeed_backend import LearnerBackendConfig, make_update_backend
-    from agents.nets import ActorCritic, NetConfig
-    from agents.ppo import DataShard, PPOConfig, PPOLearner
-    from games.registry import spec as game_spec
+    from ludus.agents.deepspeed_backend import LearnerBackendConfig, make_update_backend
+    from ludus.agents.nets import ActorCritic, NetConfig
+    from ludus.agents.rl.ppo import DataShard, PPOConfig, PPOLearner
+    from ludus.games.registry import spec as game_spec
     from safetensors.numpy import save_file
 
     torch.set_num_threads(1)
@@ -107,7 +107,7 @@ def run_ranks(world_size: int, zero_stage: int = 1, rows: int = 512, minibatch: 
     batch of `rows` rows split evenly among them; rank 0's weights and time."""
     from safetensors.numpy import load_file
 
-    from agents.deepspeed_backend import free_loopback_port, loopback_rank_environment
+    from ludus.agents.deepspeed_backend import free_loopback_port, loopback_rank_environment
 
     with tempfile.TemporaryDirectory(prefix="ludus-ranks-") as tmp:
         out = os.path.join(tmp, "weights.safetensors")
@@ -115,7 +115,7 @@ def run_ranks(world_size: int, zero_stage: int = 1, rows: int = 512, minibatch: 
         processes = []
         for rank in range(world_size):
             env = dict(os.environ, **loopback_rank_environment(rank, world_size, port), OMP_NUM_THREADS="1")
-            command = [sys.executable, "-m", "agents.data_parallel", "--rank", str(rank), "--world-size",
+            command = [sys.executable, "-m", "ludus.agents.data_parallel", "--rank", str(rank), "--world-size",
                        str(world_size), "--zero-stage", str(zero_stage), "--rows", str(rows), "--minibatch",
                        str(minibatch), "--epochs", str(epochs), "--updates", str(updates), "--out", out]
             processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

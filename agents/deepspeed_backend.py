@@ -37,7 +37,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from agents.ppo_core import TorchAdam, flat_optimizer_state, load_flat_optimizer_state
+from ludus.agents.ppo_core import TorchAdam, flat_optimizer_state, load_flat_optimizer_state
 from ludus.bounds import bounds
 from ludus.errors import UserError
 
@@ -68,8 +68,8 @@ class LearnerBackendConfig:
     one optimizer step); None takes the learner's."""
     ranks: int = field(default=1, metadata=bounds(1, 256))
     """Data-parallel ranks of each learner: the league's process is rank 0 and starts ranks - 1
-    helper processes on this machine (gloo; league/ranks.py); each rank trains on 1/ranks of
-    every batch and they take the update one rank would take on all of it (agents/ppo.py
+    helper processes on this machine (gloo; league/learners/ranks.py); each rank trains on 1/ranks of
+    every batch and they take the update one rank would take on all of it (agents/rl/ppo.py
     `DataShard`). With ZeRO 1-2 the optimizer state (and gradients) are split among them."""
 
     def __post_init__(self) -> None:
@@ -368,7 +368,7 @@ def as_backend_config(config: Any) -> LearnerBackendConfig:
 
 
 def make_update_backend(net: nn.Module, ppo_config, backend_config: Any):
-    """The `UpdateBackend` of a `PPOLearner` (agents/ppo.py) over `net`."""
+    """The `UpdateBackend` of a `PPOLearner` (agents/rl/ppo.py) over `net`."""
     backend_config = as_backend_config(backend_config)
     if backend_config.backend == "torch":
         return TorchAdam(net.parameters(), ppo_config.learning_rate, ppo_config.adam_eps, ppo_config.max_grad_norm)
@@ -377,7 +377,7 @@ def make_update_backend(net: nn.Module, ppo_config, backend_config: Any):
 
 
 def make_text_update_backend(model: nn.Module, parameters: list[nn.Parameter], text_config, backend_config: Any):
-    """The adapters' `UpdateBackend` of a `TextPPOLearner` (agents/text_ppo.py): `parameters` of
+    """The adapters' `UpdateBackend` of a `TextPPOLearner` (agents/lm/text_ppo.py): `parameters` of
     `model`, a minibatch accumulated over micro-batches (`backward` per micro-batch, `apply` per
     minibatch). The value head keeps its own small torch Adam in the learner."""
     backend_config = as_backend_config(backend_config)
@@ -390,11 +390,11 @@ def make_text_update_backend(model: nn.Module, parameters: list[nn.Parameter], t
 
 
 def make_token_update_backend(model: nn.Module, token_config, backend_config: Any):
-    """The `UpdateBackend` of a `TokenPPOLearner` (agents/token_ppo.py) over `model`.
+    """The `UpdateBackend` of a `TokenPPOLearner` (agents/rl/token_ppo.py) over `model`.
 
     Build the learner with an explicit `ref_model` (or copy the reference before this call): the
     engine attaches DeepSpeed state to the model's parameters, which a deep copy would drag along."""
-    from agents.token_ppo import token_adam
+    from ludus.agents.rl.token_ppo import token_adam
 
     backend_config = as_backend_config(backend_config)
     if backend_config.backend == "torch":

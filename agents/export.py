@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.nets import ActorCritic
-from agents.snapshot import load_snapshot
-from games.core import GameSpec
+from ludus.agents.nets import ActorCritic
+from ludus.agents.snapshot import load_snapshot
+from ludus.games.core import GameSpec
 from ludus.errors import UserError
 from ludus.text import safe_file_name
 
@@ -172,7 +172,7 @@ def export_mixture(mixture_dir: str | os.PathLike, fmt: str, out: str | os.PathL
     import shutil
     from dataclasses import replace
 
-    from agents.mixture import component_paths, read_mixture, write_mixture
+    from ludus.agents.mixture import component_paths, read_mixture, write_mixture
 
     if fmt not in (*FORMATS, MIXTURE_FORMAT):
         raise ExportError(f"unknown export format {fmt!r}: use one of {', '.join((*FORMATS, MIXTURE_FORMAT))}")

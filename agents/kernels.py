@@ -5,7 +5,7 @@ It is built on first use with torch's own extension builder (`torch.utils.cpp_ex
 ninja and a C++ compiler: ~5 s; then cached under `TORCH_EXTENSIONS_DIR`,
 ~/.cache/torch_extensions by default, and loaded in ~0.1 s). Without a compiler, or on a CPU whose oneDNN cannot pack bf16
 weights for its tiles (no AMX), `grouped_linear_available()` is False and
-`agents.nets.StackedActors` keeps its `torch.baddbmm` path, which gives the same logits up to
+`ludus.agents.nets.StackedActors` keeps its `torch.baddbmm` path, which gives the same logits up to
 a rare last bit (tests/test_policy.py). The self-play benchmarks print which path ran.
 """
 

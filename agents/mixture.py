@@ -17,7 +17,7 @@ A league writes ``<run>/output_policy/`` (`OUTPUT_POLICY_DIR`) at every populati
 folder stands alone.
 
 Play samples one component per game (`MixturePolicy.start_game`); exact tools (exploitability)
-aggregate the components' tabular policies reach-weighted (`agents.exploitability`).
+aggregate the components' tabular policies reach-weighted (`ludus.agents.solvers.exploitability`).
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ class MixtureComponent:
     snapshot: str | None = None
     """Snapshot directory, relative to the mixture directory (None for a bot)."""
     snapshot_id: str | None = None
-    """Content hash the snapshot must have (`agents.snapshot.verify_snapshot`)."""
+    """Content hash the snapshot must have (`ludus.agents.snapshot.verify_snapshot`)."""
     bot: str | None = None
-    """Built-in bot id (`agents.bots.make_bot`) when the member is a bot."""
+    """Built-in bot id (`ludus.agents.bots.builtin.make_bot`) when the member is a bot."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def read_mixture(directory: str | os.PathLike, verify: bool = True) -> Mixture:
     if not math.isclose(total, 1.0, abs_tol=1e-6):
         raise MixtureError(f"{path}: the weights sum to {total:.6f}, not 1")
     if verify:
-        from agents.snapshot import SnapshotError, verify_snapshot  # torch: only when checking
+        from ludus.agents.snapshot import SnapshotError, verify_snapshot  # torch: only when checking
 
         for c in components:
             if c.snapshot is None:
@@ -221,8 +221,8 @@ class MixturePolicy:
         return self.current.act(batch, rng, greedy=greedy)
 
     def forget_readings(self) -> None:
-        """`agents.policy.KeepsReadings`: every component that keeps readings (an LM) forgets them."""
-        from agents.policy import KeepsReadings
+        """`ludus.agents.policy.KeepsReadings`: every component that keeps readings (an LM) forgets them."""
+        from ludus.agents.policy import KeepsReadings
 
         for policy in self.policies:
             if isinstance(policy, KeepsReadings):
@@ -231,9 +231,9 @@ class MixturePolicy:
 
 def load_mixture_policy(directory: str | os.PathLike, expect_game: str | None = None) -> MixturePolicy:
     """The playable policy of a mixture directory (snapshots verified, bots by trusted id)."""
-    from agents.bots import make_bot
-    from agents.snapshot import policy_from_snapshot
-    from games import registry
+    from ludus.agents.bots.builtin import make_bot
+    from ludus.agents.snapshot import policy_from_snapshot
+    from ludus.games import registry
 
     mixture = read_mixture(directory)
     if expect_game is not None and mixture.game_id != expect_game:

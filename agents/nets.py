@@ -17,8 +17,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from agents.kernels import grouped_linear_status
-from games.core import GameSpec
+from ludus.agents.kernels import grouped_linear_status
+from ludus.games.core import GameSpec
 from ludus.bounds import bounds
 
 MASKED_LOGIT = -1e9
@@ -44,13 +44,13 @@ def layer_init(layer: nn.Linear | nn.Conv2d, std: float = math.sqrt(2), bias: fl
 class NetConfig:
     """Architecture of an actor-critic net; stored in snapshot manifests to rebuild it."""
 
-    kind: str = "mlp"
+    kind: Literal["mlp", "conv"] = "mlp"
     """'mlp' (any observation, flattened) or 'conv' (observations shaped [C, H, W])."""
     hidden: tuple[int, ...] = field(default=(128, 128), metadata=bounds(1, 65536))
     """Widths of the hidden layers of the MLP trunk (for 'conv': of the layers after the convolutions)."""
     channels: tuple[int, ...] = field(default=(32, 64), metadata=bounds(1, 4096))
     """Convolution channels, 3x3 kernels with padding 1 ('conv' only)."""
-    activation: str = "tanh"
+    activation: Literal["tanh", "relu"] = "tanh"
     """'tanh' (CleanRL's default for PPO on vectors) or 'relu'."""
     shared_trunk: bool = False
     """True: actor and critic share the trunk; False: separate trunks (CleanRL's default)."""
@@ -62,7 +62,7 @@ class NetConfig:
     head: Literal["softmax", "regret_matching"] = "softmax"
     """How the policy head's outputs become the policy: 'softmax' (they are logits) or
     'regret_matching' (they are estimated advantages, regrets, and the policy is proportional to
-    their positive part: Deep CFR's policy, Brown et al. 2019; learner 'sdcfr', agents/deep_cfr.py)."""
+    their positive part: Deep CFR's policy, Brown et al. 2019; learner 'sdcfr', agents/solvers/deep_cfr.py)."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -175,7 +175,7 @@ class ActorCritic(nn.Module):
         return nn.Sequential(*layers, *head), dim
 
     def _trunk_input(self, obs: torch.Tensor) -> torch.Tensor:
-        # in the weights' dtype: float32, or bfloat16 in a copy that only acts (agents.torch_policy)
+        # in the weights' dtype: float32, or bfloat16 in a copy that only acts (ludus.agents.torch_policy)
         obs = obs.to(self.policy_head.weight.dtype)
         if self.config.kind == "mlp":
             return obs.reshape(obs.shape[0], self.obs_dim)
@@ -247,7 +247,7 @@ class FusedActing:
     rounding; benchmarks/inference_paths.py compares the ways to run the self-play nets).
     `torch.ops.mkldnn._linear_pointwise` is the op torch.compile's CPU backend emits for this
     fusion; it needs oneDNN with bf16 support (`available`), else nets act unfused.
-    Built from an acting copy whose weights no longer change (agents.torch_policy).
+    Built from an acting copy whose weights no longer change (ludus.agents.torch_policy).
     """
 
     def __init__(self, net: ActorCritic, with_values: bool):
@@ -324,12 +324,12 @@ class StackedActors:
     the products at PFSP's uneven groups, and ~15 us per net and layer of weight re-layout): the
     kernel ran the preset's 16-net stack 1.8-1.9x faster here (docs/scale_out.md). Both are
     several times cheaper than sixteen small products in bfloat16; in float32 they are not, and
-    the runner keeps one call per net there (agents.torch_policy).
+    the runner keeps one call per net there (ludus.agents.torch_policy).
     The weights are copied once, at construction: build a new stack when a net's weights change.
     """
 
     def __init__(self, nets: Sequence[ActorCritic], grouped: bool | None = None):
-        """`grouped`: use the grouped kernel (default: where `agents.kernels` has it ready)."""
+        """`grouped`: use the grouped kernel (default: where `ludus.agents.kernels` has it ready)."""
         if not self.can_stack(nets):
             raise ValueError("StackedActors needs two or more 'mlp' nets of one config and dtype without layer norm")
         self.num_nets = len(nets)
@@ -386,7 +386,7 @@ class StackedActors:
         """Masked float32 logits [sum of rows, A] of net g on `obs[g]` (one tensor per net, in
         order; empty ones allowed), the groups' rows concatenated in order; `mask` is [sum of rows, A].
         On the baddbmm path the groups are padded to a multiple of `pad_rows` rows (see
-        agents.torch_policy.PAD_ROWS); the grouped kernel needs no padding."""
+        ludus.agents.torch_policy.PAD_ROWS); the grouped kernel needs no padding."""
         if len(obs) != self.num_nets:
             raise ValueError(f"{len(obs)} observation groups for {self.num_nets} stacked nets")
         sizes = [len(o) for o in obs]

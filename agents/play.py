@@ -16,10 +16,10 @@ from typing import Callable
 
 import numpy as np
 
-from agents.mixture import MixturePolicy
-from agents.policy import ActBatch, Policy
-from games.core import Game, GameSpec, is_over
-from games.text import TextView, canonical_answer, has_text_view, normal_answer, text_view
+from ludus.agents.mixture import MixturePolicy
+from ludus.agents.policy import ActBatch, Policy
+from ludus.games.core import Game, GameSpec, is_over
+from ludus.games.text import TextView, canonical_answer, has_text_view, normal_answer, text_view
 from ludus.errors import UserError
 
 
@@ -46,14 +46,14 @@ def resolve_opponent(text: str, spec: GameSpec) -> Policy:
     member drawn by weight; another existing directory is a snapshot (it must be of this game;
     "actor_critic" or "lm"); anything else a bot name."""
     if os.path.isdir(text):
-        from agents.mixture import is_mixture, load_mixture_policy, run_checkpoint
-        from agents.snapshot import policy_from_snapshot
+        from ludus.agents.mixture import is_mixture, load_mixture_policy, run_checkpoint
+        from ludus.agents.snapshot import policy_from_snapshot
 
         text = run_checkpoint(text)
         if is_mixture(text):
             return load_mixture_policy(text, expect_game=spec.id)
         return policy_from_snapshot(text, expect_game=spec.id)
-    from agents.bots import make_bot
+    from ludus.agents.bots.builtin import make_bot
 
     return make_bot(text, spec)
 
@@ -109,7 +109,7 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
                   input_fn: Callable[[str], str] = input, print_fn: Callable[..., None] = print) -> PlayResult:
     """Play one game of `game_id` at `human_seat`; `opponent` (a Policy, bot name or snapshot path)
     takes every other seat. `seed` fixes the game's chance and the opponent's sampling."""
-    from games import registry
+    from ludus.games import registry
 
     game = registry.make(game_id)
     spec = game.spec
@@ -163,7 +163,7 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
 
 def is_text_game(game: Game) -> bool:
     """A token game (int64 observations) that whole-utterance text agents can play
-    (`games.dialogue.TextDialogueGame`: a vocabulary, an utterance cap, `utterance_length`)."""
+    (`ludus.games.dialogue.TextDialogueGame`: a vocabulary, an utterance cap, `utterance_length`)."""
     return (game.spec.observation_dtype == "int64" and hasattr(game, "vocab")
             and hasattr(game, "max_utterance_tokens") and hasattr(game, "utterance_length"))
 
@@ -176,8 +176,8 @@ def apply_text_turn(game, seat: int, text: str) -> list[int]:
     """
     import copy
 
-    from games.core import GameError
-    from games.dialogue import EOU, encode_utterance
+    from ludus.games.core import GameError
+    from ludus.games.dialogue import EOU, encode_utterance
 
     tokens = encode_utterance(game.vocab, text)
     if not tokens:
@@ -208,8 +208,8 @@ def _play_text_dialogue(game, opponent: Policy, human_seat: int, rng: np.random.
                         input_fn: Callable[[str], str], print_fn: Callable[..., None]) -> PlayResult:
     """The person types utterances; the opponent speaks token by token and is shown utterance by
     utterance. The person sees only their own observation (their values, the dialogue so far)."""
-    from games.core import GameError
-    from games.dialogue import EOU, UNK, decode
+    from ludus.games.core import GameError
+    from ludus.games.dialogue import EOU, UNK, decode
 
     speakable = " ".join(w for w, ok in zip(game.vocab.words, game.vocab.speakable_mask)
                          if ok and w not in (EOU, UNK))

@@ -27,7 +27,7 @@ class ActBatch:
     histories: Sequence[tuple[int, ...]] | None = None
     """Per row, the game's action history (bots that search, e.g. MCTS, rebuild the state from it)."""
     critic_obs: np.ndarray | None = None
-    """[N, D] per row, a centralised critic's input (`agents.rollout.side_critic_inputs`): given only
+    """[N, D] per row, a centralised critic's input (`ludus.agents.rollout.side_critic_inputs`): given only
     to policies with a true `needs_critic_input` attribute (a MAPPO learner's side)."""
 
     def __len__(self) -> int:
@@ -77,10 +77,10 @@ class KeepsReadings(Protocol):
 
 @runtime_checkable
 class ActsTogether(Protocol):
-    """A policy that can answer several policies' batches in one call (`agents.torch_policy`):
+    """A policy that can answer several policies' batches in one call (`ludus.agents.torch_policy`):
     `act_together([(policy, batch, greedy), ...], rng)` returns what each policy's `act` would, in
     order (up to float rounding), and draws from `rng` exactly as those calls would in turn;
-    `agents.check.check_policy` holds it to both."""
+    `ludus.agents.check.check_policy` holds it to both."""
 
     act_together: Callable[[Sequence[tuple["Policy", ActBatch, bool]], np.random.Generator], list["ActOutput"]]
 

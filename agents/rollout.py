@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from games.core import GameError, GameSpec, TimeStep
+from ludus.games.core import GameError, GameSpec, TimeStep
 
 
 def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, bootstrap_values: np.ndarray,
@@ -114,7 +114,7 @@ class RolloutBatch:
     response_log_probs: np.ndarray | None = None
     """Text agents: [N, W] float32 behaviour log-probs of the response tokens, 0 after the response."""
     critic_obs: np.ndarray | None = None
-    """Centralised critics: [N, D] float32 the row's critic input (`agents.rollout.side_critic_inputs`)."""
+    """Centralised critics: [N, D] float32 the row's critic input (`ludus.agents.rollout.side_critic_inputs`)."""
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
@@ -407,7 +407,7 @@ def take_rows(array: np.ndarray, rows: np.ndarray, out: np.ndarray | None = None
 
 
 # ---------------------------------------------------------------------------------------------
-# Centralised critics' inputs (MAPPO in a league: the runners record them, agents/mappo.py reads them)
+# Centralised critics' inputs (MAPPO in a league: the runners record them, agents/rl/mappo.py reads them)
 
 
 def side_critic_inputs(obs: np.ndarray, global_state: np.ndarray | None, team_of_seat: tuple[int, ...]) -> np.ndarray:

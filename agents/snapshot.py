@@ -6,10 +6,10 @@ Layout (format version 1) — a directory holding
     - ``format_version``: 1
     - ``game``: the `GameSpec` (``GameSpec.to_json()``) the agent plays
     - ``game_id``: the registry id of that game (equal to ``game["id"]``)
-    - ``kind``: what the weights are; ``"actor_critic"`` (an `agents.nets.ActorCritic`) or ``"lm"``
-      (a causal language model with a value head, `agents.lm.LMWithValueHead`; see `save_lm_snapshot`)
+    - ``kind``: what the weights are; ``"actor_critic"`` (a `ludus.agents.nets.ActorCritic`) or ``"lm"``
+      (a causal language model with a value head, `ludus.agents.lm.model.LMWithValueHead`; see `save_lm_snapshot`)
     - ``architecture``: how to rebuild the net (``NetConfig.to_json()`` for actor_critic, the
-      ``agents.lm`` architecture record for lm)
+      ``ludus.agents.lm.model`` architecture record for lm)
     - ``lineage``: ``{"parent": snapshot id or null, "role": str, "steps": int, "created_by": str}``
     - ``files``: ``{file name: sha256 hex}`` for every other file of the snapshot
   written as canonical JSON (sorted keys, no whitespace, ASCII), so equal content gives equal bytes;
@@ -45,10 +45,10 @@ from typing import Any, Mapping
 
 import torch
 
-from agents.nets import ActorCritic, NetConfig, shape_mismatch
-from agents.policy import Policy
-from agents.torch_policy import TorchPolicy
-from games.core import GameSpec
+from ludus.agents.nets import ActorCritic, NetConfig, shape_mismatch
+from ludus.agents.policy import Policy
+from ludus.agents.torch_policy import TorchPolicy
+from ludus.games.core import GameSpec
 from ludus.errors import UserError
 
 FORMAT_VERSION = 1
@@ -363,7 +363,7 @@ def _read_kind(path: str | os.PathLike, expect_game: str | None, kind: str,
     if expect_game is not None and expect_game.startswith("spiel:"):
         # spiel: ids read information-state tensors where the game has them; a snapshot saved when
         # the same id meant the observation tensor has another input shape
-        from games.spiel import spiel_spec
+        from ludus.games.adapters.spiel import spiel_spec
 
         now = spiel_spec(expect_game[len("spiel:"):]).observation_shape
         if tuple(manifest.game.observation_shape) != tuple(now):
@@ -412,15 +412,15 @@ def load_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> Lo
 
 
 def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None, lm_base: Any | None = None) -> Policy:
-    """The Policy of any snapshot: a TorchPolicy for kind "actor_critic", an `agents.lm.LMPolicy`
+    """The Policy of any snapshot: a TorchPolicy for kind "actor_critic", a `ludus.agents.lm.model.LMPolicy`
     for kind "lm" (token games: it reads the game's token ids, padding id 0)."""
     manifest, _ = read_manifest(path)
     if manifest.kind == KIND_LM:
-        from agents.lm import LMPolicy
+        from ludus.agents.lm.model import LMPolicy
 
         return LMPolicy(load_lm_snapshot(path, expect_game).lm.model, pad_id=0)
     if manifest.kind == KIND_LM_ADAPTER:
-        from agents.text_policy import text_policy_from_snapshot
+        from ludus.agents.lm.text_policy import text_policy_from_snapshot
 
         return text_policy_from_snapshot(path, expect_game, lm_base)
     return TorchPolicy(load_snapshot(path, expect_game).net)
@@ -428,8 +428,8 @@ def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None
 
 # ------------------------------------------------------------------------------- "lm" snapshots
 #
-# Kind "lm": a causal language model with a value head (agents/lm.py). The architecture record is
-# `agents.lm.lm_state_for_snapshot(...).architecture` ({"format", "hf_config"}: JSON only, no code
+# Kind "lm": a causal language model with a value head (agents/lm/model.py). The architecture record is
+# `ludus.agents.lm.model.lm_state_for_snapshot(...).architecture` ({"format", "hf_config"}: JSON only, no code
 # from anywhere runs), the weights are weights.safetensors, and a pretrained model's tokenizer
 # JSON/text files are extra files. The model reads the game's token ids (Vocabulary: <pad> = id 0).
 
@@ -441,7 +441,7 @@ class LoadedLMSnapshot:
     ref: SnapshotRef
     manifest: SnapshotManifest
     lm: Any
-    """An `agents.lm.LoadedLM`: the LMWithValueHead in eval mode, and its tokenizer (or None)."""
+    """A `ludus.agents.lm.model.LoadedLM`: the LMWithValueHead in eval mode, and its tokenizer (or None)."""
 
     @property
     def spec(self) -> GameSpec:
@@ -450,10 +450,10 @@ class LoadedLMSnapshot:
 
 def save_lm_snapshot(model: Any, spec: GameSpec, directory: str | os.PathLike, lineage: Lineage = Lineage(),
                      tokenizer: Any | None = None) -> SnapshotRef:
-    """Freeze an `agents.lm.LMWithValueHead` (and optionally its tokenizer) as a kind "lm" snapshot."""
+    """Freeze a `ludus.agents.lm.model.LMWithValueHead` (and optionally its tokenizer) as a kind "lm" snapshot."""
     from safetensors.torch import save as safetensors_bytes
 
-    from agents.lm import lm_state_for_snapshot
+    from ludus.agents.lm.model import lm_state_for_snapshot
 
     parts = lm_state_for_snapshot(model, tokenizer)
     if model.vocab_size < spec.num_actions:
@@ -473,7 +473,7 @@ def save_lm_snapshot(model: Any, spec: GameSpec, directory: str | os.PathLike, l
 def load_lm_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> LoadedLMSnapshot:
     """Verify the "lm" snapshot at `path` and rebuild its model (JSON + safetensors + tokenizer
     JSON/text only, never pickle). `expect_game`: refuse a snapshot of any other game id."""
-    from agents.lm import LMError, lm_from_snapshot_files
+    from ludus.agents.lm.model import LMError, lm_from_snapshot_files
 
     directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM, WEIGHTS_NAME)
     # Re-hash every file, keeping the bytes that were hashed (the weights and the tokenizer files).
@@ -508,7 +508,7 @@ def load_lm_snapshot(path: str | os.PathLike, expect_game: str | None = None) ->
 
 # ----------------------------------------------------------------------- "lm_adapter" snapshots
 #
-# Kind "lm_adapter": what training changed on a pretrained base (agents/pretrained.py): LoRA
+# Kind "lm_adapter": what training changed on a pretrained base (agents/lm/pretrained.py): LoRA
 # adapters and the value head as adapter.safetensors, and an architecture record naming the base
 # by content hash (and by id when the host ships it) and the adapters' config. A few MB instead of
 # the whole model; it loads only onto the base whose hash it records.
@@ -521,18 +521,18 @@ class LoadedAdapterSnapshot:
     ref: SnapshotRef
     manifest: SnapshotManifest
     lm: Any
-    """An `agents.pretrained.PretrainedLM` with the snapshot's adapters and value head."""
+    """A `ludus.agents.lm.pretrained.PretrainedLM` with the snapshot's adapters and value head."""
 
 
 def save_adapter_snapshot(lm: Any, spec: GameSpec, directory: str | os.PathLike,
                           lineage: Lineage = Lineage(), play: Mapping[str, Any] | None = None) -> SnapshotRef:
-    """Freeze the adapters and value head of an `agents.pretrained.PretrainedLM` as kind "lm_adapter".
+    """Freeze the adapters and value head of a `ludus.agents.lm.pretrained.PretrainedLM` as kind "lm_adapter".
 
-    `play`: how the LM plays text games (`agents.text_policy.TextPlayConfig.to_json()`), stored so
+    `play`: how the LM plays text games (`ludus.agents.lm.text_policy.TextPlayConfig.to_json()`), stored so
     that the snapshot plays the same way wherever it is loaded."""
     from safetensors.torch import save as safetensors_bytes
 
-    from agents.pretrained import adapter_architecture, trained_state
+    from ludus.agents.lm.pretrained import adapter_architecture, trained_state
 
     architecture = adapter_architecture(lm)
     if play is not None:
@@ -549,7 +549,7 @@ class AdapterSnapshotRecord:
     ref: SnapshotRef
     manifest: SnapshotManifest
     base: Any
-    """The `agents.pretrained.PretrainedLMConfig` to load it onto (base and the snapshot's adapters)."""
+    """The `ludus.agents.lm.pretrained.PretrainedLMConfig` to load it onto (base and the snapshot's adapters)."""
     tensors: dict[str, torch.Tensor]
     """Adapter and value-head tensors."""
 
@@ -563,15 +563,15 @@ def read_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
                           expect_game: str | None = None) -> AdapterSnapshotRecord:
     """Verify an "lm_adapter" snapshot: files, manifest, and that `base` is the base it was trained on.
 
-    `base`: an `agents.pretrained.PretrainedLMConfig` naming the base (the operator's choice,
+    `base`: a `ludus.agents.lm.pretrained.PretrainedLMConfig` naming the base (the operator's choice,
     e.g. a local directory); None takes the base id the snapshot records, which must be one the
-    host ships (`agents.pretrained.BASE_MODELS`) — a snapshot never chooses a path to read. A
+    host ships (`ludus.agents.lm.pretrained.BASE_MODELS`) — a snapshot never chooses a path to read. A
     snapshot of another base (content hash) is refused with a one-line error."""
     from safetensors import SafetensorError
     from safetensors.torch import load as safetensors_load
 
-    from agents.lm import LMError
-    from agents.pretrained import (ADAPTER_FORMAT, BASE_MODELS, LoRAConfig, PretrainedLMConfig, base_content_hash,
+    from ludus.agents.lm.model import LMError
+    from ludus.agents.lm.pretrained import (ADAPTER_FORMAT, BASE_MODELS, LoRAConfig, PretrainedLMConfig, base_content_hash,
                                    base_model_dir)
 
     directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM_ADAPTER, ADAPTER_WEIGHTS_NAME)
@@ -609,8 +609,8 @@ def read_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
 def load_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
                           expect_game: str | None = None) -> LoadedAdapterSnapshot:
     """Verify an "lm_adapter" snapshot (`read_adapter_snapshot`) and restore it onto a fresh copy of its base."""
-    from agents.lm import LMError
-    from agents.pretrained import load_pretrained_lm, restore_adapters
+    from ludus.agents.lm.model import LMError
+    from ludus.agents.lm.pretrained import load_pretrained_lm, restore_adapters
 
     record = read_adapter_snapshot(path, base, expect_game)
     try:

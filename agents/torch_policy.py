@@ -4,19 +4,19 @@ One call answers a batch of decision points (~1,000 rows in self-play) with one 
 Sampling draws its randomness from the `np.random.Generator` the caller passes in, never from
 torch's global RNG, so a match replays exactly from its seed. We sample by inverse CDF with one
 uniform per row: the action is the first index whose cumulative probability reaches u * total,
-u in (0, 1]. Illegal actions have probability exactly 0 (their logit is -1e9, agents.nets), so
+u in (0, 1]. Illegal actions have probability exactly 0 (their logit is -1e9, ludus.agents.nets), so
 the cumulative sum is flat there and they can never be the first index to reach a target > 0;
 scaling by the row's own total keeps float32 rounding of the sum from running past the last
 legal action. (Gumbel-max would be equally exact but draws A uniforms per row: 2x slower here.)
 
 `dtype=torch.bfloat16` acts with a bfloat16 copy of the net (float32 logits), run with its
-activations fused into oneDNN's products where it can (`agents.nets.FusedActing`). The policy that
+activations fused into oneDNN's products where it can (`ludus.agents.nets.FusedActing`). The policy that
 plays is then the bf16 copy, and its log-probs are what the learner's importance ratio divides
 by (the behaviour policy).
 
 A runner asks ~17 policies per step. `TorchPolicy.act_together` answers a run of them in one
 pass: each net computes its logits (frozen bf16 nets of one architecture as one
-`agents.nets.StackedActors`, one grouped product per layer), then one softmax and one sampling
+`ludus.agents.nets.StackedActors`, one grouped product per layer), then one softmax and one sampling
 pass over all rows, drawing from the Generator exactly as the policies' own `act` calls would in
 turn. In connect-four self-play on this CPU (AMX bf16 tiles) that made `Runner.play` 1.18x faster
 in float32 and 1.77x in bfloat16 than one `act` per policy in float32 (benchmarks/inference_paths.py;
@@ -33,8 +33,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from agents.nets import ActorCritic, FusedActing, StackedActors
-from agents.policy import ActBatch, ActOutput
+from ludus.agents.nets import ActorCritic, FusedActing, StackedActors
+from ludus.agents.policy import ActBatch, ActOutput
 
 
 def _as_tensor(array: np.ndarray) -> torch.Tensor:
@@ -78,7 +78,7 @@ class TorchPolicy:
 
     def _acting_copy(self) -> tuple[ActorCritic, FusedActing | None]:
         """`net` itself in float32; else the bf16 copy, and its fused acting pass where oneDNN can
-        run one (agents.nets.FusedActing)."""
+        run one (ludus.agents.nets.FusedActing)."""
         if self.dtype == torch.float32:
             return self.net, None
         # Every in-place write to a parameter (an optimizer step, load_state_dict) bumps its

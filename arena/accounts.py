@@ -6,7 +6,7 @@ anyone the right to upload. Every write to the service (`arena/service.py`) carr
 ``Authorization: Bearer <token>``.
 
 Operator and accounts share one namespace of entrant names, compared ignoring case
-(`arena.store.name_key`). A name belongs to whoever made its first successful entry: the
+(`ludus.arena.store.name_key`). A name belongs to whoever made its first successful entry: the
 operator (`ludus arena submit`, bots) or the account of the first upload under it. The claim is
 the entry itself: each entrant's ledger row records who entered it and its normalised name, so
 the INSERT that enters it is the claim, and an upload that is refused or fails claims nothing.
@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
-from arena.store import ArenaError, Entrant, base_name, name_key, read_entrants
-from league.ledger import Store
+from ludus.arena.store import ArenaError, Entrant, base_name, name_key, read_entrants
+from ludus.league.records.ledger import Store
 
 ACCOUNTS_KEY = "arena_accounts"
 NAMES_KEY = "arena_names"
@@ -70,7 +70,7 @@ class NameClaim:
     """Who an entrant name belongs to: whoever made its first successful entry."""
 
     key: str
-    """The normalised name (`arena.store.name_key`)."""
+    """The normalised name (`ludus.arena.store.name_key`)."""
     name: str
     """The name as its first entry spelled it (later versions use this spelling)."""
     account: str | None

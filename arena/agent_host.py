@@ -1,9 +1,9 @@
 """The program that runs INSIDE the sandbox for Python-folder and snapshot submissions.
 
-    python -m arena.agent_host --folder DIR --entry module:attr      # a Python folder
-    python -m arena.agent_host --snapshot DIR                        # a league snapshot
-    python -m arena.agent_host --mixture DIR                         # a mixture (league output policy)
-    python -m arena.agent_host --check (--folder DIR --entry E | --snapshot DIR | --mixture DIR) [--game ID]
+    python -m ludus.arena.agent_host --folder DIR --entry module:attr      # a Python folder
+    python -m ludus.arena.agent_host --snapshot DIR                        # a league snapshot
+    python -m ludus.arena.agent_host --mixture DIR                         # a mixture (league output policy)
+    python -m ludus.arena.agent_host --check (--folder DIR --entry E | --snapshot DIR | --mixture DIR) [--game ID]
 
 It loads the agent and speaks the JSON-lines protocol (arena/protocol.py) on stdin/stdout. Before
 loading anything it moves the protocol to a private descriptor and points file descriptor 1 at
@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from arena import protocol
+from ludus.arena import protocol
 from ludus.text import one_line
 
 ACT_KEYWORDS = ("seat", "rng", "time_left_s", "match")
@@ -128,7 +128,7 @@ class PolicyPlayer:
         pass
 
     def act(self, observation: np.ndarray, legal: list[int], extras: dict[str, Any]) -> int:
-        from agents.policy import ActBatch
+        from ludus.agents.policy import ActBatch
 
         mask = np.zeros((1, self.spec.num_actions), dtype=bool)
         mask[0, legal] = True
@@ -141,13 +141,13 @@ class PolicyPlayer:
 
 
 def snapshot_player(path: Path, game: str | None) -> PolicyPlayer:
-    """A league snapshot played by its policy (`agents.snapshot.policy_from_snapshot`): a net
+    """A league snapshot played by its policy (`ludus.agents.snapshot.policy_from_snapshot`): a net
     sampling from its masked policy, or a language model answering through the game's text view
     on a base model the host ships (shared read-only with the sandbox, `SandboxConfig.shared_paths`)."""
     import torch
 
-    from agents.snapshot import policy_from_snapshot, verify_snapshot
-    from games import registry
+    from ludus.agents.snapshot import policy_from_snapshot, verify_snapshot
+    from ludus.games import registry
 
     torch.set_num_threads(1)
     ref = verify_snapshot(path)
@@ -162,8 +162,8 @@ class MixturePlayer(PolicyPlayer):
     def __init__(self, path: Path, game: str | None):
         import torch
 
-        from agents.mixture import load_mixture_policy
-        from games import registry
+        from ludus.agents.mixture import load_mixture_policy
+        from ludus.games import registry
 
         torch.set_num_threads(1)
         mixture = load_mixture_policy(path, expect_game=game)
@@ -229,7 +229,7 @@ def check(args: argparse.Namespace) -> int:
     try:
         hello = None
         if args.game:
-            from games import registry
+            from ludus.games import registry
 
             spec = registry.spec(args.game)
             hello = protocol.Hello(args.game, 0, 0, 1.0, 0.0, spec.num_actions, spec.observation_shape)
@@ -243,7 +243,7 @@ def check(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m arena.agent_host", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ludus.arena.agent_host", description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--folder", help="a Python folder submission")
     source.add_argument("--snapshot", help="a league snapshot directory")

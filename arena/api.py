@@ -1,19 +1,19 @@
 """The arena's Python API: everything `ludus arena submit|list|run|leaderboard|replay` does.
 
-    from arena.api import Arena
+    from ludus.arena.api import Arena
     arena = Arena.open("arena_state", game="tic_tac_toe")
     arena.submit("examples/agents/random_python")
     arena.submit("bot:mcts-50")
     report = arena.run_tournament(format="round-robin", games_per_pair=4, seed=1)
-    print(format_leaderboard(arena.leaderboard()))
-    print(arena.replay(report.matches[0].match_id))
+    print(format_leaderboard(ludus.arena.leaderboard()))
+    print(ludus.arena.replay(report.matches[0].match_id))
 
 `Arena` is a light handle on an arena directory (arena/store.py describes the layout): it holds
 no open file between calls. Reads open the ledger read-only; a submission opens it for writing
 for a moment; a tournament holds the writer lock while it plays, so a second tournament (or a
 submission) on the same arena meanwhile is refused with `StoreLockedError`.
 
-A submission is validated (`arena.submission.validate_submission`, which imports its code in a
+A submission is validated (`ludus.arena.submission.validate_submission`, which imports its code in a
 sandbox) before anything is written, so a refused submission leaves the arena byte for byte as
 it was; an accepted one is copied into ``submissions/<digest>/``, made read-only, and its
 digest is checked again on the copy and before every tournament.
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from agents.bots import BOT_PREFIX
-from arena.accounts import ACCOUNT, OPERATOR, active_entrants, check_name_free, next_version
-from arena.leaderboard import Leaderboard, PageFiles, build_leaderboard, write_page
-from arena.isolation import Isolation, SandboxConfig, copy_submission
-from arena.match import MatchLimits
-from arena.sandbox import SandboxLimits
-from arena.store import (
+from ludus.agents.bots.builtin import BOT_PREFIX
+from ludus.arena.accounts import ACCOUNT, OPERATOR, active_entrants, check_name_free, next_version
+from ludus.arena.leaderboard import Leaderboard, PageFiles, build_leaderboard, write_page
+from ludus.arena.sandbox.isolation import Isolation, SandboxConfig, copy_submission
+from ludus.arena.match import MatchLimits
+from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.store import (
     ARENA_META_KEY,
     SUBMISSIONS_DIRNAME,
     ArenaError,
@@ -52,10 +52,10 @@ from arena.store import (
     tournament_key,
     verify_copy,
 )
-from arena.submission import Submission, SubmissionKind, validate_submission
-from arena.tournament import TournamentReport, TournamentSettings, play_tournament
-from league.ledger import MatchResult, Store
-from league.ratings import TrueSkillParams, ensure_params, load_params, rebuild_ratings
+from ludus.arena.submission import Submission, SubmissionKind, validate_submission
+from ludus.arena.tournament import TournamentReport, TournamentSettings, play_tournament
+from ludus.league.records.ledger import MatchResult, Store
+from ludus.league.records.ratings import TrueSkillParams, ensure_params, load_params, rebuild_ratings
 from ludus.files import cache_root
 
 DEFAULT_ARENA_DIR = "arena_state"
@@ -63,7 +63,7 @@ ARENA_ENV = "LUDUS_ARENA"
 """Environment variable naming the arena directory when none is given."""
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,60}(/[A-Za-z0-9][A-Za-z0-9._-]{0,60})?(@[0-9]{1,6})?")
 """Entrant names: NAME, NAME@k (the service's k-th upload of NAME) or RUN/MEMBER (a league run's
-snapshot, ``arena.submission.source_name``). Always `fullmatch`: ``$`` also matches before a
+snapshot, ``ludus.arena.submission.source_name``). Always `fullmatch`: ``$`` also matches before a
 trailing newline, which let ``honest\n`` through."""
 
 
@@ -97,8 +97,8 @@ class ArenaConfig:
 
 def check_arena_game(game: str) -> None:
     """Refuse a game the arena cannot run (unknown, or not between two sides)."""
-    from arena.tournament import check_two_sides
-    from games import registry
+    from ludus.arena.tournament import check_two_sides
+    from ludus.games import registry
 
     check_two_sides(registry.spec(game))
 
@@ -190,7 +190,7 @@ class Arena:
         return write_page(self.leaderboard(recent), path)
 
     def match(self, match_id: int) -> MatchResult:
-        from league.replay import check_match_id
+        from ludus.league.records.replay import check_match_id
 
         check_match_id(int(match_id))
         with self._reader() as store:
@@ -202,7 +202,7 @@ class Arena:
 
     def replay(self, match_id: int) -> str:
         """The match as text: its seats and statuses, every board, and the result."""
-        from arena.replay import replay_match
+        from ludus.arena.replay import replay_match
 
         return replay_match(self.match(match_id)).transcript
 
@@ -236,7 +236,7 @@ class Arena:
             if submission.kind != SubmissionKind.BUILTIN:
                 raise ArenaError(f"{bot!r} is not a built-in bot: use random, mcts-N or perfect")
             return submission
-        from agents.mixture import is_run_directory, newest_run_snapshot
+        from ludus.agents.mixture import is_run_directory, newest_run_snapshot
 
         if is_run_directory(text):  # a league run enters its newest main snapshot (named RUN/main@k)
             text = newest_run_snapshot(text)
@@ -257,7 +257,7 @@ class Arena:
 
         Copies it into the arena (read-only, checked against its digest) and registers it, owned
         by `account` (None: the operator). Its name must be free or already its owner's, ignoring
-        case (`arena.accounts.NameTakenError`). `new_version`: enter it as the next version
+        case (`ludus.arena.accounts.NameTakenError`). `new_version`: enter it as the next version
         ``NAME@k`` of `name` (the service's uploads), numbered under the same writer lock."""
         check_entrant_name(name)
         game = self.game
@@ -266,7 +266,7 @@ class Arena:
             if game is None:
                 raise ArenaError(f"{submission.name!r} plays any game and the arena has none yet: pass --game "
                                  f"(e.g. --game tic_tac_toe)")
-            from games import registry
+            from ludus.games import registry
 
             if registry.resolves_by_import(game):  # a module path is the operator's to name, never a submitter's
                 raise ArenaError(f"{submission.name!r} names the game {game!r}, which only the operator may choose: "

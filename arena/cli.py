@@ -1,5 +1,5 @@
 """`ludus arena submit|list|run|leaderboard|replay|doctor|serve|token|withdraw`: thin shells over
-arena.api and arena.service."""
+ludus.arena.api and ludus.arena.service."""
 
 from __future__ import annotations
 
@@ -105,8 +105,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _config(args):
-    from arena.api import ArenaConfig
-    from arena.match import MatchLimits
+    from ludus.arena.api import ArenaConfig
+    from ludus.arena.match import MatchLimits
 
     defaults = ArenaConfig()
     limits = defaults.match_limits
@@ -124,7 +124,7 @@ def _short(entrant) -> str:
 
 
 def _open(args, game=None):
-    from arena.api import Arena
+    from ludus.arena.api import Arena
 
     return Arena.open(args.arena_dir, game, _config(args))
 
@@ -162,7 +162,7 @@ def _list(args) -> int:
 
 
 def _run(args) -> int:
-    from arena.tournament import format_report
+    from ludus.arena.tournament import format_report
 
     arena = _open(args, args.game)
     report = arena.run_tournament(args.game, args.format, args.games_per_pair, args.seed,
@@ -173,7 +173,7 @@ def _run(args) -> int:
 
 
 def _leaderboard(args) -> int:
-    from arena.leaderboard import format_leaderboard, write_page
+    from ludus.arena.leaderboard import format_leaderboard, write_page
 
     board = _open(args).leaderboard()
     _say(format_leaderboard(board))
@@ -189,9 +189,9 @@ def _replay(args) -> int:
 
 
 def _serve(args) -> int:
-    from arena.scheduler import SchedulerSettings
-    from arena.service import ServiceConfig, serve
-    from arena.uploads import UploadLimits
+    from ludus.arena.scheduler import SchedulerSettings
+    from ludus.arena.service import ServiceConfig, serve
+    from ludus.arena.uploads import UploadLimits
 
     arena = _open(args, args.game)
     arena.create()
@@ -205,8 +205,8 @@ def _serve(args) -> int:
 
 
 def _token_add(args) -> int:
-    from arena.accounts import add_account
-    from league.ledger import Store
+    from ludus.arena.accounts import add_account
+    from ludus.league.records.ledger import Store
 
     arena = _open(args, args.game)
     arena.create()
@@ -220,8 +220,8 @@ def _token_add(args) -> int:
 def _token_list(args) -> int:
     import time
 
-    from arena.accounts import accounts
-    from league.ledger import Store
+    from ludus.arena.accounts import accounts
+    from ludus.league.records.ledger import Store
 
     arena = _open(args)
     if arena.info() is None:
@@ -238,8 +238,8 @@ def _token_list(args) -> int:
 
 def _change(args, change) -> None:
     """Apply `change(store)` to an existing arena's ledger (opened for writing)."""
-    from arena.store import ArenaError
-    from league.ledger import Store
+    from ludus.arena.store import ArenaError
+    from ludus.league.records.ledger import Store
 
     arena = _open(args)
     if arena.info() is None:
@@ -250,7 +250,7 @@ def _change(args, change) -> None:
 
 
 def _token_revoke(args) -> int:
-    from arena.accounts import revoke_account
+    from ludus.arena.accounts import revoke_account
 
     _change(args, lambda store: revoke_account(store, args.name))
     _say(f"revoked the token of {args.name}")
@@ -258,7 +258,7 @@ def _token_revoke(args) -> int:
 
 
 def _withdraw(args) -> int:
-    from arena.accounts import withdraw
+    from ludus.arena.accounts import withdraw
 
     _change(args, lambda store: withdraw(store, args.entrant))
     _say(f"withdrew {args.entrant}: it plays no more matches and leaves the leaderboard (its matches stay)")
@@ -266,7 +266,7 @@ def _withdraw(args) -> int:
 
 
 def _doctor(args) -> int:
-    from arena.doctor import doctor, format_doctor
+    from ludus.arena.doctor import doctor, format_doctor
 
     report = doctor()
     _say(format_doctor(report))

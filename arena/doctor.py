@@ -1,7 +1,7 @@
 """Which sandbox features work on this machine (for `ludus arena doctor`).
 
 Besides reading sysctls and rlimits, `doctor` launches a probe agent through the real sandbox
-(`arena.sandbox.run_once`) and checks from the inside what it can do: its uid, its PID (2 in a
+(`ludus.arena.sandbox.process.run_once`) and checks from the inside what it can do: its uid, its PID (2 in a
 fresh PID namespace: init is 1), whether 127.0.0.1 is reachable, whether the root filesystem is
 read-only, whether numpy imports.
 """
@@ -85,7 +85,7 @@ class DoctorReport:
 
 
 def _rlimit_check() -> DoctorCheck:
-    from arena.sandbox import SandboxLimits
+    from ludus.arena.sandbox.process import SandboxLimits
 
     limits = SandboxLimits()
     wanted = {"RLIMIT_CPU": (resource.RLIMIT_CPU, limits.cpu_time_s + 1),
@@ -112,8 +112,8 @@ def _proc_check() -> DoctorCheck:
 
 def _probe(mode: str) -> list[DoctorCheck]:
     """Run the probe agent in `mode` and judge what it saw."""
-    from arena.isolation import Isolation, SandboxConfig
-    from arena.sandbox import SandboxLimits, run_once
+    from ludus.arena.sandbox.isolation import Isolation, SandboxConfig
+    from ludus.arena.sandbox.process import SandboxLimits, run_once
 
     name = f"sandbox probe ({mode})"
     with tempfile.TemporaryDirectory(prefix="ludus-doctor-") as empty:
@@ -162,8 +162,8 @@ def _probe(mode: str) -> list[DoctorCheck]:
 
 
 def _cgroup_checks() -> list[DoctorCheck]:
-    from arena import cgroups
-    from arena.sandbox import SandboxLimits
+    from ludus.arena.sandbox import cgroups
+    from ludus.arena.sandbox.process import SandboxLimits
 
     have, limits = cgroups.support(), SandboxLimits()
     return [
@@ -181,7 +181,7 @@ def _cgroup_checks() -> list[DoctorCheck]:
 
 def doctor() -> DoctorReport:
     """Check every isolation feature the sandbox uses, by probing the real sandbox."""
-    from arena.isolation import Isolation, SandboxConfig, resolve_isolation, userns_allowed
+    from ludus.arena.sandbox.isolation import Isolation, SandboxConfig, resolve_isolation, userns_allowed
 
     is_root = os.geteuid() == 0
     checks = [DoctorCheck("root", is_root, "agents get their own uids" if is_root

@@ -1,13 +1,13 @@
 """The arena's leaderboard: TrueSkill ratings from the ledger, as text and as a static HTML page.
 
-Ratings are a pure function of the ledger (`league.ratings.rebuild_ratings` over the 'arena'
+Ratings are a pure function of the ledger (`ludus.league.records.ratings.rebuild_ratings` over the 'arena'
 matches); entrants are ranked by the conservative estimate mu - 3 sigma (a skill the entrant
 exceeds with ~99.9% probability), so a newcomer with few games ranks low until its rating
 settles. The 95% interval is mu +- 1.96 sigma. Forfeits count as losses: an agent that crashes
 or times out is rated by what it did.
 
 Beside TrueSkill (online, so it depends on the order of the games) the board carries the
-order-free views of `league.ranking` over the same arena matches: Bradley-Terry with 95%
+order-free views of `ludus.league.records.ranking` over the same arena matches: Bradley-Terry with 95%
 bootstrap intervals of the rating and the rank, the rank-stability figure (how few games must go
 to reorder the top 3), each entrant's forfeit, error, timeout and invalid-answer rates, its
 Bradley-Terry rating without forfeited matches and a warning where a rank depends on forfeits;
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from arena.store import Entrant, read_info, tournament_key
-from league.ledger import MatchResult, Store
-from league.ranking import TIES, RankingError, RankingViews, ledger_records, ranking_views
-from league.ratings import RatingTable, TrueSkillParams, load_params, rebuild_ratings
+from ludus.arena.store import Entrant, read_info, tournament_key
+from ludus.league.records.ledger import MatchResult, Store
+from ludus.league.records.ranking import TIES, RankingError, RankingViews, ledger_records, ranking_views
+from ludus.league.records.ratings import RatingTable, TrueSkillParams, load_params, rebuild_ratings
 
 INTERVAL_Z = 1.96
 """Standard-normal quantile of the two-sided 95% interval of a skill estimate."""
@@ -176,7 +176,7 @@ def build_leaderboard(store: Store, recent: int = 200, cache: RankingCache | Non
     are left out; their matches stay in the ledger and in their opponents' records. `cache`
     (the service's) spares the slow rating views between full computations; without it they are
     computed in full."""
-    from arena.accounts import active_entrants
+    from ludus.arena.accounts import active_entrants
 
     info = read_info(store)
     params = load_params(store) or TrueSkillParams()
@@ -287,7 +287,7 @@ def ranking_notes(board: Leaderboard) -> list[str]:
             f"{clean.players[i]} {clean.rating[i]:.0f}" for i in clean.order()))
     lines += [f"warning: {w.text}" for w in views.warnings]
     if views.multi_game:
-        from league.ranking import format_game_table
+        from ludus.league.records.ranking import format_game_table
 
         lines += format_game_table(views, "entrant")
     return lines
@@ -523,8 +523,8 @@ class PageFiles:
 def write_page(board: Leaderboard, path: str | os.PathLike) -> PageFiles:
     """Write the page and, into ``<stem>_replays/`` beside it, each listed match's replay player
     page (``match-<id>.html``, linked from the page) and its text transcript (``match-<id>.txt``)."""
-    from arena.replay import replay_match
-    from league.replay import match_episode
+    from ludus.arena.replay import replay_match
+    from ludus.league.records.replay import match_episode
     from ludus.replay_page import replay_html
 
     page = Path(path)

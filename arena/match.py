@@ -1,6 +1,6 @@
 """The conversation with an agent: a submission as a player of matches (`SandboxedAgent`), the
 match loop that plays sandboxed agents and in-process policies together (`play_match`), and the
-records of moves, faults and matches. The overview of the sandbox is in arena/sandbox.py."""
+records of moves, faults and matches. The overview of the sandbox is in arena/sandbox/process.py."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from arena import protocol
-from arena.isolation import MIB, Isolation, SandboxConfig, SandboxError
-from arena.sandbox import SandboxLimits, SandboxProcess, describe_exit
-from games.core import forfeit_returns
+from ludus.arena import protocol
+from ludus.arena.sandbox.isolation import MIB, Isolation, SandboxConfig, SandboxError
+from ludus.arena.sandbox.process import SandboxLimits, SandboxProcess, describe_exit
+from ludus.games.core import forfeit_returns
 from ludus.text import printable, safe_file_name
 
 if TYPE_CHECKING:
-    from agents.policy import Policy
-    from arena.submission import Submission
+    from ludus.agents.policy import Policy
+    from ludus.arena.submission import Submission
 
 
 class MatchStatus(str, enum.Enum):
@@ -125,7 +125,7 @@ class SandboxedAgent:
 
     def __init__(self, submission: "Submission", game_id: str, limits: SandboxLimits = SandboxLimits(),
                  config: SandboxConfig = SandboxConfig()):
-        from games import registry
+        from ludus.games import registry
 
         if submission.game is not None and submission.game != game_id:
             raise SandboxError(f"submission {submission.name!r} plays {submission.game!r}, not {game_id!r}")
@@ -527,9 +527,9 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
     (`forfeit_returns`). Each seat's randomness derives from `seed`, so a match between
     deterministic-given-seed agents replays exactly.
     """
-    from agents.policy import ActBatch
-    from games import registry
-    from games.core import is_over
+    from ludus.agents.policy import ActBatch
+    from ludus.games import registry
+    from ludus.games.core import is_over
 
     game = registry.make(game_id)
     spec = game.spec

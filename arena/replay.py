@@ -1,6 +1,6 @@
 """Arena replays: a recorded match as text, boards included, re-simulated from its seed and moves.
 
-A match that was played to the end goes through `league.replay.replay_moves` (the league's
+A match that was played to the end goes through `ludus.league.records.replay.replay_moves` (the league's
 replayer, which also proves that the moves are legal and lead to the recorded returns). A match
 that ended by forfeit stops before the game is over, which `replay_moves` rightly refuses; its
 recorded prefix is replayed here and the transcript ends with who forfeited and why.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from league.ledger import MatchResult
+from ludus.league.records.ledger import MatchResult
 from ludus.text import printable
-from league.replay import ReplayError, replay_moves, replay_prefix
+from ludus.league.records.replay import ReplayError, replay_moves, replay_prefix
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ArenaReplay:
 
 def replay_match(match: MatchResult) -> ArenaReplay:
     """Re-simulate a recorded arena match and describe it."""
-    from games import registry
+    from ludus.games import registry
 
     moves = match.moves
     if moves is None:

@@ -6,15 +6,15 @@ soon as it (and every match scheduled before it) is done:
 
 * **placement first**: an entrant with fewer than `placement_games` games plays before anyone
   else, fewest games first, against opponents drawn by TrueSkill match quality;
-* then **the ladder**: `league.matchmaking.schedule_rating_matches` (most uncertain ratings first,
+* then **the ladder**: `ludus.league.records.matchmaking.schedule_rating_matches` (most uncertain ratings first,
   opponents by match quality), as `ludus arena run --format ladder` does;
 
 each pairing on one seed in both seat (side) orders. Agents' processes live across rounds (one
-per seat of a side, `arena.tournament`); an entrant withdrawn meanwhile has its processes shut down.
+per seat of a side, `ludus.arena.tournament`); an entrant withdrawn meanwhile has its processes shut down.
 
 Dead entrants: the scheduler's session is one long tournament, so an agent whose fault budget
 runs out (`SandboxLimits.max_consecutive_faults`, `max_faults`, `startup_budget_s`) would forfeit
-every later match without starting. It is recorded dead in the ledger (`arena.accounts.mark_dead`)
+every later match without starting. It is recorded dead in the ledger (`ludus.arena.accounts.mark_dead`)
 with the match that killed it, and no later round, nor a restarted service, pairs it again (two
 dead entrants used to be paired with each other for thousands of zero-move forfeits: the ladder
 favours uncertain ratings, and theirs never settled). The matches already planned in the round
@@ -22,7 +22,7 @@ it died in are still played (as forfeits): at most `2 * pairs_per_round`. A new 
 name is a new entrant and plays.
 
 Crash safety: a match is appended to the ledger with its rating update in one transaction
-(`league.ratings.rate_and_record`), and match ids are allocated from the ledger's largest id when
+(`ludus.league.records.ratings.rate_and_record`), and match ids are allocated from the ledger's largest id when
 a round is planned. A scheduler killed with SIGKILL loses only the matches that were being
 played; restarted, it reads the ratings back from the ledger and plans from there, so no
 recorded match is lost or recorded twice. Writes go through `write_lock` (the service's uploads
@@ -40,13 +40,13 @@ from typing import Callable
 
 import numpy as np
 
-from arena.accounts import mark_dead, scheduled_entrants
-from arena.store import count_tournaments, read_info, tournament_key, verify_copy
-from arena.tournament import (MATCH_KIND, Pairing, TournamentSettings, check_two_sides, entrant_agents,
+from ludus.arena.accounts import mark_dead, scheduled_entrants
+from ludus.arena.store import count_tournaments, read_info, tournament_key, verify_copy
+from ludus.arena.tournament import (MATCH_KIND, Pairing, TournamentSettings, check_two_sides, entrant_agents,
                               entrant_versions, ladder_round, play_in_parallel, play_pairing, seat_players)
-from league.ledger import MatchResult, Store
-from league.matchmaking import quality_weights
-from league.ratings import RatingTable, ensure_params, load_params, rebuild_ratings, rate_and_record
+from ludus.league.records.ledger import MatchResult, Store
+from ludus.league.records.matchmaking import quality_weights
+from ludus.league.records.ratings import RatingTable, ensure_params, load_params, rebuild_ratings, rate_and_record
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class SchedulerSettings:
 
 
 class Scheduler:
-    """Plays rating rounds on an arena (arena.api.Arena) until `stop` is set."""
+    """Plays rating rounds on an arena (ludus.arena.api.Arena) until `stop` is set."""
 
     def __init__(self, arena, settings: SchedulerSettings, write_lock: threading.Lock,
                  on_recorded: Callable[[bool], None] = lambda round_done: None):
@@ -97,7 +97,7 @@ class Scheduler:
 
     def run_round(self) -> int:
         """Plan, play and record one round; the number of matches recorded (0: nothing to play)."""
-        from games import registry
+        from ludus.games import registry
 
         arena = self.arena
         with self.write_lock, Store.open(arena.directory, mode="write") as store:
@@ -162,7 +162,7 @@ class Scheduler:
 
     def _deaths(self, player_ids) -> dict[str, str]:
         """Player id -> why, for those of `player_ids` with an agent whose fault budget ran out."""
-        from arena.match import SandboxedAgent
+        from ludus.arena.match import SandboxedAgent
 
         deaths = {}
         for pid in dict.fromkeys(player_ids):
@@ -173,7 +173,7 @@ class Scheduler:
         return deaths
 
     def _close_agents(self, player_id: str) -> None:
-        from arena.match import SandboxedAgent
+        from ludus.arena.match import SandboxedAgent
 
         for agent in self.players.pop(player_id, []):
             if isinstance(agent, SandboxedAgent):

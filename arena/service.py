@@ -9,7 +9,7 @@ One process serves one arena directory:
   validated in the sandbox before it is entered as ``NAME@k`` (the k-th version);
   ``POST /api/entrants/ID/withdraw`` takes one of the account's entrants out;
 * **reads** are open: ``GET /api/leaderboard``, ``/api/entrants/ID``, ``/api/matches/ID`` and
-  ``/api/matches/ID/episode`` (the match as episode JSON, league.replay.match_episode), and the same
+  ``/api/matches/ID/episode`` (the match as episode JSON, ludus.league.records.replay.match_episode), and the same
   as pages: ``/`` (live leaderboard with 95% intervals and head-to-head counts), ``/entrants/ID``,
   ``/matches/ID`` (the replay player), ``/submit`` (the upload form);
 * **the scheduler** (arena/scheduler.py) plays rating matches in the sandbox in a background
@@ -18,7 +18,7 @@ One process serves one arena directory:
 The leaderboard is rebuilt from the ledger after each recorded match, by the scheduler's thread,
 and served from memory, so reads never wait for the ledger. Uploads and the scheduler share one
 write lock; the ledger's own writer lock is held only for each write. The store stays SQLite (the
-`league.ledger.Store` interface); a deployment across machines would put a PostgreSQL store
+`ludus.league.records.ledger.Store` interface); a deployment across machines would put a PostgreSQL store
 behind the same calls.
 """
 
@@ -47,16 +47,16 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from arena.accounts import (ACCOUNT, ACCOUNTS_KEY, OPERATOR, Account, NameTakenError, NotYoursError, authenticate,
+from ludus.arena.accounts import (ACCOUNT, ACCOUNTS_KEY, OPERATOR, Account, NameTakenError, NotYoursError, authenticate,
                             check_name_free, dead, entrant_owners, withdraw, withdrawn)
-from arena.api import Arena, check_entrant_name
-from arena.leaderboard import INTERVAL_Z, RankingCache, build_leaderboard
-from arena.scheduler import Scheduler, SchedulerSettings
-from arena.store import ArenaError, ledger_exists, make_writable, read_entrants
-from arena.submission import SubmissionError
-from arena.uploads import UploadLimits, unpack_archive
-from league.ledger import Store
-from league.replay import MATCH_ID_LIMIT
+from ludus.arena.api import Arena, check_entrant_name
+from ludus.arena.leaderboard import INTERVAL_Z, RankingCache, build_leaderboard
+from ludus.arena.scheduler import Scheduler, SchedulerSettings
+from ludus.arena.store import ArenaError, ledger_exists, make_writable, read_entrants
+from ludus.arena.submission import SubmissionError
+from ludus.arena.uploads import UploadLimits, unpack_archive
+from ludus.league.records.ledger import Store
+from ludus.league.records.replay import MATCH_ID_LIMIT
 from ludus.errors import UserError
 from ludus.pages import PAGE_CSS, csp_hash
 
@@ -642,7 +642,7 @@ class SecurityHeaders:
 
 def make_app(service: ArenaService):
     """The Starlette/FastAPI application of a service (its scheduler starts with the app)."""
-    from league.replay import match_episode
+    from ludus.league.records.replay import match_episode
     from ludus.replay_page import replay_html
 
     @asynccontextmanager

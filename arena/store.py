@@ -3,7 +3,7 @@
 Layout of an arena directory (default ``./arena_state``, mode 0700: agents never see it, it is
 also in every sandbox's `SandboxConfig.hidden_paths`)::
 
-    ledger.sqlite          league.ledger.Store: matches of kind 'arena', ratings history,
+    ledger.sqlite          ludus.league.records.ledger.Store: matches of kind 'arena', ratings history,
                            players (kind 'submission' or 'bot'), meta (the arena's game,
                            TrueSkill parameters, one entry per tournament)
     writer.lock            the Store's writer lock (a tournament holds it while it runs)
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from arena.submission import Submission, SubmissionKind
-from league.ledger import LEDGER_FILENAME, PlayerRecord, Store
+from ludus.arena.submission import Submission, SubmissionKind
+from ludus.league.records.ledger import LEDGER_FILENAME, PlayerRecord, Store
 from ludus.errors import UserError
 from ludus.files import files_digest
 
@@ -90,7 +90,7 @@ class Entrant:
     """The path (or bot name) it was submitted from, for people."""
     entered_by: str | None = None
     """Who entered it: 'operator' (`ludus arena submit`, bots) or 'account' (an upload to the
-    service, by `account`); None in records from before Ludus kept it (`arena.accounts` infers it)."""
+    service, by `account`); None in records from before Ludus kept it (`ludus.arena.accounts` infers it)."""
     account: str | None = None
     """The account that uploaded it (entered_by 'account'); None otherwise."""
 
@@ -163,12 +163,12 @@ def count_tournaments(store: Store) -> int:
 def submission_digest_of_copy(kind: SubmissionKind, copy: Path, max_bytes: int) -> str:
     """Recompute the digest `validate_submission` gave, over the arena's copy.
 
-    Same definition as arena.submission (`ludus.files.files_digest` over the sorted files; a lone
+    Same definition as ludus.arena.submission (`ludus.files.files_digest` over the sorted files; a lone
     executable hashes its one file; a snapshot is its snapshot id)."""
-    from arena.submission import _scan_files
+    from ludus.arena.submission import _scan_files
 
     if kind == SubmissionKind.SNAPSHOT:
-        from agents.snapshot import SnapshotError, verify_snapshot
+        from ludus.agents.snapshot import SnapshotError, verify_snapshot
 
         try:
             return verify_snapshot(copy).snapshot_id

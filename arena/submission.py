@@ -10,15 +10,15 @@ Five kinds (`SubmissionKind`):
       entry_point = "agent:Agent"    # module:attribute, a class with act(...) or an act function
       description = "optional"
 
-  run inside the sandbox by `arena.agent_host` (see docs/arena_protocol.md for the act signature);
+  run inside the sandbox by `ludus.arena.agent_host` (see docs/arena_protocol.md for the act signature);
 * a folder with ``agent.toml`` naming ``executable = "run.sh"`` instead of ``entry_point``, or a
   lone **executable** file: any program speaking the JSON-lines protocol itself;
 * a league **snapshot** directory (``manifest.json`` + ``weights.safetensors``, agents/snapshot.py),
-  played by `arena.agent_host` with a `TorchPolicy`; never unpickled;
+  played by `ludus.arena.agent_host` with a `TorchPolicy`; never unpickled;
 * a **mixture** directory (``mixture.json`` and the member snapshots inside it, agents/mixture.py;
   a league's output policy as ``ludus export --format mixture`` writes it): each match one member,
   drawn by weight, plays;
-* a **built-in bot** by name (``random``, ``mcts-200``, ``perfect``; agents/bots.py), played
+* a **built-in bot** by name (``random``, ``mcts-200``, ``perfect``; agents/bots/builtin.py), played
   in-process since it is our own code.
 
 `validate_submission` refuses a bad submission with a one-line `SubmissionError`: missing or
@@ -43,20 +43,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from agents.mixture import MIXTURE_FILE
+from ludus.agents.mixture import MIXTURE_FILE
 from ludus.errors import UserError
 from ludus.files import files_digest
 from ludus.text import unsafe_character
 
 if TYPE_CHECKING:
-    from agents.policy import Policy
-    from arena.isolation import SandboxConfig
-    from arena.match import SandboxedAgent
-    from arena.sandbox import SandboxLimits
+    from ludus.agents.policy import Policy
+    from ludus.arena.sandbox.isolation import SandboxConfig
+    from ludus.arena.match import SandboxedAgent
+    from ludus.arena.sandbox.process import SandboxLimits
 
 MANIFEST_NAME = "agent.toml"
 SNAPSHOT_MANIFEST = "manifest.json"
-"""agents.snapshot.MANIFEST_NAME, not imported from there: that module loads torch."""
+"""ludus.agents.snapshot.MANIFEST_NAME, not imported from there: that module loads torch."""
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_FILES = 10_000
 ANY_GAME = "*"
@@ -102,8 +102,8 @@ class Submission:
 
     def argv(self, copy: Path) -> list[str]:
         """The command that runs this submission from its copy inside the sandbox (`copy`: where
-        the folder, snapshot or file lives there). Python submissions run in `arena.agent_host`."""
-        python = [sys.executable, "-B", "-s", "-m", "arena.agent_host"]
+        the folder, snapshot or file lives there). Python submissions run in `ludus.arena.agent_host`."""
+        python = [sys.executable, "-B", "-s", "-m", "ludus.arena.agent_host"]
         if self.kind == SubmissionKind.PYTHON_FOLDER:
             return python + ["--folder", str(copy), "--entry", str(self.entry_point)]
         if self.kind == SubmissionKind.SNAPSHOT:
@@ -200,7 +200,7 @@ def _check_game(declared: str | None, game_id: str | None, where: object) -> Non
             _fail(f"{where} plays {declared!r}, not {game_id!r}: submit it to a {declared!r} arena or "
                   f"change its manifest")
         return
-    from games import registry
+    from ludus.games import registry
 
     try:
         by_import = registry.resolves_by_import(declared)
@@ -221,12 +221,12 @@ def _module_file(folder: Path, module: str) -> Path | None:
 
 def _sandboxed_check(source: Path, extra_args: list[str], what: str, config: "SandboxConfig",
                      limits: "SandboxLimits", timeout_s: float) -> dict:
-    """Run ``arena.agent_host --check`` on a copy of the submission inside a sandbox."""
+    """Run ``ludus.arena.agent_host --check`` on a copy of the submission inside a sandbox."""
     import sys
 
-    from arena.sandbox import run_once
+    from ludus.arena.sandbox.process import run_once
 
-    python = [sys.executable, "-B", "-s", "-m", "arena.agent_host", "--check"]
+    python = [sys.executable, "-B", "-s", "-m", "ludus.arena.agent_host", "--check"]
     run = run_once(source, lambda copy: python + [a.replace("{copy}", str(copy)) for a in extra_args],
                    timeout_s, limits, config)
     if run.launch_error is not None:
@@ -255,8 +255,8 @@ def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
     and snapshots are loaded in a sandboxed process (`config`, `limits`) within `check_timeout_s`,
     by default the sandbox's own `limits.startup_timeout_s`: an accepted agent can start in play.
     """
-    from arena.isolation import SandboxConfig
-    from arena.sandbox import SandboxLimits
+    from ludus.arena.sandbox.isolation import SandboxConfig
+    from ludus.arena.sandbox.process import SandboxLimits
 
     config = config or SandboxConfig()
     limits = limits or SandboxLimits()
@@ -295,8 +295,8 @@ def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
 
 def _builtin(name: str, game_id: str | None) -> Submission:
     if game_id is not None:
-        from agents.bots import BotError, make_bot
-        from games import registry
+        from ludus.agents.bots.builtin import BotError, make_bot
+        from ludus.games import registry
 
         try:
             make_bot(name, registry.spec(game_id))
@@ -313,7 +313,7 @@ def _folder(root: Path, game_id: str | None, config: "SandboxConfig", limits: "S
     where = root / MANIFEST_NAME
     _check_game(declared, game_id, where)
     if declared is not None:
-        from games import registry
+        from ludus.games import registry
 
         try:
             registry.spec(declared)
@@ -344,7 +344,7 @@ def _folder(root: Path, game_id: str | None, config: "SandboxConfig", limits: "S
 
 def _snapshot(root: Path, game_id: str | None, config: "SandboxConfig", limits: "SandboxLimits",
               timeout_s: float, max_bytes: int) -> Submission:
-    from agents.snapshot import SnapshotError, read_manifest, verify_snapshot
+    from ludus.agents.snapshot import SnapshotError, read_manifest, verify_snapshot
 
     _scan_files(root, max_bytes)
     try:
@@ -381,7 +381,7 @@ def source_name(root: Path) -> str | None:
 
 def _mixture(root: Path, game_id: str | None, config: "SandboxConfig", limits: "SandboxLimits",
              timeout_s: float, max_bytes: int) -> Submission:
-    from agents.mixture import MixtureError, component_paths, read_mixture
+    from ludus.agents.mixture import MixtureError, component_paths, read_mixture
 
     files = _scan_files(root, max_bytes)
     try:
@@ -402,15 +402,15 @@ def _mixture(root: Path, game_id: str | None, config: "SandboxConfig", limits: "
 
 def make_player(submission: Submission, game_id: str, limits: "SandboxLimits | None" = None,
                 config: "SandboxConfig | None" = None) -> "SandboxedAgent | Policy":
-    """What plays a submission in `arena.sandbox.play_match`: a bot in-process, else a sandbox."""
+    """What plays a submission in `ludus.arena.sandbox.process.play_match`: a bot in-process, else a sandbox."""
     _check_game(submission.game, game_id, f"submission {submission.name!r}")
     if submission.kind == SubmissionKind.BUILTIN:
-        from agents.bots import make_bot
-        from games import registry
+        from ludus.agents.bots.builtin import make_bot
+        from ludus.games import registry
 
         return make_bot(submission.bot, registry.spec(game_id))
-    from arena.isolation import SandboxConfig
-    from arena.match import SandboxedAgent
-    from arena.sandbox import SandboxLimits
+    from ludus.arena.sandbox.isolation import SandboxConfig
+    from ludus.arena.match import SandboxedAgent
+    from ludus.arena.sandbox.process import SandboxLimits
 
     return SandboxedAgent(submission, game_id, limits or SandboxLimits(), config or SandboxConfig())

@@ -7,7 +7,7 @@ Two formats:
   pair, and each seed is played twice, once in each seat order, so no pair is luckier with its
   seeds or its seats than another (the variance reduction of paired comparisons). Pairs are
   ordered by the circle method (Berger tables): in each round every entrant plays once.
-* **ladder**: rounds of rating games chosen by `league.matchmaking.schedule_rating_matches` (the
+* **ladder**: rounds of rating games chosen by `ludus.league.records.matchmaking.schedule_rating_matches` (the
   most uncertain TrueSkill ratings first, opponents drawn by match quality, as the league rates
   its pool), each pairing played in both seat orders on one seed, until every entrant's sigma is
   under a threshold (`sigma_converged`) or the game budget is spent.
@@ -17,7 +17,7 @@ the sandbox restarts it after a fault and gives up on it when a fault or start-u
 out). Matches run in parallel, one per core by default (`play_in_parallel`): each agent plays one
 match at a time and meets its matches in schedule order, so results do not depend on timing. Every match is appended to the ledger as kind 'arena' with its moves, think times, each
 seat's status (ok | error | timeout | invalid), fault reason and stderr tail, and rated with
-TrueSkill by `league.ratings.rate_and_record` in the same transaction.
+TrueSkill by `ludus.league.records.ratings.rate_and_record` in the same transaction.
 
 Team games (two sides of several seats, e.g. ``teams(game=tic_tac_toe)``) are played the same
 way: a pairing is two entrants, one per side, and an entrant plays every seat of its side, each
@@ -36,17 +36,17 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from arena.isolation import SandboxConfig
-from arena.match import MatchLimits, MatchRecord, SandboxedAgent, play_match
-from arena.sandbox import SandboxLimits
-from arena.store import ArenaError, Entrant
-from league.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
-from league.matchmaking import schedule_rating_matches, sigma_converged
-from league.ratings import RatingTable, rate_and_record
+from ludus.arena.sandbox.isolation import SandboxConfig
+from ludus.arena.match import MatchLimits, MatchRecord, SandboxedAgent, play_match
+from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.store import ArenaError, Entrant
+from ludus.league.records.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
+from ludus.league.records.matchmaking import schedule_rating_matches, sigma_converged
+from ludus.league.records.ratings import RatingTable, rate_and_record
 
 if TYPE_CHECKING:
-    from agents.policy import Policy
-    from games.core import GameSpec
+    from ludus.agents.policy import Policy
+    from ludus.games.core import GameSpec
 
 FORMATS = ("round-robin", "ladder")
 MATCH_KIND = "arena"
@@ -339,7 +339,7 @@ def entrant_agents(entrant: Entrant, arena_dir: Path, game: str, spec: "GameSpec
                    sandbox_config: SandboxConfig) -> list["SandboxedAgent | Policy"]:
     """What plays an entrant: one agent per seat of the game's largest side (a team entrant plays
     every seat of its side, each seat its own sandboxed process)."""
-    from arena.submission import make_player
+    from ludus.arena.submission import make_player
 
     return [make_player(entrant.submission(arena_dir), game, sandbox_limits, sandbox_config)
             for _ in range(max(map(len, spec.sides)))]
@@ -377,7 +377,7 @@ def play_tournament(store: Store, arena_dir: Path, entrants: Sequence[Entrant], 
     so an interrupted tournament leaves whole rounds in the ledger and the ratings consistent
     with them. Every sandboxed process is shut down and verified gone before this returns.
     """
-    from games import registry
+    from ludus.games import registry
 
     spec = registry.spec(settings.game)
     check_two_sides(spec)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterator
 
-from arena.submission import SubmissionError
+from ludus.arena.submission import SubmissionError
 
 _CHUNK = 1 << 16
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from arena.isolation import SandboxConfig, resolve_isolation
-from arena.match import MatchLimits, SandboxedAgent
-from arena.sandbox import SandboxLimits
-from arena.submission import validate_submission
+from ludus.arena.sandbox.isolation import SandboxConfig, resolve_isolation
+from ludus.arena.match import MatchLimits, SandboxedAgent
+from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.submission import validate_submission
 
 REPO = Path(__file__).resolve().parent.parent
 AGENT = REPO / "examples" / "agents" / "random_python"

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from arena.api import Arena, ArenaConfig
-from arena.match import MatchLimits
+from ludus.arena.api import Arena, ArenaConfig
+from ludus.arena.match import MatchLimits
 
 REPO = Path(__file__).resolve().parent.parent
 THINKER = REPO / "tests" / "agents" / "thinker"

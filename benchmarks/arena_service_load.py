@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 TARGET_MS = 100.0
 REPO = Path(__file__).resolve().parents[1]
 HEADER_TIMEOUT_S = 10.0
-"""The service's default header deadline (`arena.service.ServiceConfig.header_timeout_s`)."""
+"""The service's default header deadline (`ludus.arena.service.ServiceConfig.header_timeout_s`)."""
 SLACK_S = 3.0
 
 
@@ -158,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from league.ledger import Store
-    from arena.testing import ServiceProcess, agent_zip, run_ludus
+    from ludus.league.records.ledger import Store
+    from ludus.arena.testing import ServiceProcess, agent_zip, run_ludus
 
     archive = agent_zip(REPO / "examples" / "agents" / "random_python")
     with tempfile.TemporaryDirectory(prefix="ludus-arena-load-") as tmp:

@@ -8,7 +8,7 @@ against random play and OpenSpiel's MCTS.
 2. Evaluate the main agent: the live learner 'main' at the last checkpoint (its weights exactly
    as training left them), acting from the policy net alone — greedy (argmax of the masked
    policy) by default, or sampling (`--mode sampling`). Opponents: `random`, and
-   `make_bot("mcts-K(compiled=false)", spec)` (agents/bots.py: OpenSpiel's own C++ MCTS with random
+   `make_bot("mcts-K(compiled=false)", spec)` (agents/bots/builtin.py: OpenSpiel's own C++ MCTS with random
    rollouts and MCTS-Solver; the league's anchors play the same search compiled for connect four,
    which plays the same distribution of moves, but the goals keep OpenSpiel's as their reference).
    The MCTS bot seeds its search afresh at every move from the runner's generator, so every game
@@ -93,7 +93,7 @@ class TrainingOutcome:
 
 def seat_record(outcomes: list[float], seat: int | None) -> SeatRecord:
     """Tally outcomes (1 win, 0.5 draw, 0 loss) into a SeatRecord with a Wilson interval."""
-    from league.stats import wilson_interval
+    from ludus.league.stats import wilson_interval
 
     games = len(outcomes)
     wins = sum(o == 1.0 for o in outcomes)
@@ -148,10 +148,10 @@ def freeze_main(run_dir: Path, directory: Path) -> Path:
     """Save the live learner 'main' of the run's last checkpoint as a snapshot directory."""
     from safetensors.torch import load as safetensors_load
 
-    from agents.nets import ActorCritic
-    from agents.snapshot import Lineage, save_snapshot
-    from games.registry import spec as game_spec
-    from league.config import config_from_dict
+    from ludus.agents.nets import ActorCritic
+    from ludus.agents.snapshot import Lineage, save_snapshot
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.config import config_from_dict
 
     config = config_from_dict(json.loads((run_dir / "config.json").read_text()))
     pointer = json.loads((run_dir / "checkpoint.json").read_text())
@@ -170,14 +170,14 @@ def freeze_main(run_dir: Path, directory: Path) -> Path:
 def evaluate(snapshot: Path, opponents: list[str], games_per_seat: int, greedy: bool, seed: int,
              workers: int, num_envs: int = 128) -> list[MatchupResult]:
     """The snapshot against each bot, `games_per_seat` games from each seat, on league runners."""
-    from agents.nets import NetConfig
-    from evaluation.evaluate import pair_seed
-    from games.registry import spec as game_spec
-    from league.backends import ProcessBackend
-    from league.learners import ActorCriticArchitecture
-    from league.ledger import outcomes_from_returns
-    from league.population import Member
-    from league.runner import MatchAssignment, PlayTask
+    from ludus.agents.nets import NetConfig
+    from ludus.evaluation.evaluate import pair_seed
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.play.backends import ProcessBackend
+    from ludus.league.learners.base import ActorCriticArchitecture
+    from ludus.league.records.ledger import outcomes_from_returns
+    from ludus.league.records.population import Member
+    from ludus.league.play.runner import MatchAssignment, PlayTask
 
     spec = game_spec("connect_four")
     candidate = Member("candidate", "snapshot", "evaluated", snapshot_path=str(snapshot.resolve()))

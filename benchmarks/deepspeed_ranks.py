@@ -1,6 +1,6 @@
 """DeepSpeed across ranks: 2 data-parallel ranks with half the batch each vs 1 rank with the whole.
 
-Runs `agents.data_parallel.run_ranks` (processes with gloo on loopback, ZeRO stage 1 by default:
+Runs `ludus.agents.data_parallel.run_ranks` (processes with gloo on loopback, ZeRO stage 1 by default:
 the optimizer state is partitioned across the ranks) on a synthetic tic-tac-toe PPO batch, one
 update of 2 epochs of 128-row minibatches on 1,024 rows, with 2 ranks and with 1, and compares the
 weights. Prints the time of both (on this 2-core machine the ranks share the cores and gloo's
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=1)
     args = parser.parse_args(argv)
 
-    from agents.data_parallel import max_difference, run_ranks
+    from ludus.agents.data_parallel import max_difference, run_ranks
 
     settings = dict(zero_stage=args.zero_stage, rows=args.rows, minibatch=128, epochs=2, updates=args.updates)
     two = run_ranks(2, **settings)

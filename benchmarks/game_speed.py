@@ -8,7 +8,7 @@ Every workload plays uniformly random legal moves and, per move, produces what a
     actions are drawn uniformly among the legal ones by whole-array numpy operations
     (`UniformLegalChooser`; included in the timing);
 (b) PettingZoo ``connect_four_v3.env()``, the usual AEC loop (``last()`` then ``step``);
-(c) the pyspiel adapter ``games.spiel`` through the Game protocol (observation, legal_mask, step).
+(c) the pyspiel adapter ``ludus.games.adapters.spiel`` through the Game protocol (observation, legal_mask, step).
 
 The three run interleaved, repeat after repeat, so that load from other processes hits all of
 them alike; each rate is the median over repeats and the goal ratio is the median of the
@@ -65,7 +65,7 @@ class NativeRun:
     """Random self-play on `num_boards` native connect four boards, stepped together."""
 
     def __init__(self, num_boards: int, rng: np.random.Generator):
-        from games import registry
+        from ludus.games import registry
 
         self.vec = registry.make_vector("connect_four", num_boards, seed=0)
         self.choose = UniformLegalChooser(num_boards, self.vec.spec.num_actions)
@@ -125,12 +125,12 @@ class PettingZooRun:
 def spiel_connect_four(seconds: float, rng: np.random.Generator) -> tuple[float, str]:
     """Moves/s through the pyspiel adapter, or through raw pyspiel if the adapter is absent."""
     try:
-        from games.spiel import make_spiel_game
+        from ludus.games.adapters.spiel import make_spiel_game
     except ModuleNotFoundError as exc:
-        if exc.name != "games.spiel":
+        if exc.name != "ludus.games.adapters.spiel":
             raise
-        return _raw_spiel(seconds, rng), "raw pyspiel (games.spiel absent): apply_action + legal_actions + observation_tensor"
-    from games.core import is_over
+        return _raw_spiel(seconds, rng), "raw pyspiel (ludus.games.adapters.spiel absent): apply_action + legal_actions + observation_tensor"
+    from ludus.games.core import is_over
 
     game = make_spiel_game("connect_four")
     game.reset(0)
@@ -145,7 +145,7 @@ def spiel_connect_four(seconds: float, rng: np.random.Generator) -> tuple[float,
             moves += 1
             if is_over(game):
                 game.reset(int(rng.integers(2**31)))
-    return moves / (time.perf_counter() - start), "games.spiel adapter: observation + legal_mask + step"
+    return moves / (time.perf_counter() - start), "ludus.games.adapters.spiel adapter: observation + legal_mask + step"
 
 
 def _raw_spiel(seconds: float, rng: np.random.Generator) -> float:

@@ -19,18 +19,18 @@ same masked logits for the same steps, interleaved round by round, one torch thr
 * `torch bf16, one call per policy` — weights and activations in bfloat16, fp32 logits
   (AVX512-BF16 here);
 * `torch fp32/bf16, transposed weights, addmm` — weights stored [in, out], relu in place;
-* `torch bf16, fused, one call per policy` — each net alone through `agents.nets.FusedActing`;
-* `torch bf16, StackedActors` — frozen nets in bfloat16 as one `agents.nets.StackedActors`,
+* `torch bf16, fused, one call per policy` — each net alone through `ludus.agents.nets.FusedActing`;
+* `torch bf16, StackedActors` — frozen nets in bfloat16 as one `ludus.agents.nets.StackedActors`,
   either padded (`baddbmm`: stacked weights, one batched matmul per layer, groups padded to a
-  multiple of `agents.torch_policy.PAD_ROWS`) or grouped (the runner's path where the kernel
+  multiple of `ludus.agents.torch_policy.PAD_ROWS`) or grouped (the runner's path where the kernel
   builds: `torch.ops.ludus.grouped_linear`, each net's rows only, weights packed once, see
   agents/kernels.py), with the learner's net as it is (`learner unfused`) or as the runner runs
-  it (`learner fused`: `agents.nets.FusedActing`, each activation inside its product, the policy
+  it (`learner fused`: `ludus.agents.nets.FusedActing`, each activation inside its product, the policy
   and value heads one product);
 
 and prints each one's time per step relative to the first. The recorded steps repeat from
 round to round, and so do their batch sizes, which flatters bf16: oneDNN builds a bf16 matmul
-for every new row count (`agents.torch_policy.PAD_ROWS`). Logits are not all of a runner's
+for every new row count (`ludus.agents.torch_policy.PAD_ROWS`). Logits are not all of a runner's
 step, either: sampling, and the calls themselves. So the script then plays whole self-play tasks
 through `Runner.play`, interleaved: every policy asked alone in float32 (one `act` per policy,
 as runners asked before `TorchPolicy.act_together`; each call samples as `act` does now), the policies asked together in float32 (one sampling pass
@@ -63,13 +63,13 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agents.kernels import grouped_linear_available, grouped_linear_status  # noqa: E402
-from agents.nets import ActorCritic, FusedActing, NetConfig, StackedActors, masked_logits  # noqa: E402
-from agents.policy import ActBatch, ActOutput, AskedAlone  # noqa: E402
-from agents.snapshot import load_snapshot  # noqa: E402
-from agents.torch_policy import PAD_ROWS, TorchPolicy  # noqa: E402
-from games.registry import make_vector, spec as game_spec  # noqa: E402
-from league.backends import make_runner  # noqa: E402
+from ludus.agents.kernels import grouped_linear_available, grouped_linear_status  # noqa: E402
+from ludus.agents.nets import ActorCritic, FusedActing, NetConfig, StackedActors, masked_logits  # noqa: E402
+from ludus.agents.policy import ActBatch, ActOutput, AskedAlone  # noqa: E402
+from ludus.agents.snapshot import load_snapshot  # noqa: E402
+from ludus.agents.torch_policy import PAD_ROWS, TorchPolicy  # noqa: E402
+from ludus.games.registry import make_vector, spec as game_spec  # noqa: E402
+from ludus.league.play.backends import make_runner  # noqa: E402
 from league_selfplay_vs_pettingzoo import build_task  # noqa: E402
 
 Step = list[tuple[int, np.ndarray, np.ndarray]]
@@ -162,9 +162,9 @@ def torch_transposed(nets: list[ActorCritic], dtype: torch.dtype) -> Callable[[S
 
 def stacked_actors(nets: list[ActorCritic], dtype: torch.dtype, fuse_learner: bool,
                    grouped: bool) -> Callable[[Step], None]:
-    """Frozen nets of one architecture as one agents.nets.StackedActors: the grouped kernel, or one
+    """Frozen nets of one architecture as one ludus.agents.nets.StackedActors: the grouped kernel, or one
     baddbmm per layer with groups padded to the largest (rounded up to PAD_ROWS); the learner
-    alone, with its activations fused into the products (agents.nets.FusedActing) or not."""
+    alone, with its activations fused into the products (ludus.agents.nets.FusedActing) or not."""
     copies = [copy.deepcopy(net).to(dtype) for net in nets]
     stack = StackedActors(copies[1:], grouped=grouped)
     learner = FusedActing(copies[0], with_values=True) if fuse_learner else copies[0]
@@ -184,7 +184,7 @@ def stacked_actors(nets: list[ActorCritic], dtype: torch.dtype, fuse_learner: bo
 
 
 def fused_per_policy(nets: list[ActorCritic]) -> Callable[[Step], None]:
-    """Every net alone in bf16 with its activations fused (agents.nets.FusedActing), rows padded
+    """Every net alone in bf16 with its activations fused (ludus.agents.nets.FusedActing), rows padded
     to a multiple of PAD_ROWS as TorchPolicy pads them."""
     fused = [FusedActing(copy.deepcopy(net).to(torch.bfloat16), with_values=i == 0) for i, net in enumerate(nets)]
 

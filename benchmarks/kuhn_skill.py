@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser, "kuhn_poker")
     args = parser.parse_args(argv)
 
-    from agents.exploitability import exploitability
-    from agents.policy import RandomPolicy
+    from ludus.agents.solvers.exploitability import exploitability
+    from ludus.agents.policy import RandomPolicy
 
     uniform = exploitability("spiel:kuhn_poker", RandomPolicy())
     results, loads = train_seeds(args)

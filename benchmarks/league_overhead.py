@@ -24,9 +24,9 @@ GOAL = 0.05
 def make_snapshots(directory: Path, count: int) -> list[str]:
     import torch
 
-    from agents.nets import ActorCritic, NetConfig
-    from agents.snapshot import save_snapshot
-    from games.registry import spec as game_spec
+    from ludus.agents.nets import ActorCritic, NetConfig
+    from ludus.agents.snapshot import save_snapshot
+    from ludus.games.registry import spec as game_spec
 
     spec = game_spec("connect_four")
     config = NetConfig(hidden=(16,))
@@ -43,7 +43,7 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=4)
     parser.add_argument("--matches", type=int, default=1024, help="training matches per iteration")
     args = parser.parse_args()
-    from league.api import League, load_config
+    from ludus.league.api import League, load_config
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -23,16 +23,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from game_speed import PettingZooRun  # noqa: E402
 
-from agents.kernels import grouped_linear_status  # noqa: E402
-from agents.nets import ActorCritic  # noqa: E402
-from agents.pretrained import DTYPES  # noqa: E402
-from agents.torch_policy import TorchPolicy  # noqa: E402
-from games.registry import spec as game_spec  # noqa: E402
-from league.api import load_config  # noqa: E402
-from league.backends import make_runner  # noqa: E402
-from league.matchmaking import MatchmakingMix, sample_opponents  # noqa: E402
-from league.payoff import PayoffTable  # noqa: E402
-from league.runner import MatchAssignment, PlayTask  # noqa: E402
+from ludus.agents.kernels import grouped_linear_status  # noqa: E402
+from ludus.agents.nets import ActorCritic  # noqa: E402
+from ludus.agents.lm.pretrained import DTYPES  # noqa: E402
+from ludus.agents.torch_policy import TorchPolicy  # noqa: E402
+from ludus.games.registry import spec as game_spec  # noqa: E402
+from ludus.league.api import load_config  # noqa: E402
+from ludus.league.play.backends import make_runner  # noqa: E402
+from ludus.league.records.matchmaking import MatchmakingMix, sample_opponents  # noqa: E402
+from ludus.league.records.payoff import PayoffTable  # noqa: E402
+from ludus.league.play.runner import MatchAssignment, PlayTask  # noqa: E402
 
 GOAL = 40.0
 
@@ -78,7 +78,7 @@ def main() -> int:
     policies = {}
     for i, pid in enumerate(["learner"] + [f"snap{i}" for i in range(args.snapshots)]):
         torch.manual_seed(i)
-        # Frozen snapshots act without their critic, as the league loads them (league/population.py).
+        # Frozen snapshots act without their critic, as the league loads them (league/records/population.py).
         policies[pid] = TorchPolicy(ActorCritic(spec, config).eval(), compute_values=pid == "learner", dtype=dtype)
     runner = make_runner("connect_four", args.boards, seed=0)
     rng = np.random.default_rng(0)

@@ -1,7 +1,7 @@
 """End-to-end league training on connect four against PettingZoo's random loop, in board moves per second per core.
 
 The league side is everything `ludus train connect_four` does, through the same calls as the CLI
-(`league.api.load_config` on the `connect_four` preset, `League.create`, `run`, `close`): the
+(`ludus.league.api.load_config` on the `connect_four` preset, `League.create`, `run`, `close`): the
 initial snapshots, starting the runner processes, matchmaking, playing (the learners against
 themselves, their snapshots and the anchor bots, random and MCTS), PPO updates, the ledger with
 TrueSkill updates, payoff, snapshots, checkpoints and metric logging. The preset is used as is;
@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from game_speed import PettingZooRun  # noqa: E402
 
 if TYPE_CHECKING:
-    from league.config import LeagueConfig
+    from ludus.league.config import LeagueConfig
 
 GOAL = 1.0
 """Target of the per-core ratio (issue 19; stretch 2.0)."""
@@ -100,8 +100,8 @@ def _cpu_seconds(who: int) -> float:
 
 def train_once(iterations: int | None, run_dir: Path, overrides: list[str], search_sample: int) -> TrainingRun:
     """`ludus train connect_four --set iterations=N --run run_dir`, timed, without printing the status table."""
-    from league import api
-    from league.manager import League
+    from ludus.league import api
+    from ludus.league.manager import League
 
     config = api.load_config(PRESET, ([f"iterations={iterations}"] if iterations is not None else []) + overrides)
     phases = dict.fromkeys(PHASES, 0.0)
@@ -138,7 +138,7 @@ def train_once(iterations: int | None, run_dir: Path, overrides: list[str], sear
 
 def _ledger_totals(run_dir: Path) -> tuple[int, int, float]:
     """(moves, matches, runner seconds) of every match in the run's ledger."""
-    from league.ledger import Store
+    from ludus.league.records.ledger import Store
 
     moves = matches = 0
     runner_seconds = 0.0
@@ -156,11 +156,11 @@ def _search_seconds(run_dir: Path, config: LeagueConfig, sample: int) -> dict[st
     of its matches (drawn with a fixed seed) are replayed from the ledger and each of the anchor's
     moves is searched again by the bot itself (`MCTSBot.act` on batches of up to 256 rows, as a
     runner calls it); the mean time per move is scaled to all of the anchor's moves."""
-    from agents.bots import MCTSBot, make_bot
-    from agents.policy import ActBatch
-    from games.registry import spec as game_spec
-    from league.founders import founding_members
-    from league.ledger import Store
+    from ludus.agents.bots.builtin import MCTSBot, make_bot
+    from ludus.agents.policy import ActBatch
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.founders import founding_members
+    from ludus.league.records.ledger import Store
 
     spec = game_spec(config.game)
     bots = {m.player_id: (m.bot, make_bot(m.bot, spec)) for m in founding_members(config, spec) if m.bot}

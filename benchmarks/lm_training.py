@@ -12,7 +12,7 @@ from typing import Callable
 def budget_league(preset: str, seed: int, run_dir: Path, overrides: list[str]):
     """A new league of `preset` whose length is set by the budget, not the preset's iterations,
     with logging quiet and local; `overrides` (key=value) last."""
-    from league.api import League, load_config
+    from ludus.league.api import League, load_config
 
     config = load_config(preset, [f"seed={seed}", "iterations=1000000", "log.progress=false", "log.wandb=disabled",
                                   "log.tensorboard=false", *overrides])
@@ -62,7 +62,7 @@ def train_within(league, budget: float, label: str = "",
         iterations += 1
         losses = summary.losses.get("main", {})
         phases = " ".join(f"{k} {v:.1f}" for k, v in summary.phase_seconds.items() if v >= 0.1)
-        # text_ppo reports its turns; text_mmd its answer table (agents/text_mmd.py); text_exit its searches
+        # text_ppo reports its turns; text_mmd its answer table (agents/lm/text_mmd.py); text_exit its searches
         shown = [(k, losses[k]) for k in PROGRESS_KEYS if k in losses]
         size = "" if matches is None else f"{matches} matches, "
         print(f"{label}it {iterations} {trained_seconds:6.0f}s ({size}{phases}) "

@@ -2,11 +2,11 @@
 budget per seed, then the share of the random -> scripted gap the trained actor closes.
 
 Each seed trains the `simple_spread` preset (learner 'mappo': one actor shared by the three
-agents, a centralised critic on the env's global state; league/mappo.py) in its own process with
+agents, a centralised critic on the env's global state; league/learners/mappo.py) in its own process with
 one torch thread, two seeds at a time on this 2-core machine; a run stops before the iteration
 that would pass the budget (or at the preset's last iteration). The main learner's actor is then
 evaluated greedily on the same evaluation episodes as a uniform random policy and the scripted
-optimal-assignment policy (agents.mpe_scripted), as benchmarks/mappo_spread.py does for the
+optimal-assignment policy (ludus.agents.bots.mpe_scripted), as benchmarks/mappo_spread.py does for the
 stand-alone trainer:
 
     gap closed = (trained - random) / (scripted - random)   (mean episode return per agent)
@@ -34,9 +34,9 @@ TARGET, SEED_TARGET = 0.60, 0.55
 def train(seed: int, budget: float, run_root: str, eval_episodes: int, eval_seed: int, overrides: list[str]) -> dict:
     import torch
 
-    from agents.mappo import evaluate_policy
-    from agents.torch_policy import TorchPolicy
-    from league.api import League, load_config
+    from ludus.agents.rl.mappo import evaluate_policy
+    from ludus.agents.torch_policy import TorchPolicy
+    from ludus.league.api import League, load_config
 
     torch.set_num_threads(1)
     config = load_config("simple_spread", [f"seed={seed}", "log.wandb=disabled", "log.tensorboard=false",
@@ -59,9 +59,9 @@ def train(seed: int, budget: float, run_root: str, eval_episodes: int, eval_seed
 
 
 def reference(name: str, game: str, eval_episodes: int, eval_seed: int) -> float:
-    from agents.mappo import evaluate_policy
-    from agents.mpe_scripted import SpreadScriptedPolicy
-    from agents.policy import RandomPolicy
+    from ludus.agents.rl.mappo import evaluate_policy
+    from ludus.agents.bots.mpe_scripted import SpreadScriptedPolicy
+    from ludus.agents.policy import RandomPolicy
 
     policy = {"random": RandomPolicy(), "scripted": SpreadScriptedPolicy()}[name]
     return evaluate_policy(game, policy, eval_episodes, eval_seed, greedy=True).mean
@@ -76,7 +76,7 @@ def main() -> int:
     parser.add_argument("--eval-seed", type=int, default=12345)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="preset overrides (key=value)")
     args = parser.parse_args()
-    from league.api import load_config
+    from ludus.league.api import load_config
 
     game = load_config("simple_spread", args.overrides).game
     started = time.perf_counter()

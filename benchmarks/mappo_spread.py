@@ -5,16 +5,16 @@ observation: the same code with critic_input="local") for the same number of env
 steps on each of several seeds, with the training runs spread over worker processes (one torch
 thread each), then evaluates every trained actor greedily (as the authors' code evaluates) on
 the same evaluation episodes as a uniform random policy and the scripted optimal-assignment
-policy (agents.mpe_scripted).
+policy (ludus.agents.bots.mpe_scripted).
 
-Reward (mpe2, through games.pz unchanged): each agent gets, per step, 0.5 x the global reward
+Reward (mpe2, through ludus.games.adapters.pz unchanged): each agent gets, per step, 0.5 x the global reward
 (minus the sum over landmarks of the distance to the nearest agent) + 0.5 x its local reward
 (-1 per other agent it collides with), i.e. local_ratio=0.5. Figures: mean episode return per
 agent (the mean over the 3 agents of their 25-step returns), and the share of the
 random -> scripted gap MAPPO closes:
     gap closed = (mappo - random) / (scripted - random).
 
-The environment is PettingZoo's (through games.pz, ~0.25 ms per joint step with 128 games per
+The environment is PettingZoo's (through ludus.games.adapters.pz, ~0.25 ms per joint step with 128 games per
 call), so the budget is environment steps. Measured CPU cost per joint step of training: MAPPO
 ~0.47 ms (reading `env.state()` for the critic is 0.055 ms of it), IPPO ~0.39 ms; 3 seeds x 2
 algorithms x 400k steps then take ~9 min on 2 idle cores. On a busy machine it takes longer.
@@ -39,7 +39,7 @@ GAP_TARGET = 0.60
 
 def benchmark_config():
     """The paper's MPE defaults (MAPPOConfig) with the changes made for this small budget."""
-    from agents.mappo import MAPPOConfig
+    from ludus.agents.rl.mappo import MAPPOConfig
 
     # Tuned on this task for ~1-2% of the paper's 10M+ steps (sweeps over gamma, lambda, lr,
     # epochs, minibatches, entropy, width, layer norms, agent ids, batch size; 2 seeds each):
@@ -69,7 +69,7 @@ class RunResult:
 def train_and_evaluate(algorithm: str, seed: int, steps: int, eval_episodes: int, eval_seed: int) -> RunResult:
     import torch
 
-    from agents.mappo import evaluate_policy, train_cooperative
+    from ludus.agents.rl.mappo import evaluate_policy, train_cooperative
 
     torch.set_num_threads(1)
     critic_input = {"mappo": "global", "ippo": "local"}[algorithm]
@@ -82,9 +82,9 @@ def train_and_evaluate(algorithm: str, seed: int, steps: int, eval_episodes: int
 
 
 def evaluate_reference(name: str, eval_episodes: int, eval_seed: int) -> tuple[float, float]:
-    from agents.mappo import evaluate_policy
-    from agents.mpe_scripted import SpreadScriptedPolicy
-    from agents.policy import RandomPolicy
+    from ludus.agents.rl.mappo import evaluate_policy
+    from ludus.agents.bots.mpe_scripted import SpreadScriptedPolicy
+    from ludus.agents.policy import RandomPolicy
 
     policy = {"random": RandomPolicy(), "scripted": SpreadScriptedPolicy()}[name]
     evaluation = evaluate_policy(GAME, policy, eval_episodes, eval_seed, greedy=True)

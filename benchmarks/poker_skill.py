@@ -4,7 +4,7 @@ The shared machinery of `kuhn_skill.py` and `leduc_skill.py`. For each seed, tra
 Kuhn a PSRO league, whose output is the meta-strategy of the population's exact meta-game,
 league/psro.py; on Leduc self-play whose output is the average of its snapshots) for a wall-clock
 budget of training time, in its own process, and measures exactly, with OpenSpiel's best responses
-(`evaluation.league_hooks.exploitability_metrics`, what `ludus train` logs):
+(`ludus.evaluation.league_hooks.exploitability_metrics`, what `ludus train` logs):
 
 * the league's output policy (league/output.py), its members aggregated reach-weighted into one
   behaviour policy;
@@ -33,7 +33,7 @@ def run_seed(preset: str, seed: int, budget: float, run_dir: Path, overrides: li
     import torch
 
     from benchmarks.lm_training import budget_league
-    from evaluation.league_hooks import exploitability_metrics
+    from ludus.evaluation.league_hooks import exploitability_metrics
 
     torch.set_num_threads(1)
     league = budget_league(preset, seed, run_dir, overrides)

@@ -1,6 +1,6 @@
 """Wall time to reach mean return 475 on CartPole-v1: Ludus PPO through the game layer vs CleanRL.
 
-(a) ours: `agents.ppo.train_single_player("gym:CartPole-v1", ...)` — the registry's Gymnasium
+(a) ours: `ludus.agents.rl.ppo.train_single_player("gym:CartPole-v1", ...)` — the registry's Gymnasium
     adapter, `LoopVectorGame`, `TorchPolicy`, `SeatTrajectoryBuilder` and `PPOLearner`.
 (b) reference: a single-file PPO written below the way CleanRL's ppo.py is (gymnasium's
     SyncVectorEnv directly, its rollout storage and GAE loop, its update), with the same
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.nets import layer_init
-from agents.ppo import PPOConfig, train_single_player
+from ludus.agents.nets import layer_init
+from ludus.agents.rl.ppo import PPOConfig, train_single_player
 
 TARGET_RETURN = 475.0
 RETURN_WINDOW = 20

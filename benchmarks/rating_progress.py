@@ -6,13 +6,13 @@
    a few minutes here); the preset itself is not changed. `--rate-only DIR` rates the run of a
    full `ludus train connect_four` (e.g. the one benchmarks/connect_four_skill.py --run DIR
    keeps) instead.
-2. Reads the run's own TrueSkill ratings (`league.api.stored_ratings`: the ledger's ratings
+2. Reads the run's own TrueSkill ratings (`ludus.league.api.stored_ratings`: the ledger's ratings
    history, built from the league's rating matches only).
 3. Rating-only round robin after training (unless --round-robin-games 0): every pair of the main
    agent's snapshots and the anchors plays `--round-robin-games` games (half with each player
    first, seeds spawned from --seed, both players sampling from their policies as in the league),
    on a league `Runner` in this process. The games are rated in a seeded random order into a
-   `league.ratings.RatingTable` that starts from the run's stored ratings and uses the run's
+   `ludus.league.records.ratings.RatingTable` that starts from the run's stored ratings and uses the run's
    TrueSkill constants, i.e. they are more rating matches of the same league. Training
    exploiters' snapshots are left out (they are not the main agent). The same games rated alone,
    from the prior, are printed as an independent check.
@@ -89,14 +89,14 @@ def round_robin(run_dir: Path, players: list[str], games_per_pair: int, seed: in
     """Every pair of `players` plays `games_per_pair` games (half from each seat). Returns the
     played matches, the ratings continued from the run's stored ones with these games, and the
     ratings from these games alone (every player from the prior: an independent check)."""
-    from evaluation.evaluate import pair_seed, play_assignments
-    from league.rundata import open_ledger, read_run, trueskill_params
-    from games.registry import spec as game_spec
-    from league.api import stored_ratings
-    from league.ledger import MatchResult, SeatResult, outcomes_from_returns
-    from league.population import load_member_policy
-    from league.ratings import RatingTable
-    from league.runner import MatchAssignment
+    from ludus.evaluation.evaluate import pair_seed, play_assignments
+    from ludus.league.rundata import open_ledger, read_run, trueskill_params
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.api import stored_ratings
+    from ludus.league.records.ledger import MatchResult, SeatResult, outcomes_from_returns
+    from ludus.league.records.population import load_member_policy
+    from ludus.league.records.ratings import RatingTable
+    from ludus.league.play.runner import MatchAssignment
 
     run = read_run(run_dir)
     spec = game_spec(run.game_id)
@@ -160,8 +160,8 @@ def main() -> int:
                         help="do not train: rate the main snapshots of this existing run")
     args = parser.parse_args()
 
-    from league.rundata import read_run
-    from league.api import League, load_config, stored_ratings
+    from ludus.league.rundata import read_run
+    from ludus.league.api import League, load_config, stored_ratings
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.rate_only:

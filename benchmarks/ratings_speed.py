@@ -2,7 +2,7 @@
 
 Measures, in one run:
   * two-player TrueSkill updates/s: `trueskill.rate_1vs1` (factor graph) vs the exact closed form
-    (`league.ratings.rate_1vs1`) vs the batched numpy form (`rate_1vs1_batch`);
+    (`ludus.league.records.ratings.rate_1vs1`) vs the batched numpy form (`rate_1vs1_batch`);
   * the league core's cost for one batch with a 1,000-player pool: draw 1,024 opponents (PFSP +
     self-play + uniform), count 1,024 training results in the payoff table, schedule and rate 256
     rating games, and append all 1,280 matches to the SQLite ledger.
@@ -21,10 +21,10 @@ import time
 import numpy as np
 import trueskill
 
-from league.ledger import MatchResult, SeatResult, Store
-from league.matchmaking import MatchmakingMix, sample_opponents, schedule_rating_matches
-from league.payoff import PayoffTable
-from league.ratings import Rating, RatingTable, TrueSkillParams, rate_1vs1, rate_1vs1_batch, rate_and_record
+from ludus.league.records.ledger import MatchResult, SeatResult, Store
+from ludus.league.records.matchmaking import MatchmakingMix, sample_opponents, schedule_rating_matches
+from ludus.league.records.payoff import PayoffTable
+from ludus.league.records.ratings import Rating, RatingTable, TrueSkillParams, rate_1vs1, rate_1vs1_batch, rate_and_record
 
 
 def per_second(fn, count: int, repeats: int = 3) -> float:

@@ -53,15 +53,15 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from agents.nets import ActorCritic, NetConfig
-    from agents.snapshot import save_snapshot
-    from games.registry import spec as game_spec
-    from league.backends import LearnerWeights, ProcessBackend
-    from league.learners import ActorCriticArchitecture
-    from league.seeds import match_seed
-    from league.population import Member
-    from league.ray_backend import RayBackend
-    from league.runner import MatchAssignment, PlayTask
+    from ludus.agents.nets import ActorCritic, NetConfig
+    from ludus.agents.snapshot import save_snapshot
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.play.backends import LearnerWeights, ProcessBackend
+    from ludus.league.learners.base import ActorCriticArchitecture
+    from ludus.league.seeds import match_seed
+    from ludus.league.records.population import Member
+    from ludus.league.play.ray_backend import RayBackend
+    from ludus.league.play.runner import MatchAssignment, PlayTask
 
     game = "connect_four"
     spec, net_config = game_spec(game), NetConfig(hidden=(64, 64))
@@ -109,7 +109,7 @@ def main() -> None:
         from ray.cluster_utils import Cluster
 
         # Each node gets the CPUs for its share of runners (RUNNER_CPUS each): the same cores in all.
-        from league.ray_backend import RUNNER_CPUS
+        from ludus.league.play.ray_backend import RUNNER_CPUS
 
         per_node = max(1, math.ceil(args.runners * RUNNER_CPUS / args.nodes))
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": per_node, "include_dashboard": False})

@@ -86,7 +86,7 @@ def tiny_llama(directory: Path) -> Path:
     from conftest import _tiny_llama  # noqa: E402  (the one definition of the tiny model)
     from transformers import AutoTokenizer
 
-    from agents.pretrained import base_model_dir
+    from ludus.agents.lm.pretrained import base_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(base_model_dir("smollm2-135m-instruct"), local_files_only=True)
     return _tiny_llama(directory, tokenizer, 0)
@@ -141,7 +141,7 @@ def run_with_kills(run_dir: Path, overrides: list[str], kills: list[tuple[int, f
 
 def ledger_rows(run_dir: Path) -> list[tuple]:
     """The ledger without wall-clock fields, and the ratings history (`Store.comparable_rows`)."""
-    from league.ledger import Store
+    from ludus.league.records.ledger import Store
 
     with Store.open(run_dir, mode="read") as store:
         return store.comparable_rows()

@@ -57,10 +57,10 @@ def make_population(directory: Path, count: int):
     """`count` random-weight snapshots of connect four nets, as league members."""
     import torch
 
-    from agents.nets import ActorCritic, NetConfig
-    from agents.snapshot import save_snapshot
-    from games.registry import spec as game_spec
-    from league.population import Member
+    from ludus.agents.nets import ActorCritic, NetConfig
+    from ludus.agents.snapshot import save_snapshot
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.records.population import Member
 
     spec = game_spec("connect_four")
     members = []
@@ -72,7 +72,7 @@ def make_population(directory: Path, count: int):
 
 
 def tasks_for(num_tasks: int, matches: int, members, round_id: int):
-    from league.runner import MatchAssignment, PlayTask
+    from ludus.league.play.runner import MatchAssignment, PlayTask
 
     tasks = []
     for t in range(num_tasks):
@@ -92,9 +92,9 @@ class RunnerRate:
     def __init__(self, workers: int, members, spec, boards: int):
         import torch
 
-        from agents.nets import ActorCritic, NetConfig
-        from league.backends import LearnerWeights, ProcessBackend
-        from league.learners import ActorCriticArchitecture, module_weights
+        from ludus.agents.nets import ActorCritic, NetConfig
+        from ludus.league.play.backends import LearnerWeights, ProcessBackend
+        from ludus.league.learners.base import ActorCriticArchitecture, module_weights
 
         torch.manual_seed(123)
         learner = ActorCritic(spec, NetConfig())

@@ -33,8 +33,8 @@ def grow_ledger(run_dir: Path, matches: int, seed: int = 0) -> int:
     """Append matches between the run's members until its ledger holds `matches`; the new count."""
     import numpy as np
 
-    from league.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
-    from league.rundata import read_run
+    from ludus.league.records.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
+    from ludus.league.rundata import read_run
 
     run = read_run(run_dir)
     players = [m.player_id for m in run.members]
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):
             for name, run in (("quickstart", small), ("large", large)):
                 times[name].append(time_status(run))
-        from league.ledger import Store
+        from ludus.league.records.ledger import Store
 
         with Store.open(small, mode="read") as store:
             small_matches = store.count_matches()

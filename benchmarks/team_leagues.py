@@ -17,7 +17,7 @@ given, is printed beside it).
 
 Ratings, in the team-vs-team presets trained with MAPPO: the Spearman correlation between a
 side's snapshot index k and its TrueSkill mu from the run's rating matches, for each side of
-simple_tag ('predators@k', 'prey@k') and for `tic_tac_toe_2v2` (2v2 tic-tac-toe, games/teams.py,
+simple_tag ('predators@k', 'prey@k') and for `tic_tac_toe_2v2` (2v2 tic-tac-toe, games/builtin/teams.py,
 whose one role 'main' plays both sides).
 
     python benchmarks/team_leagues.py [--seeds 0 1 ... 31] [--games 40] [--set K=V] [--set-2v2 K=V]
@@ -52,13 +52,13 @@ TARGET_SPEARMAN = 0.8
 def train(preset: str, learner: str, seed: int, root: str, overrides: list[str]) -> str:
     import torch
 
-    from league.api import League, load_config
+    from ludus.league.api import League, load_config
 
     torch.set_num_threads(1)
     run_dir = Path(root) / f"{preset}-{learner}-{seed}"
     config = load_config(preset, [f"learner={learner}", f"seed={seed}", "log.wandb=disabled",
                                   "log.tensorboard=false", "log.progress=false", *overrides])
-    from agents.snapshot import Lineage
+    from ludus.agents.snapshot import Lineage
 
     league = League.create(config, run_dir)
     try:
@@ -72,7 +72,7 @@ def train(preset: str, learner: str, seed: int, root: str, overrides: list[str])
 
 
 def side_snapshots(run_dir: Path, role: str) -> list[str]:
-    from league.rundata import read_run
+    from ludus.league.rundata import read_run
 
     ids = [m.player_id for m in read_run(run_dir).members if m.kind == "snapshot" and m.role == role]
     return sorted(ids, key=lambda pid: int(pid.rsplit("@", 1)[1]))
@@ -81,7 +81,7 @@ def side_snapshots(run_dir: Path, role: str) -> list[str]:
 def spearman(run_dir: Path, role: str) -> float:
     from scipy.stats import spearmanr
 
-    from league.api import stored_ratings
+    from ludus.league.api import stored_ratings
 
     ratings = stored_ratings(run_dir)
     rated = [pid for pid in side_snapshots(run_dir, role) if pid in ratings]
@@ -92,12 +92,12 @@ def spearman(run_dir: Path, role: str) -> float:
 
 def cross_play(runs: dict[str, Path], games: int, seed: int) -> np.ndarray:
     """Per (prey snapshot, game seed): MAPPO's predators' catch reward minus IPPO's."""
-    from agents.snapshot import policy_from_snapshot
-    from evaluation.evaluate import pair_seed, play_assignments
-    from league.population import load_member_policy
-    from league.rundata import read_run
-    from league.runner import MatchAssignment
-    from games.registry import spec as game_spec
+    from ludus.agents.snapshot import policy_from_snapshot
+    from ludus.evaluation.evaluate import pair_seed, play_assignments
+    from ludus.league.records.population import load_member_policy
+    from ludus.league.rundata import read_run
+    from ludus.league.play.runner import MatchAssignment
+    from ludus.games.registry import spec as game_spec
 
     spec = game_spec(GAME)
     policies, prey = {}, []
@@ -166,7 +166,7 @@ def main() -> int:
             rho = spearman(Path(teams[seed].result()), "main")
             rhos.append(rho)
             print(f"seed {seed}: tic_tac_toe_2v2 (MAPPO) Spearman(index, mu) of main: {rho:.3f}", flush=True)
-    from league.dialogue import mean_interval
+    from ludus.league.learners.dialogue import mean_interval
 
     d = np.concatenate(diffs)
     pairs = mean_interval(d)

@@ -70,10 +70,10 @@ class SkillRun:
 def train_and_evaluate(seed: int, overrides: list[str] = (), trace: bool = False,
                        run_dir: str | os.PathLike | None = None) -> SkillRun:
     """Train the `tic_tac_toe` preset with `seed` (plus overrides) and evaluate it against perfect play."""
-    from agents.snapshot import load_snapshot
-    from agents.torch_policy import TorchPolicy
-    from evaluation.perfect_play import format_perfect_play, losses_against_perfect
-    from league.api import League, load_config
+    from ludus.agents.snapshot import load_snapshot
+    from ludus.agents.torch_policy import TorchPolicy
+    from ludus.evaluation.perfect_play import format_perfect_play, losses_against_perfect
+    from ludus.league.api import League, load_config
 
     config = load_config("tic_tac_toe", [f"seed={seed}", "log.wandb=disabled", "log.tensorboard=false",
                                          "log.progress=false", *overrides])

@@ -1,4 +1,4 @@
-"""Evaluation: checkpoints against a run's population, meta-game, exploiter probe, reports.
+"""Evaluation (`ludus.evaluation`): checkpoints against a run's population, meta-game, exploiter probe, reports.
 
 * evaluate.py — `evaluate_checkpoint` (W/D/L, Wilson intervals, TrueSkill placement vs frozen ratings)
 * metagame.py — empirical payoff matrix, Nash mixture, alpha-rank, 3-cycles
@@ -6,6 +6,9 @@
 * report.py — `ludus report`: one self-contained HTML page plus PNG plots
 * league_hooks.py — measurements attached to a running league (PSRO's exploitability)
 
-Exact exploitability and the zero-sum solver live below the league, in agents/exploitability.py,
+Exact exploitability and the zero-sum solver live below the league, in agents/solvers/exploitability.py,
 because PSRO's matchmaking needs them too; the charts are in ludus/charts.py, shared with the arena.
+
+Rule: imports `ludus.league`, `ludus.agents`, `ludus.games` and the shared `ludus` modules; never
+`ludus.arena` (tests/test_layering.py).
 """

@@ -49,7 +49,7 @@ def _evaluate(args) -> int:
 
     if args.run_dir is None and not args.exploitability and args.probe_steps is None:
         raise UserError("nothing to evaluate: give --against RUN, --exploitability or --probe-steps N")
-    from agents.mixture import is_run_directory, run_checkpoint
+    from ludus.agents.mixture import is_run_directory, run_checkpoint
 
     if args.base is not None and (args.run_dir is not None or args.probe_steps is not None
                                   or is_run_directory(args.checkpoint)):
@@ -61,7 +61,7 @@ def _evaluate(args) -> int:
     text: list[str] = []
     checkpoint = run_checkpoint(args.checkpoint)  # a run directory stands for its output policy
     if args.run_dir is not None:
-        from evaluation.evaluate import evaluate_checkpoint, format_evaluation
+        from ludus.evaluation.evaluate import evaluate_checkpoint, format_evaluation
 
         report = evaluate_checkpoint(checkpoint, args.run_dir, games_per_opponent=args.games,
                                      include_anchors=args.anchors, seed=args.seed, num_runners=args.runners,
@@ -69,17 +69,17 @@ def _evaluate(args) -> int:
         output["evaluation"] = report.to_json()
         text.append(format_evaluation(report))
     if args.exploitability and is_run_directory(args.checkpoint):
-        from evaluation.output import format_run_exploitability, run_exploitability
+        from ludus.evaluation.output import format_run_exploitability, run_exploitability
 
         rows = run_exploitability(args.checkpoint)
         output["exploitability"] = [row.to_json() for row in rows]
         text.append(format_run_exploitability(rows))
     elif args.exploitability:
-        from agents.exploitability import exploitability_of
+        from ludus.agents.solvers.exploitability import exploitability_of
 
         if args.base is not None:
-            from agents.pretrained import PretrainedLMConfig
-            from agents.snapshot import policy_from_snapshot, read_manifest
+            from ludus.agents.lm.pretrained import PretrainedLMConfig
+            from ludus.agents.snapshot import policy_from_snapshot, read_manifest
 
             game_id = read_manifest(checkpoint)[0].game_id
             checkpoint = policy_from_snapshot(checkpoint, lm_base=PretrainedLMConfig(base=args.base))
@@ -92,7 +92,7 @@ def _evaluate(args) -> int:
                     f"(per-seat best-response gains {', '.join(f'{v:.4f}' for v in result.player_improvements)}; "
                     f"{result.seconds:.1f} s)")
     if args.probe_steps is not None:
-        from evaluation.probe import format_probe, probe_checkpoint
+        from ludus.evaluation.probe import format_probe, probe_checkpoint
 
         probe = probe_checkpoint(checkpoint, steps=args.probe_steps, seed=args.seed)
         output["probe"] = probe.to_json()
@@ -103,7 +103,7 @@ def _evaluate(args) -> int:
 
 
 def _report(args) -> int:
-    from evaluation.report import format_files, write_report
+    from ludus.evaluation.report import format_files, write_report
 
     files = write_report(args.run_dir, args.html, png=not args.no_png)
     print("\n".join(format_files(files)))

@@ -6,9 +6,9 @@ snapshots, and its anchor bots when asked) on the league's own runners, then
 * counts wins, draws and losses per opponent, with Wilson 95% score intervals (league/stats.py;
   a draw counts half a win);
 * fits the checkpoint's TrueSkill rating against the opponents' stored ratings, which stay fixed
-  (`league.ratings.fit_placement`: expectation propagation on the newcomer's skill only), and
+  (`ludus.league.records.ratings.fit_placement`: expectation propagation on the newcomer's skill only), and
   ranks it among the run's rated members by the conservative skill mu - 3 sigma;
-* places it by Bradley-Terry too (`league.ranking`): one fit, with 95% bootstrap intervals of
+* places it by Bradley-Terry too (`ludus.league.records.ranking`): one fit, with 95% bootstrap intervals of
   the rating and the rank, on the games between the run's frozen members in its ledger (the
   matches `ludus ratings` reads) plus the evaluation games, ties as half wins. Unlike the
   TrueSkill placement the members' ratings move with the new games; the intervals say how sure
@@ -43,14 +43,14 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from agents.mixture import component_paths, is_mixture, read_mixture
-from agents.policy import Policy
-from agents.threads import torch_threads
-from league.ledger import outcomes_from_returns
-from league.population import Member
-from league.ratings import Rating, fit_placement
-from league.runner import MatchAssignment, PlayedMatch, PlayTask
-from league.stats import wilson_interval
+from ludus.agents.mixture import component_paths, is_mixture, read_mixture
+from ludus.agents.policy import Policy
+from ludus.agents.threads import torch_threads
+from ludus.league.records.ledger import outcomes_from_returns
+from ludus.league.records.population import Member
+from ludus.league.records.ratings import Rating, fit_placement
+from ludus.league.play.runner import MatchAssignment, PlayedMatch, PlayTask
+from ludus.league.stats import wilson_interval
 from ludus.errors import UserError
 
 CANDIDATE = "candidate"
@@ -285,7 +285,7 @@ def play_assignments(game_id: str, assignments: Sequence[MatchAssignment], polic
                      threads: int = 1) -> tuple[PlayedMatch, ...]:
     """Play matches in this process on one league `Runner` (batched across games and seats), torch
     on `threads` threads."""
-    from league.backends import make_runner
+    from ludus.league.play.backends import make_runner
 
     runner = make_runner(game_id, max(1, min(num_envs, len(assignments))), sample_seed)
     task = PlayTask(task_id=0, assignments=tuple(assignments), sample_seed=sample_seed, greedy=tuple(greedy))
@@ -301,7 +301,7 @@ def evaluate_policies(game_id: str, candidate: Policy, opponents: Mapping[str, P
     `greedy` makes the candidate and the opponents act greedily (bots ignore it); torch runs on
     `threads` threads.
     """
-    from games.registry import spec as game_spec
+    from ludus.games.registry import spec as game_spec
 
     spec = game_spec(game_id)
     assignments = paired_assignments(CANDIDATE, list(opponents), games_per_opponent, spec.num_players, seed,
@@ -342,14 +342,14 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
         greedy: the checkpoint and the snapshot opponents act greedily instead of sampling.
         num_envs: games each runner steps at once.
     """
-    from agents.snapshot import verify_snapshot
-    from league.config import config_from_dict
-    from league.learning import make_learner_architecture
-    from games.registry import spec as game_spec
-    from league.api import stored_ratings
-    from league.backends import ProcessBackend, SerialBackend
-    from league.checkpoint import check_member_snapshots
-    from league.rundata import open_ledger, read_run, trueskill_params
+    from ludus.agents.snapshot import verify_snapshot
+    from ludus.league.config import config_from_dict
+    from ludus.league.learners.learning import make_learner_architecture
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.api import stored_ratings
+    from ludus.league.play.backends import ProcessBackend, SerialBackend
+    from ludus.league.checkpoint import check_member_snapshots
+    from ludus.league.rundata import open_ledger, read_run, trueskill_params
 
     start = time.perf_counter()
     if backend not in BACKENDS:
@@ -435,12 +435,12 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
 def bt_placement(run_dir: str | os.PathLike, members: Sequence[str], candidate: str,
                  games: Sequence[tuple[str, float]], game_id: str, seed: int = 0, rounds: int = 1000) -> dict:
     """The candidate's Bradley-Terry place among `members`: one fit on the ledger's games between
-    members (`league.api.RANKED_KINDS`, pairs as `league.ranking.ledger_records`) plus its
+    members (`ludus.league.api.RANKED_KINDS`, pairs as `ludus.league.records.ranking.ledger_records`) plus its
     evaluation `games` (opponent, its score), with bootstrap intervals; `EvaluationReport`'s bt_
     fields (empty when it played nobody)."""
-    from league.api import RANKED_KINDS
-    from league.ranking import Game, bootstrap_intervals, ledger_records
-    from league.rundata import open_ledger
+    from ludus.league.api import RANKED_KINDS
+    from ludus.league.records.ranking import Game, bootstrap_intervals, ledger_records
+    from ludus.league.rundata import open_ledger
 
     if not games:
         return {}

@@ -15,12 +15,12 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence
 
-from agents.exploitability import exploitability
-from games.core import GameSpec
-from league.config import LeagueConfig
-from league.output import output_support
-from league.population import Member, with_absolute_paths
-from league.psro import aggregate_members, member_table, payoff_cache
+from ludus.agents.solvers.exploitability import exploitability
+from ludus.games.core import GameSpec
+from ludus.league.config import LeagueConfig
+from ludus.league.output import output_support
+from ludus.league.records.population import Member, with_absolute_paths
+from ludus.league.psro import aggregate_members, member_table, payoff_cache
 
 Hook = Callable[..., dict[str, float]]
 
@@ -51,7 +51,7 @@ def league_hooks(config: LeagueConfig) -> list[Hook]:
 
 def exactly_measurable(game_id: str) -> bool:
     """Whether `exploitability` can score policies of this game (small, two-player, zero-sum, OpenSpiel)."""
-    from agents.exploitability import ExploitabilityError, two_player_zero_sum_game
+    from ludus.agents.solvers.exploitability import ExploitabilityError, two_player_zero_sum_game
 
     try:
         two_player_zero_sum_game(game_id)
@@ -63,7 +63,7 @@ def exactly_measurable(game_id: str) -> bool:
 def output_policy_table(spec: GameSpec, config: LeagueConfig, members: Sequence[Member],
                         run_dir: str | os.PathLike, save_cache: bool = True):
     """The output policy over `members` (frozen, paths relative to `run_dir`) as one OpenSpiel
-    TabularPolicy: its members aggregated reach-weighted (`agents.exploitability.aggregate_mixture`)."""
+    TabularPolicy: its members aggregated reach-weighted (`ludus.agents.solvers.exploitability.aggregate_mixture`)."""
     support, _ = output_support(spec, config, members, run_dir, save_cache)
     return aggregate_members(spec, support, run_dir)
 
@@ -84,9 +84,9 @@ def exploitability_metrics(spec: GameSpec, config: LeagueConfig, members: Sequen
 def output_exploitability(run_dir: str | os.PathLike) -> float:
     """Exploitability (NashConv / 2) of the output policy of a run's population at its latest
     checkpoint (read-only: safe while it trains)."""
-    from league.config import config_from_dict
-    from league.rundata import read_run
-    from games.registry import spec as game_spec
+    from ludus.league.config import config_from_dict
+    from ludus.league.rundata import read_run
+    from ludus.games.registry import spec as game_spec
 
     run = read_run(Path(run_dir).resolve())  # member paths come back absolute, not cwd-relative
     spec = game_spec(run.game_id)

@@ -5,7 +5,7 @@ payoff is the empirical head-to-head score (Wellman 2006, empirical game-theoret
 
 * `payoff_matrix_from_ledger` — mean outcome (win 1, draw .5, loss 0) of row vs column over the
   ledger's matches (undecayed, unlike the league's PFSP payoff table);
-* `agents.exploitability.nash_mixture` — the maximin strategy of the zero-sum game A = 2P - 1
+* `ludus.agents.solvers.exploitability.nash_mixture` — the maximin strategy of the zero-sum game A = 2P - 1
   (what PSRO's meta-solver computes, Lanctot et al. 2017), as the linear program that OpenSpiel's
   `lp_solver.solve_zero_sum_matrix_game` states, solved with scipy's HiGHS (OpenSpiel's solver
   needs cvxpy, which Ludus does not install);
@@ -15,7 +15,7 @@ payoff is the empirical head-to-head score (Wellman 2006, empirical game-theoret
   population is non-transitive and a single rating cannot order it.
 
 Pairs never played are estimated with a Beta(1, 1) prior, P = (wins + draws/2 + 1) / (games + 2)
-(exactly as league/payoff.py does), so the solvers always see a complete matrix; cycles are only
+(exactly as league/records/payoff.py does), so the solvers always see a complete matrix; cycles are only
 read from pairs that were played.
 """
 
@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from agents.exploitability import MatrixGameError, nash_mixture
+from ludus.agents.solvers.exploitability import MatrixGameError, nash_mixture
 
 
 class MetaGameError(MatrixGameError):
@@ -87,7 +87,7 @@ def payoff_matrix(matches, players: Sequence[str]) -> PayoffMatrix:
     """Head-to-head record of `players` over matches (other players' games are ignored).
 
     Every pair of seats on different teams played by two distinct listed players counts once, as in
-    `league.payoff.pair_results`; matches in which every seat failed are skipped.
+    `ludus.league.records.payoff.pair_results`; matches in which every seat failed are skipped.
     """
     record = PayoffRecorder(players)
     for match in matches:
@@ -106,7 +106,7 @@ class PayoffRecorder:
 
     def add(self, match) -> None:
         """Count one `MatchResult`."""
-        from league.payoff import pair_results
+        from ludus.league.records.payoff import pair_results
 
         for home, away, score in pair_results((match,)):
             i, j = self.index.get(home), self.index.get(away)
@@ -133,7 +133,7 @@ def payoff_matrix_from_ledger(run_dir: str | os.PathLike, kinds: Sequence[str] =
         include_learners: a learner's row mixes all its versions, so it is not a strategy of the
             meta-game; include it to see whom it played and how it fared.
     """
-    from league.rundata import open_ledger, read_run
+    from ludus.league.rundata import open_ledger, read_run
 
     run = read_run(run_dir)
     if players is None:

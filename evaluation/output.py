@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.exploitability import ExploitabilityResult, exploitability_of
-from agents.mixture import OUTPUT_POLICY_DIR, is_mixture
-from league.rundata import read_run
+from ludus.agents.solvers.exploitability import ExploitabilityResult, exploitability_of
+from ludus.agents.mixture import OUTPUT_POLICY_DIR, is_mixture
+from ludus.league.rundata import read_run
 
 
 @dataclass(frozen=True)

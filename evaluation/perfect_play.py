@@ -1,6 +1,6 @@
 """A tic-tac-toe agent against the perfect player in every line of play.
 
-The perfect player (agents/bots.py `PerfectTicTacToe`) picks uniformly among ALL optimal moves
+The perfect player (agents/bots/builtin.py `PerfectTicTacToe`) picks uniformly among ALL optimal moves
 of the solved game, so sampling games against it can miss a rare line in which the agent
 blunders. Here nothing is sampled: the game tree is walked from the empty board with the agent
 in one seat and the perfect player in the other. At the agent's turns the agent answers (one
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.bots import board_from_history, tic_tac_toe_solution
-from agents.policy import ActBatch, Policy
-from games.core import GameSpec
+from ludus.agents.bots.builtin import board_from_history, tic_tac_toe_solution
+from ludus.agents.policy import ActBatch, Policy
+from ludus.games.core import GameSpec
 from ludus.errors import UserError
 
 GAME_ID = "tic_tac_toe"
@@ -96,7 +96,7 @@ def _outcome(history: tuple[int, ...], game) -> np.ndarray | None:
 
 
 def _walk(policy: Policy, agent_seat: int, greedy: bool, rng: np.random.Generator) -> SeatLines:
-    from games.registry import make
+    from ludus.games.registry import make
 
     game = make(GAME_ID)
     solution = tic_tac_toe_solution()

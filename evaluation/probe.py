@@ -2,7 +2,7 @@
 
 For games too big for an exact best response, train an approximate one (AlphaStar's exploiters,
 Vinyals et al. 2019; "approximate best response" as in Timbers et al. 2022): a fresh PPO learner
-(agents/ppo.py, the league's own learner) plays only the frozen checkpoint, on the league's
+(agents/rl/ppo.py, the league's own learner) plays only the frozen checkpoint, on the league's
 runner, taking every seat in turn, for N of its own decisions. Its final score against the
 checkpoint, with a Wilson 95% interval, lower-bounds how exploitable the checkpoint is; the score
 of the untrained probe is reported too, so the gain is visible.
@@ -16,15 +16,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agents.ppo import PPOConfig
-from agents.threads import torch_threads
-from evaluation.evaluate import EvaluationError, OpponentResult, evaluate_policies, pair_seed
-from league.runner import MatchAssignment, PlayTask
+from ludus.agents.rl.ppo import PPOConfig
+from ludus.agents.threads import torch_threads
+from ludus.evaluation.evaluate import EvaluationError, OpponentResult, evaluate_policies, pair_seed
+from ludus.league.play.runner import MatchAssignment, PlayTask
 
 if TYPE_CHECKING:
-    from agents.policy import Policy
-    from agents.ppo import PPOLearner
-    from league.runner import Runner
+    from ludus.agents.policy import Policy
+    from ludus.agents.rl.ppo import PPOLearner
+    from ludus.league.play.runner import Runner
 
 PROBE = "probe"
 TARGET = "target"
@@ -84,11 +84,11 @@ def probe_checkpoint(checkpoint_path: str | os.PathLike, steps: int | None = Non
     """
     import torch
 
-    from agents.nets import ActorCritic
-    from agents.ppo import PPOLearner
-    from agents.snapshot import load_snapshot
-    from agents.torch_policy import TorchPolicy
-    from league.backends import make_runner
+    from ludus.agents.nets import ActorCritic
+    from ludus.agents.rl.ppo import PPOLearner
+    from ludus.agents.snapshot import load_snapshot
+    from ludus.agents.torch_policy import TorchPolicy
+    from ludus.league.play.backends import make_runner
 
     start = time.perf_counter()
     total_steps = config.steps if steps is None else int(steps)

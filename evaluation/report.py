@@ -4,7 +4,7 @@ The page shows learning curves from metrics.jsonl (the main agent's rating over 
 wall time, the learner's score against each anchor, PPO losses, entropy, KL, throughput, return),
 the ratings over time with 95% intervals (from the ledger's ratings history), the
 leaderboard (TrueSkill beside Bradley-Terry with 95% bootstrap intervals of rating and rank,
-Nash-averaged scores, the rank-stability figure, forfeit rates; `league.ranking` over the games
+Nash-averaged scores, the rank-stability figure, forfeit rates; `ludus.league.records.ranking` over the games
 between frozen members that `ludus ratings` reads), the empirical payoff heatmap, the meta-game (Nash mixture, alpha-rank, 3-cycles), the
 snapshot genealogy (parents and roles from the population), the exploitability curve where the run
 logged ``eval/exploitability`` in metrics.jsonl, and the matchmaking mix (whom each learner trained
@@ -27,10 +27,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ludus import charts, pages
-from evaluation.metagame import MetaGameReport, PayoffMatrix, PayoffRecorder, solve_metagame
-from league.population import Member
-from league.ranking import TIES, RankingError, RankingViews, ledger_records, ranking_views
-from league.ratings import Rating
+from ludus.evaluation.metagame import MetaGameReport, PayoffMatrix, PayoffRecorder, solve_metagame
+from ludus.league.records.population import Member
+from ludus.league.records.ranking import TIES, RankingError, RankingViews, ledger_records, ranking_views
+from ludus.league.records.ratings import Rating
 
 MAX_HEATMAP_PLAYERS = 40
 """Payoff heatmap size limit: anchors plus the newest members."""
@@ -154,8 +154,8 @@ def read_curves(run_dir: Path, prefixes: Sequence[str] = CURVE_PREFIXES) -> dict
 
 def build_report(run_dir: str | os.PathLike) -> RunReport:
     """Read everything the report shows (read-only)."""
-    from games.registry import spec as game_spec
-    from league.rundata import open_ledger, read_run
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.rundata import open_ledger, read_run
 
     run = read_run(run_dir)
     spec = game_spec(run.game_id)
@@ -169,7 +169,7 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
     mix_counts: dict[tuple[str, str], int] = {}
     kinds: dict[str, int] = {}
     record = PayoffRecorder(frozen + learners)
-    ranked = []  # the matches `ludus ratings` reads (league.api.RANKED_KINDS)
+    ranked = []  # the matches `ludus ratings` reads (ludus.league.api.RANKED_KINDS)
     with open_ledger(run.run_dir) as store:
         for recorded in store.iter_matches():
             match = recorded.result

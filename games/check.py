@@ -30,8 +30,8 @@ from typing import Sequence
 
 import numpy as np
 
-from games import registry
-from games.core import Game, GameSpec, GlobalStateGame, TimeStep, counter_seed_source, is_over
+from ludus.games import registry
+from ludus.games.core import Game, GameSpec, GlobalStateGame, TimeStep, counter_seed_source, is_over
 
 REWARD_TOLERANCE = 1e-4
 """Absolute tolerance when comparing sums of float32 rewards with returns."""

@@ -1,7 +1,7 @@
 """`ludus games`: list the games, or check one against the game protocol.
 
     ludus games                      # table of native games and adapter examples
-    ludus games --check ID           # run games.check.check_game on ID
+    ludus games --check ID           # run ludus.games.check.check_game on ID
     ludus games --describe ID        # facts, observation layout and action numbering of ID
 
 Game modules (pyspiel, PettingZoo, Gymnasium) are imported inside the command, not here.
@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(game_id: str, num_games: int) -> int:
-    from games.check import GameCheckError, check_game
-    from games.core import GameError
+    from ludus.games.check import GameCheckError, check_game
+    from ludus.games.core import GameError
 
     if num_games < 1:
         raise GameError(f"--games must be >= 1, got {num_games}")
@@ -52,8 +52,8 @@ def _check(game_id: str, num_games: int) -> int:
 
 def games_table() -> str:
     """One row per id of `registry.listed_ids()`: players, actions, observation shape, kind."""
-    from games import registry
-    from games.core import GameError
+    from ludus.games import registry
+    from ludus.games.core import GameError
 
     header = ("id", "players", "actions", "observation", "moves", "notes")
     rows = [header]
@@ -99,7 +99,7 @@ def describe(game_id: str) -> str:
     """What an agent author needs to know about a game: its facts, what each observation entry
     holds and what each action number means (the registry entry's text for native games; read
     from pyspiel, PettingZoo or Gymnasium for adapter ids)."""
-    from games import registry
+    from ludus.games import registry
 
     game = registry.make(game_id)
     spec = game.spec
@@ -116,8 +116,8 @@ def describe(game_id: str) -> str:
 
 
 def _adapter_layout(game) -> list[str]:
-    from games.spiel import SpielGame
-    from games.textarena import TextArenaGame
+    from ludus.games.adapters.spiel import SpielGame
+    from ludus.games.adapters.textarena import TextArenaGame
 
     if isinstance(game, TextArenaGame):
         return [f"observation: the seat's TextArena observation text as UTF-8 bytes, zero-padded to "

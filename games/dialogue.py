@@ -19,7 +19,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from games.core import Game, GameError
+from ludus.games.core import Game, GameError
 
 PAD = "<pad>"
 EOU = "<eou>"

@@ -6,7 +6,7 @@ or an adapter prefix followed by the foreign name:
 * ``spiel:<pyspiel game string>`` e.g. ``spiel:goofspiel(num_cards=4)``
 * ``pz:<module path of a PettingZoo env>`` e.g. ``pz:pettingzoo.classic.connect_four_v3``
 * ``gym:<Gymnasium env id>`` e.g. ``gym:CartPole-v1``
-* ``ta:<TextArena env id>`` e.g. ``ta:TicTacToe-v0`` (games/textarena.py: the games with a move list)
+* ``ta:<TextArena env id>`` e.g. ``ta:TicTacToe-v0`` (games/adapters/textarena.py: the games with a move list)
 
 Native names may take parameters the same way: ``negotiation(max_utterances=4)``.
 """
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from games.core import Game, GameError, GameSpec, LoopVectorGame, VectorGame
+from ludus.games.core import Game, GameError, GameSpec, LoopVectorGame, VectorGame
 
 
 @dataclass(frozen=True)
@@ -52,13 +52,13 @@ def register(name: str, make: Callable[..., Game], make_vector: Callable[..., Ve
 
 
 BUILTIN_GAMES = {
-    "connect_four": "games.native:CONNECT_FOUR_ENTRY",
-    "tic_tac_toe": "games.native:TIC_TAC_TOE_ENTRY",
-    "simple_tag": "games.tag:SIMPLE_TAG_ENTRY",
-    "negotiation": "games.negotiation:NEGOTIATION_ENTRY",
-    "negotiation_turns": "games.negotiation_turns:NEGOTIATION_TURNS_ENTRY",
-    "signalling": "games.signalling:SIGNALLING_ENTRY",
-    "teams": "games.teams:TEAMS_ENTRY",
+    "connect_four": "ludus.games.builtin.native:CONNECT_FOUR_ENTRY",
+    "tic_tac_toe": "ludus.games.builtin.native:TIC_TAC_TOE_ENTRY",
+    "simple_tag": "ludus.games.builtin.tag:SIMPLE_TAG_ENTRY",
+    "negotiation": "ludus.games.builtin.negotiation:NEGOTIATION_ENTRY",
+    "negotiation_turns": "ludus.games.builtin.negotiation_turns:NEGOTIATION_TURNS_ENTRY",
+    "signalling": "ludus.games.builtin.signalling:SIGNALLING_ENTRY",
+    "teams": "ludus.games.builtin.teams:TEAMS_ENTRY",
 }
 """Ludus's own games as entry points ("module:attr" naming a `GameEntry`), loaded on first use.
 Other installed packages add theirs under the entry-point group ``ludus.games`` (pyproject:
@@ -153,7 +153,7 @@ def resolves_by_import(game_id: str) -> bool:
     module), so such an id is only ever taken from the operator, never from a stranger's
     submission (arena/submission.py). Native, ``spiel:`` and ``ta:`` ids resolve among games the
     host already has (pyspiel looks its games up in its own compiled table, TextArena in its
-    registry, and games/textarena.py adapts only the families it lists)."""
+    registry, and games/adapters/textarena.py adapts only the families it lists)."""
     prefix, _ = _split(game_id)
     return prefix in ("pz", "gym")
 
@@ -162,19 +162,19 @@ def make(game_id: str) -> Game:
     """Build one game from its id; raises GameError with a one-line message on a bad id."""
     prefix, rest = _split(game_id)
     if prefix == "spiel":
-        from games.spiel import make_spiel_game
+        from ludus.games.adapters.spiel import make_spiel_game
 
         return make_spiel_game(rest)
     if prefix == "pz":
-        from games.pz import make_pettingzoo_game
+        from ludus.games.adapters.pz import make_pettingzoo_game
 
         return make_pettingzoo_game(rest)
     if prefix == "gym":
-        from games.gym import make_gym_game
+        from ludus.games.adapters.gym import make_gym_game
 
         return make_gym_game(rest)
     if prefix == "ta":
-        from games.textarena import make_textarena_game
+        from ludus.games.adapters.textarena import make_textarena_game
 
         return make_textarena_game(rest)
     entry, params = _native(rest)

@@ -10,7 +10,7 @@ Answers follow the convention of TextArena and SPIRAL (Liu et al. 2025, arXiv 25
 move goes in square brackets, e.g. ``[4]`` or ``[bet]``, and a response may think aloud first;
 the last bracketed answer counts (the first, when the response was opened with "[" for the LM). `parse_response` says why a response does not count (no
 answer, unknown answer, illegal answer), so the caller can record the outcome it was configured
-with (agents/text_policy.py).
+with (agents/lm/text_policy.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
-from games.core import GameError
+from ludus.games.core import GameError
 
 _ANSWER = re.compile(r"\[([^\[\]\n]{1,80})\]")
 
@@ -104,7 +104,7 @@ def canonical_answer(view: TextView, obs: np.ndarray, seat: int, mask: np.ndarra
 
 @dataclass(frozen=True)
 class MNKTextView:
-    """Tic-tac-toe and connect four (games/native.py observation planes: own, opponent, empty)."""
+    """Tic-tac-toe and connect four (games/builtin/native.py observation planes: own, opponent, empty)."""
 
     game_id: str
     title: str
@@ -223,7 +223,7 @@ class KuhnTextView:
 
 @dataclass(frozen=True)
 class NegotiationTextView:
-    """The negotiation in plain English, one utterance per turn (games/negotiation_turns.py):
+    """The negotiation in plain English, one utterance per turn (games/builtin/negotiation_turns.py):
     "[propose: 2 books, 1 hat, 0 balls]" asks for those items, "[accept]" takes the partner's
     standing proposal. The seat sees the pool, its own values and what was said, never the
     partner's values."""
@@ -245,8 +245,8 @@ class NegotiationTextView:
 
     @staticmethod
     def _read(obs: np.ndarray):
-        from games.negotiation import NUM_ITEM_TYPES
-        from games.negotiation_turns import CONTEXT_WIDTH, ROW_WIDTH
+        from ludus.games.builtin.negotiation import NUM_ITEM_TYPES
+        from ludus.games.builtin.negotiation_turns import CONTEXT_WIDTH, ROW_WIDTH
 
         obs = np.asarray(obs, dtype=np.float32).reshape(-1)
         if obs.size < CONTEXT_WIDTH + ROW_WIDTH or (obs.size - CONTEXT_WIDTH) % ROW_WIDTH:
@@ -258,8 +258,8 @@ class NegotiationTextView:
         return counts, values, said, len(rows)
 
     def state(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> str:
-        from games.negotiation import ITEMS
-        from games.negotiation_turns import DEAL, spell_items
+        from ludus.games.builtin.negotiation import ITEMS
+        from ludus.games.builtin.negotiation_turns import DEAL, spell_items
 
         counts, values, said, limit = self._read(obs)
         worth = ", ".join(f"a {item} {v}" for item, v in zip(ITEMS, values))
@@ -283,7 +283,7 @@ class NegotiationTextView:
         return "\n".join(lines)
 
     def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
-        from games.negotiation_turns import DEAL, PROPOSALS, spell_items
+        from ludus.games.builtin.negotiation_turns import DEAL, PROPOSALS, spell_items
 
         accepted: dict[str, int] = {}
         for a in np.flatnonzero(mask):
@@ -297,8 +297,8 @@ class NegotiationTextView:
         """Any answer naming item counts is a proposal of those counts, the items it does not name
         being 0 ("propose 2 books and 1 hat for me", "i want 1 books"); "i accept", "deal" and
         "accept" accept. An item named twice is no proposal."""
-        from games.negotiation import ITEMS
-        from games.negotiation_turns import spell_items
+        from ludus.games.builtin.negotiation import ITEMS
+        from ludus.games.builtin.negotiation_turns import spell_items
 
         if answer in ("accept", "i accept", "deal", "accept deal", "i accept the deal"):
             return "accept"
@@ -319,7 +319,7 @@ _ITEM_COUNTS = re.compile(r"(\d+)\s*(book|hat|ball)(?:e?s)?\b")
 
 @dataclass(frozen=True)
 class TextArenaView:
-    """A ``ta:`` game (games/textarena.py) told as TextArena tells it: the observation is
+    """A ``ta:`` game (games/adapters/textarena.py) told as TextArena tells it: the observation is
     TextArena's own text, so the view only adds the legal moves and maps answers to actions."""
 
     game_id: str
@@ -335,7 +335,7 @@ class TextArenaView:
         return f"You are Player {seat}."
 
     def state(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> str:
-        from games.textarena import decode_text
+        from ludus.games.adapters.textarena import decode_text
 
         legal = " ".join(f"[{self.moves[a]}]" for a in np.flatnonzero(mask))
         return f"{decode_text(obs).strip()}\nYour legal moves: {legal}"
@@ -348,7 +348,7 @@ class TextArenaView:
 
 
 def _textarena_view(game_id: str) -> TextArenaView:
-    from games.registry import make
+    from ludus.games.registry import make
 
     game = make(game_id)  # the id's facts (and a one-line error for an unadapted env)
     return TextArenaView(game.spec.id, game.env_id, game.facts.moves)

@@ -1,6 +1,6 @@
 """The league's Python API: everything `ludus train|resume|status|config|ratings|replay` does.
 
-    from league.api import League, load_config, status, format_status
+    from ludus.league.api import League, load_config, status, format_status
     league = League.create(load_config("tic_tac_toe", ["iterations=10"]), "runs/ttt")
     league.run(); league.close()
     print(format_status(status("runs/ttt")))
@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from league.config import LeagueConfig, load_config, preset_names
-from league.configio import describe
-from league.ledger import MatchResult, Store
-from league.manager import League, RunError
-from league.status import MemberStatus, StatusReport, format_status, status
-from league.ratings import Rating, RatingTable, load_params, rebuild_ratings
+from ludus.league.config import LeagueConfig, load_config, preset_names
+from ludus.league.configio import describe
+from ludus.league.records.ledger import MatchResult, Store
+from ludus.league.manager import League, RunError
+from ludus.league.status import MemberStatus, StatusReport, format_status, status
+from ludus.league.records.ratings import Rating, RatingTable, load_params, rebuild_ratings
 
 if TYPE_CHECKING:
-    from league.ranking import RankingViews
+    from ludus.league.records.ranking import RankingViews
 
 __all__ = ["League", "LeagueConfig", "load_config", "preset_names", "status", "format_status", "MemberStatus",
            "StatusReport", "format_config", "default_run_dir", "stored_ratings", "rebuild_ratings_check",
@@ -86,7 +86,7 @@ def format_ratings(ratings: dict[str, Rating]) -> str:
 
 RANKED_KINDS = ("training", "rating", "evaluation")
 """Match kinds the Bradley-Terry views of a run read: those of the meta-game's payoff matrix
-(`evaluation.metagame.payoff_matrix_from_ledger`), between frozen members only."""
+(`ludus.evaluation.metagame.payoff_matrix_from_ledger`), between frozen members only."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,8 +114,8 @@ def run_ranking(run_dir: str | Path, rounds: int = 1000, seed: int = 0) -> RunRa
     run's frozen members, from the pairs of its training, rating and evaluation matches in which
     two of them met (a live learner's row mixes all its versions, so it is left out, as in the
     meta-game). Deterministic for a given `seed`."""
-    from league.ranking import RankingError, ledger_records, ranking_views
-    from league.rundata import read_run
+    from ludus.league.records.ranking import RankingError, ledger_records, ranking_views
+    from ludus.league.rundata import read_run
 
     run = read_run(run_dir)
     frozen = tuple(m.player_id for m in run.members if m.kind != "learner")
@@ -131,7 +131,7 @@ def run_ranking(run_dir: str | Path, rounds: int = 1000, seed: int = 0) -> RunRa
 
 
 def format_run_ranking(ranking: RunRanking) -> str:
-    from league.ranking import TIES, format_views
+    from ludus.league.records.ranking import TIES, format_views
 
     views = ranking.views
     if views is None:
@@ -172,8 +172,8 @@ def recorded_match(run_dir: str | Path, match_id: int) -> MatchResult:
 
 def replay_match(run_dir: str | Path, match_id: int) -> Replay:
     """Re-simulate a match from its seed and recorded moves; compare the returns with the ledger."""
-    from games.registry import make
-    from league.replay import replay_forfeit, replay_moves
+    from ludus.games.registry import make
+    from ludus.league.records.replay import replay_forfeit, replay_moves
 
     match = recorded_match(run_dir, match_id)
     game = make(match.game_id)

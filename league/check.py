@@ -21,15 +21,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.rollout import RolloutBatch
-from agents.threads import torch_threads
-from games.registry import spec as game_spec
-from league.backends import SerialBackend
-from league.config import LeagueConfig
-from league.learners import LeagueLearner, module_weights
-from league.learning import make_learner
-from league.runner import LearnerWeights, MatchAssignment, PlayTask
-from league.seeds import match_seed
+from ludus.agents.rollout import RolloutBatch
+from ludus.agents.threads import torch_threads
+from ludus.games.registry import spec as game_spec
+from ludus.league.play.backends import SerialBackend
+from ludus.league.config import LeagueConfig
+from ludus.league.learners.base import LeagueLearner, module_weights
+from ludus.league.learners.learning import make_learner
+from ludus.league.play.runner import LearnerWeights, MatchAssignment, PlayTask
+from ludus.league.seeds import match_seed
 
 
 class LearnerCheckError(AssertionError):
@@ -119,7 +119,7 @@ class BackendCheckReport:
 def run_fingerprint(run_dir: Path) -> tuple[list[tuple], dict[str, str]]:
     """A finished run's ledger (without wall-clock fields, with the ratings history) and the
     hashes of its snapshot manifests (which hash every snapshot file)."""
-    from league.ledger import Store
+    from ludus.league.records.ledger import Store
 
     with Store.open(run_dir, mode="read") as store:
         rows = store.comparable_rows()
@@ -132,7 +132,7 @@ def resumed_fingerprint(config: LeagueConfig, run_dir: Path, stop_after: int = 1
     """The `run_fingerprint` of a run of `config` stopped at iteration `stop_after` (closed at the
     boundary, as a kill would leave it) and resumed to the end: equal to the fingerprint of the
     run trained through when resume is exact."""
-    from league.api import League
+    from ludus.league.api import League
 
     half = League.create(config, run_dir)
     try:
@@ -149,7 +149,7 @@ def resumed_fingerprint(config: LeagueConfig, run_dir: Path, stop_after: int = 1
 
 def check_backend(config: LeagueConfig, backend: str, workdir: str | None = None) -> BackendCheckReport:
     """Run `config` on the serial backend and on `backend`; the ledgers and snapshots must match."""
-    from league.manager import League
+    from ludus.league.manager import League
 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         prints = {}

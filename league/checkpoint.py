@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
-from league.ledger import LEDGER_FILENAME, Store
-from league.population import Population
-from league.runner import LearnerWeights, MatchAssignment, PlayTask
+from ludus.league.records.ledger import LEDGER_FILENAME, Store
+from ludus.league.records.population import Population
+from ludus.league.play.runner import LearnerWeights, MatchAssignment, PlayTask
 from ludus.errors import UserError
 from ludus.files import atomic_write_bytes, atomic_write_json
 
-if TYPE_CHECKING:  # league.config imports the learners' configs and with them torch; readers need neither
-    from league.config import LeagueConfig
+if TYPE_CHECKING:  # ludus.league.config imports the learners' configs and with them torch; readers need neither
+    from ludus.league.config import LeagueConfig
 
 CHECKPOINT_POINTER = "checkpoint.json"
 """Names the newest complete checkpoint directory (rewritten atomically after it is complete)."""
@@ -119,7 +119,7 @@ class LearnerState:
     """(sum of episode returns, games) of its training games against the pool in this iteration."""
     gain: tuple[float, float, int] | None = None
     """(smoothed mean return, best smoothed mean return, iterations without a new best) since its
-    last snapshot: the plateau rule's state (`league.learning.track_gain`); None before any game."""
+    last snapshot: the plateau rule's state (`ludus.league.learners.learning.track_gain`); None before any game."""
 
     def replace(self, **changes: Any) -> "LearnerState":
         return dataclasses.replace(self, **changes)
@@ -296,7 +296,7 @@ def check_run_unit(run_dir: Path, state: CheckpointState, config: dict[str, Any]
 def check_member_snapshots(run_dir: Path, members: Iterable[Any]) -> None:
     """Each snapshot member's directory holds the snapshot (id: content hash) the run recorded for
     it: `ludus resume` and `ludus evaluate --against` refuse a snapshot swapped for another."""
-    from agents.snapshot import verify_snapshot
+    from ludus.agents.snapshot import verify_snapshot
 
     for member in members:
         if member.kind != "snapshot":
@@ -335,7 +335,7 @@ def checked_run(run_dir: Path) -> tuple["LeagueConfig", Path, CheckpointState]:
     """The config, checkpoint directory and state of a run to resume, after checking that the run
     directory is the unit the checkpoint describes (ledger, config, snapshots); anything else is a
     one-line RunError, raised before anything is written."""
-    from league.config import config_from_dict, config_to_dict
+    from ludus.league.config import config_from_dict, config_to_dict
 
     directory = checkpoint_directory(run_dir)
     if not (run_dir / LEDGER_FILENAME).is_file():

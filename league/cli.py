@@ -1,4 +1,4 @@
-"""`ludus train|resume|status|config|ratings|replay`: thin shells over league.api."""
+"""`ludus train|resume|status|config|ratings|replay`: thin shells over ludus.league.api."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _train(args) -> int:
-    from league import api
+    from ludus.league import api
 
     overrides = list(args.overrides)
     if args.backend:
@@ -83,7 +83,7 @@ def next_commands(run_dir: str, game: str) -> str:
 
     run = shlex.quote(str(run_dir))
     # a run directory stands for its output policy, or its newest main snapshot before a learner's
-    # second snapshot writes one (agents.mixture.run_checkpoint)
+    # second snapshot writes one (ludus.agents.mixture.run_checkpoint)
     return "\n".join([
         "next:",
         f"  ludus report {run} --html {shlex.quote(str(Path(run_dir) / 'report.html'))}   # the run's page",
@@ -93,7 +93,7 @@ def next_commands(run_dir: str, game: str) -> str:
 
 
 def _resume(args) -> int:
-    from league import api
+    from ludus.league import api
 
     league = api.League.resume(args.run_dir)
     league.on_population_change.extend(args.league_hooks(league.config))
@@ -109,7 +109,7 @@ def _resume(args) -> int:
 def _status(args) -> int:
     import json
 
-    from league.status import format_status, status  # not league.api: status must not import torch
+    from ludus.league.status import format_status, status  # not ludus.league.api: status must not import torch
 
     report = status(args.run_dir)
     print(json.dumps(report.to_json(), indent=2) if args.json else format_status(report))
@@ -117,9 +117,9 @@ def _status(args) -> int:
 
 
 def _config_show(args) -> int:
-    from league import api
+    from ludus.league import api
 
-    from league.configio import format_table
+    from ludus.league.configio import format_table
 
     config = api.load_config(args.preset, args.overrides) if args.preset else api.LeagueConfig()
     print(format_table(api.LeagueConfig, config))  # key, value, valid range, doc
@@ -127,7 +127,7 @@ def _config_show(args) -> int:
 
 
 def _config_list(args) -> int:
-    from league import api
+    from ludus.league import api
 
     for name in api.preset_names():
         print(name)
@@ -135,7 +135,7 @@ def _config_list(args) -> int:
 
 
 def _ratings(args) -> int:
-    from league import api
+    from ludus.league import api
 
     if args.rebuild:
         check = api.rebuild_ratings_check(args.run_dir)
@@ -158,7 +158,7 @@ def _ratings(args) -> int:
 
 
 def _replay(args) -> int:
-    from league import api
+    from ludus.league import api
 
     replay = api.replay_match(args.run_dir, args.match)
     if not args.quiet:
@@ -168,7 +168,7 @@ def _replay(args) -> int:
     if args.html or args.json:
         import json
 
-        from league.replay import match_episode
+        from ludus.league.records.replay import match_episode
         from ludus.files import atomic_write_bytes
         from ludus.replay_page import replay_html
 

@@ -6,18 +6,18 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from agents.deep_cfr import DeepCFRConfig
-from agents.lm import TinyLMConfig
-from agents.deepspeed_backend import LearnerBackendConfig, micro_batch_size, text_micro_batch_size
-from agents.nets import NetConfig
-from agents.ppo import PPOConfig
-from agents.pretrained import PretrainedLMConfig
-from agents.text_policy import TextPlayConfig
-from agents.text_exit import TextExItConfig
-from agents.text_mmd import TextMMDConfig
-from agents.text_ppo import TextPPOConfig
-from agents.token_ppo import TokenPPOConfig
-from league.configio import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
+from ludus.agents.solvers.deep_cfr import DeepCFRConfig
+from ludus.agents.lm.model import TinyLMConfig
+from ludus.agents.deepspeed_backend import LearnerBackendConfig, micro_batch_size, text_micro_batch_size
+from ludus.agents.nets import NetConfig
+from ludus.agents.rl.ppo import PPOConfig
+from ludus.agents.lm.pretrained import PretrainedLMConfig
+from ludus.agents.lm.text_policy import TextPlayConfig
+from ludus.agents.lm.text_exit import TextExItConfig
+from ludus.agents.lm.text_mmd import TextMMDConfig
+from ludus.agents.lm.text_ppo import TextPPOConfig
+from ludus.agents.rl.token_ppo import TokenPPOConfig
+from ludus.league.configio import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
 from ludus.bounds import bounds
 
 RoleKind = Literal["main", "main_exploiter", "league_exploiter"]
@@ -105,7 +105,7 @@ class LogConfig:
 
 @dataclass(frozen=True)
 class DialogueConfig:
-    """Language-model learners for token games (learner 'token_ppo'; league/dialogue.py, docs/reference.md §4)."""
+    """Language-model learners for token games (learner 'token_ppo'; league/learners/dialogue.py, docs/reference.md §4)."""
 
     lm: TinyLMConfig = field(default_factory=TinyLMConfig)
     """The learners' tiny GPT-2; vocab_size is taken from the game (the model reads its token ids)."""
@@ -154,7 +154,7 @@ class TextLMConfig:
 @dataclass(frozen=True)
 class CriticConfig:
     """The critic of learners 'mappo' (centralised: the side's global view) and 'ippo' (the same
-    learner with a local critic: the ablation of Yu et al. 2022); agents/mappo.py. The actor is
+    learner with a local critic: the ablation of Yu et al. 2022); agents/rl/mappo.py. The actor is
     `net`; PPO's clipping, entropy, epochs, minibatches, gamma and lambda come from `ppo`."""
 
     hidden: tuple[int, ...] = field(default=(64, 64), metadata=bounds(1, 65536))
@@ -337,7 +337,7 @@ class LeagueConfig:
                 raise ConfigError(f"learner_backend.ranks > 1 trains learner 'ppo' on data-parallel ranks, not "
                                   f"{self.learner!r}; set learner_backend.ranks=1")
         if self.learner in TEXT_LM_LEARNERS:
-            from games.text import TEXT_VIEWS, has_text_view
+            from ludus.games.text import TEXT_VIEWS, has_text_view
 
             if not has_text_view(self.game):
                 raise ConfigError(f"learner {self.learner!r} plays games with a text view; {self.game!r} has none "
@@ -350,7 +350,7 @@ class LeagueConfig:
                 raise ConfigError("learner 'text_mmd' reads the answer at the response's first token: it needs "
                                   "text_lm.play.prompt.response_prefix (e.g. '[')")
         if self.learner == "text_exit":
-            from league.text_lm import EXIT_GAMES
+            from ludus.league.learners.text_lm import EXIT_GAMES
 
             if self.game not in EXIT_GAMES:
                 raise ConfigError(f"learner 'text_exit' searches positions rebuilt from the observation: games "
@@ -361,7 +361,7 @@ class LeagueConfig:
                 raise ConfigError(f"learner {self.learner!r} does not use text_lm.{block}.{changed[0]} (its settings "
                                   f"are text_lm.{TEXT_LM_LEARNERS[self.learner]}.*); drop it")
         if self.learner in ("mappo", "ippo"):
-            from league.mappo import PPO_KEYS_MAPPO_READS
+            from ludus.league.learners.mappo import PPO_KEYS_MAPPO_READS
 
             # e.g. ppo.minibatch_size: MAPPO splits each update into ppo.num_minibatches
             unread = _changed_keys(self.ppo, read=PPO_KEYS_MAPPO_READS)
@@ -378,7 +378,7 @@ class LeagueConfig:
             if changed:
                 raise ConfigError(f"learner 'sdcfr' does not use ppo.{changed[0]} (its settings are cfr.*); drop it")
         # One spelling of bots everywhere: `bot:random` is the anchor `random` (member anchor:random).
-        from agents.bots import BOT_PREFIX
+        from ludus.agents.bots.builtin import BOT_PREFIX
 
         object.__setattr__(self, "anchors", tuple(a.removeprefix(BOT_PREFIX) for a in self.anchors))
         if "base" in self.anchors and self.learner not in TEXT_LM_LEARNERS:
@@ -414,8 +414,8 @@ but its own roles and output policy."""
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Team vs team: predators (team 0, three seats sharing one actor) against the prey (team 1).
-    # One population per side; TrueSkill rates the sides' snapshots as teams (games/tag.py has
-    # the winner rule). MAPPO (league/mappo.py): each side's critic reads the seat's own
+    # One population per side; TrueSkill rates the sides' snapshots as teams (games/builtin/tag.py has
+    # the winner rule). MAPPO (league/learners/mappo.py): each side's critic reads the seat's own
     # observation, then the game's global state (Yu et al. 2022's agent-specific state): after 150
     # iterations its predators caught more in cross-play than with the global state alone on
     # four of five seeds (measured before the prey's changes below), though not reliably more
@@ -429,7 +429,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # against the later predators and its ratings stopped rising on some seeds. 40% rating
     # matches: a side's snapshots differ by little, and at 20% their ratings' sigma (0.6-1.2) was
     # as large as the spread of their mu. 300 iterations of 256 matches (9.6M steps, ~5 minutes
-    # with two runs at a time on games/tag.py's batched world): the prey's ratings rise too slowly
+    # with two runs at a time on games/builtin/tag.py's batched world): the prey's ratings rise too slowly
     # for half of that on some seeds (seed 2's prey: Spearman 0.792 after 150, 0.926 after 300;
     # docs/league.md has the figures). The prey's actor
     # is twice as wide as the predators' ([128, 128] against [64, 64]): with the predators' width
@@ -447,7 +447,7 @@ PRESETS: dict[str, dict[str, Any]] = {
              "learner_share": 6.0, "net": {"hidden": [128, 128]}},
         ],
     },
-    # 2v2 tic-tac-toe (games/teams.py): partners alternate at their side's moves without conferring.
+    # 2v2 tic-tac-toe (games/builtin/teams.py): partners alternate at their side's moves without conferring.
     # Team ratings beyond MPE: each side is a team of two seats of one snapshot, rated as a team;
     # MAPPO's critic reads both partners' observations (the game has no separate global state).
     "tic_tac_toe_2v2": {
@@ -502,7 +502,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # compiled: 0.601 / 0.679 on seeds 3 / 4).
     # Two runner processes play while the learners update in the manager (async, data one version
     # old): the MCTS anchors' games are search on the runners (compiled for connect four,
-    # agents/connect_four_mcts.py), and with one runner the second core idled. A shared-trunk MLP:
+    # agents/bots/connect_four_mcts.py), and with one runner the second core idled. A shared-trunk MLP:
     # 4x cheaper to train than conv nets of equal skill per sample here. PPO: many small
     # minibatches and a high learning rate (gradient steps, not samples, limited learning);
     # lambda 0.8 leans on the critic, which learns threats before the policy does; unclipped
@@ -513,7 +513,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # punishes every one-move blunder, which self-play opponents miss; mcts-100 punishes two-move
     # tactics. PFSP sends the main agent to whichever it still loses to. Measured in 15 minutes:
     # with anchors random + mcts-25 only, 0.35 against MCTS-100; with mcts-100 added, 0.74.
-    # The nets act in bfloat16 (frozen snapshots stacked, agents.nets.StackedActors): self-play
+    # The nets act in bfloat16 (frozen snapshots stacked, ludus.agents.nets.StackedActors): self-play
     # ~1.9x faster than float32 on a CPU with AMX tiles (benchmarks/inference_paths.py). Acting
     # in bf16 moves a trained net's log-probs by 0.002 on average (PPO's clip is 0.2); 15-minute
     # runs scored 0.557-0.647 against MCTS-100 in bf16 and 0.599-0.734 in float32
@@ -550,8 +550,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # opponent pool (the Nash mixture is over the whole population).
     "kuhn_poker": {**_POKER_PSRO, "game": "spiel:kuhn_poker", "iterations": 750},
     # Leduc poker (6 cards, two betting rounds, 936 information states; the OpenSpiel adapter's
-    # default information-state tensor gives perfect recall): Single Deep CFR (league/cfr.py,
-    # agents/deep_cfr.py), not a policy gradient. One update is 5 CFR iterations, each 300
+    # default information-state tensor gives perfect recall): Single Deep CFR (league/learners/cfr.py,
+    # agents/solvers/deep_cfr.py), not a policy gradient. One update is 5 CFR iterations, each 300
     # external-sampling traversals per seat and 200 minibatch steps of the regret net on a 400k
     # reservoir; a snapshot after every update is one iterate, and the output is their uniform
     # average. The few matches per iteration only rate the snapshots. Averaged PPO self-play, the
@@ -574,7 +574,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # random mover pin the rating scale. One runner in the manager's process: generation is the
     # cost, and it is batched over every seat the LM plays in the iteration's matches.
     # Kuhn poker has 12 information states, so the LM learns by magnetic mirror descent on the
-    # exact tree (learner 'text_mmd', agents/text_mmd.py): turn-level PPO on the sampled turns
+    # exact tree (learner 'text_mmd', agents/lm/text_mmd.py): turn-level PPO on the sampled turns
     # settled on "bet and call with every card" (0.33 exploitable) in every variant tried
     # (docs/llm.md). One MMD iteration (eight distillation steps) per update, its 32 matches only
     # rate the snapshots: ~42 s per iteration (learn ~36, play ~5) with one thread each for two runs
@@ -592,7 +592,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "torch_threads": 2, "runner_threads": 2,
         "num_envs": 16, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
         "anchors": ["random", "base"],
-        # Expert iteration (agents/text_exit.py): MCTS over the rules answers every position the LM
+        # Expert iteration (agents/lm/text_exit.py): MCTS over the rules answers every position the LM
         # met, and the adapters learn its answers. Activated LoRA (docs/llm.md): the adapters (rank
         # 16 on every projection of all 30 layers) read only "assistant\n[" and the answer; the
         # board is read by the base once per run, so a step of 32 positions costs ~0.8-1.1 s on a
@@ -621,7 +621,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                                                           "gate_proj", "up_proj", "down_proj"]}},
                     "play": {"max_new_tokens": 4, "temperature": 0.5}},
     },
-    # The negotiation in plain English, one utterance per turn (games/negotiation_turns.py, the
+    # The negotiation in plain English, one utterance per turn (games/builtin/negotiation_turns.py, the
     # English view in games/text.py): "[propose: 2 books, 1 hat, 0 balls]" or "[accept]". A proposal
     # is ~12 tokens after the opening "[" (24 allowed: the base often adds "for me" or more before
     # closing); the untrained base pins the scale. TrueSkill: higher own score wins, equal scores
@@ -727,8 +727,8 @@ def load_config(source: str, overrides: list[str] | None = None) -> LeagueConfig
 
 def config_from_dict(data: dict[str, Any]) -> LeagueConfig:
     config = from_dict(LeagueConfig, _with_role_nets(data))
-    from games.core import GameError
-    from games.registry import spec
+    from ludus.games.core import GameError
+    from ludus.games.registry import spec
 
     try:
         spec(config.game)  # an unknown game id fails here, before anything runs

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from games.core import GameSpec
-from league.checkpoint import RunError, checkpoint_directory, read_checkpoint
-from league.config import LeagueConfig
-from league.population import Member
+from ludus.games.core import GameSpec
+from ludus.league.checkpoint import RunError, checkpoint_directory, read_checkpoint
+from ludus.league.config import LeagueConfig
+from ludus.league.records.population import Member
 
 
 def founding_members(config: LeagueConfig, spec: GameSpec) -> list[Member]:
@@ -24,7 +24,7 @@ def founding_members(config: LeagueConfig, spec: GameSpec) -> list[Member]:
         if os.path.isdir(name):
             member = imported_snapshot(name, "anchor", spec)
         else:
-            from agents.bots import make_bot
+            from ludus.agents.bots.builtin import make_bot
 
             make_bot(name, spec)  # refuse a bad bot name now
             member = Member(f"anchor:{name}", "anchor", "anchor", bot=name)
@@ -49,7 +49,7 @@ def base_anchor(first_snapshot: Member) -> Member:
 
 
 def imported_snapshot(path: str | os.PathLike, role: str, spec: GameSpec) -> Member:
-    from agents.snapshot import load_snapshot
+    from ludus.agents.snapshot import load_snapshot
 
     loaded = load_snapshot(path, expect_game=spec.id)
     return Member(f"{role}:{loaded.ref.snapshot_id[:12]}", "snapshot", role,

@@ -1,9 +1,9 @@
 """The league loop: plan -> play -> record -> learn -> snapshot -> checkpoint (docs/league.md).
 
 Each phase is one timed call into its own module: plan (league/planner.py: opponents, rating
-matches, match ids and seeds, runner shards), play (league/backends.py: serial, processes or Ray,
-the same results), record (league/recorder.py: ledger, TrueSkill ratings, payoff table), learn and
-snapshot (league/learning.py; exploiters reset as in AlphaStar; hooks on `on_population_change`,
+matches, match ids and seeds, runner shards), play (league/play/backends.py: serial, processes or Ray,
+the same results), record (league/records/recorder.py: ledger, TrueSkill ratings, payoff table), learn and
+snapshot (league/learners/learning.py; exploiters reset as in AlphaStar; hooks on `on_population_change`,
 e.g. evaluation's PSRO exploitability, add metrics), checkpoint (league/checkpoint.py: everything a
 resume needs, written atomically).
 
@@ -24,26 +24,26 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from games.core import GameSpec
-from games.registry import spec as game_spec
-from league.backends import Backend, make_backend
-from league.checkpoint import (CHECKPOINT_POINTER, CONFIG_FILE, CheckpointState, LearnerState, PendingPlay, RunError,
+from ludus.games.core import GameSpec
+from ludus.games.registry import spec as game_spec
+from ludus.league.play.backends import Backend, make_backend
+from ludus.league.checkpoint import (CHECKPOINT_POINTER, CONFIG_FILE, CheckpointState, LearnerState, PendingPlay, RunError,
                                building_run, checked_run, clean_stale_temporaries, config_digest, ledger_mark,
                                read_learner_tensors, write_checkpoint)
-from league.config import LeagueConfig, config_from_dict, config_to_dict
-from league.founders import BASE_ANCHOR, base_anchor, founding_members
-from league.learners import LeagueLearner
-from league.learning import Learner, due_for_snapshot, freeze, learn, make_learner, reset, reset_due, track_gain
-from league.ledger import Store
-from league.metrics import IterationSummary, LeagueTotals, PhaseClock, RunLog
-from league.output import write_output_policy
-from league.payoff import PayoffTable
-from league.planner import LeagueView, Planner
-from league.population import Member, Population, with_absolute_paths
-from league.ratings import RatingTable, TrueSkillParams, ensure_params
-from league.recorder import Recorder
-from league.runner import PlayTask
-from league.seeds import INIT_WEIGHTS, LEARNER, MATCHMAKING, rng_from_json, rng_to_json, stream_seed
+from ludus.league.config import LeagueConfig, config_from_dict, config_to_dict
+from ludus.league.founders import BASE_ANCHOR, base_anchor, founding_members
+from ludus.league.learners.base import LeagueLearner
+from ludus.league.learners.learning import Learner, due_for_snapshot, freeze, learn, make_learner, reset, reset_due, track_gain
+from ludus.league.records.ledger import Store
+from ludus.league.metrics import IterationSummary, LeagueTotals, PhaseClock, RunLog
+from ludus.league.output import write_output_policy
+from ludus.league.records.payoff import PayoffTable
+from ludus.league.planner import LeagueView, Planner
+from ludus.league.records.population import Member, Population, with_absolute_paths
+from ludus.league.records.ratings import RatingTable, TrueSkillParams, ensure_params
+from ludus.league.records.recorder import Recorder
+from ludus.league.play.runner import PlayTask
+from ludus.league.seeds import INIT_WEIGHTS, LEARNER, MATCHMAKING, rng_from_json, rng_to_json, stream_seed
 from ludus.files import atomic_write_json
 
 __all__ = ["League", "IterationSummary", "RunError", "CHECKPOINT_POINTER", "CONFIG_FILE"]
@@ -81,9 +81,9 @@ class League:
         """Whether the run's closing rating round is recorded (`_closing_round`)."""
         self._in_flight: PendingPlay | None = None
         self.ranks = None
-        """The helper ranks of data-parallel learners (learner_backend.ranks > 1; league/ranks.py)."""
+        """The helper ranks of data-parallel learners (learner_backend.ranks > 1; league/learners/ranks.py)."""
         if config.learner_backend.ranks > 1:
-            from league.ranks import RankGroup
+            from ludus.league.learners.ranks import RankGroup
 
             self.ranks = RankGroup(config, config.learner_backend.ranks)
 

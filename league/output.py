@@ -6,7 +6,7 @@ the last best response, is the approximate equilibrium); for every other recipe 
 agent, the newest snapshot of the first `main` role (AlphaStar's main agents are what it ships),
 or with `output_policy: average` the linear average of all its snapshots (for games where
 self-play cycles around an equilibrium that the average approaches), with `uniform_average` their
-plain average (Single Deep CFR's iterates, league/cfr.py).
+plain average (Single Deep CFR's iterates, league/learners/cfr.py).
 Either way ``<run>/output_policy/mixture.json`` (agents/mixture.py) names it, with paths into the
 run's snapshots, so ``ludus evaluate``, ``ludus play``, ``ludus export`` and the arena take it
 like any checkpoint.
@@ -18,10 +18,10 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from agents.mixture import OUTPUT_POLICY_DIR, Mixture, MixtureComponent, write_mixture
-from games.core import GameSpec
-from league.config import LeagueConfig
-from league.population import Member, Population
+from ludus.agents.mixture import OUTPUT_POLICY_DIR, Mixture, MixtureComponent, write_mixture
+from ludus.games.core import GameSpec
+from ludus.league.config import LeagueConfig
+from ludus.league.records.population import Member, Population
 
 
 def output_support(spec: GameSpec, config: LeagueConfig, members: Sequence[Member],
@@ -31,7 +31,7 @@ def output_support(spec: GameSpec, config: LeagueConfig, members: Sequence[Membe
     members; `save_cache`: whether PSRO's meta-game may write new payoffs to the run's cache."""
     psro_role = config.psro_role
     if psro_role is not None:
-        from league.psro import MetaSolver, meta_game
+        from ludus.league.psro import MetaSolver, meta_game
 
         solver = MetaSolver.of(psro_role)
         strategy = meta_game(spec, members, run_dir, save_cache, solver).strategy

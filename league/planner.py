@@ -20,14 +20,14 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from games.core import GameSpec
-from league.config import LeagueConfig, RoleConfig
-from league.matchmaking import MatchmakingMix, sample_opponents, schedule_rating_matches
-from league.payoff import PayoffTable
-from league.population import Member, Population
-from league.ratings import RatingTable
-from league.runner import MatchAssignment, PlayTask
-from league.seeds import SAMPLING, match_seed, stream_seed
+from ludus.games.core import GameSpec
+from ludus.league.config import LeagueConfig, RoleConfig
+from ludus.league.records.matchmaking import MatchmakingMix, sample_opponents, schedule_rating_matches
+from ludus.league.records.payoff import PayoffTable
+from ludus.league.records.population import Member, Population
+from ludus.league.records.ratings import RatingTable
+from ludus.league.play.runner import MatchAssignment, PlayTask
+from ludus.league.seeds import SAMPLING, match_seed, stream_seed
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class Planner:
         num_nash = int(rng.binomial(n, role.meta_nash / total)) if role.meta_nash > 0 and candidates else 0
         drawn: list[str] = []
         if num_nash:
-            from league.psro import MetaSolver, meta_strategy
+            from ludus.league.psro import MetaSolver, meta_strategy
 
             members = [league.population[c] for c in candidates]
             weights = meta_strategy(self.spec, members, self.run_dir, MetaSolver.of(role))

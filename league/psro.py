@@ -10,24 +10,24 @@ the learner is one PSRO iteration's (approximate, PPO-trained) best response.
 The meta-game here is exact, not empirical: entry (i, j) is the expected return of member i
 against member j computed by walking the whole game tree with OpenSpiel's
 `expected_game_score.policy_value`, over each member's explicit action probabilities
-(`agents.exploitability.SpielPolicyAdapter`: net snapshots and the random bot). The game's two
+(`ludus.agents.solvers.exploitability.SpielPolicyAdapter`: net snapshots and the random bot). The game's two
 seats differ (Kuhn poker's first player is at a disadvantage of 1/18 at equilibrium), so each entry
 is symmetrised over seat orders,
 
     A[i, j] = 1/2 (u_0(i, j) + u_1(j, i)) - utility_sum / 2,
 
 where u_p(a, b) is seat p's expected return with a on seat 0 and b on seat 1. A is antisymmetric,
-and its maximin mixture (`agents.exploitability.nash_mixture`, the zero-sum LP) is a symmetric Nash
+and its maximin mixture (`ludus.agents.solvers.exploitability.nash_mixture`, the zero-sum LP) is a symmetric Nash
 equilibrium of the meta-game.
 
 That exact Nash mixture is one meta-solver; projected replicator dynamics (PRD, the paper's other
-solver, `agents.exploitability.projected_replicator_dynamics`) is the other (a role's
+solver, `ludus.agents.solvers.exploitability.projected_replicator_dynamics`) is the other (a role's
 `meta_solver`). The chosen solver's mixture is the meta-strategy: training opponents are drawn from
 it and it is the output policy.
 
 The league's output is that mixture played as one policy: "draw member k with probability x_k,
 then play it for the whole game", aggregated into a single behaviour policy by reach-weighting
-(`agents.exploitability.aggregate_mixture`). Its exploitability is what PSRO reports; evaluation
+(`ludus.agents.solvers.exploitability.aggregate_mixture`). Its exploitability is what PSRO reports; evaluation
 attaches that measurement to a running league (evaluation/league_hooks.py).
 
 Entries are cached per pair of members' identities (snapshot content hash, or bot name), in memory
@@ -48,8 +48,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from games.core import GameSpec
-from league.population import Member, with_absolute_paths
+from ludus.games.core import GameSpec
+from ludus.league.records.population import Member, with_absolute_paths
 from ludus.errors import UserError
 
 CACHE_FILE = "psro_cache.json"
@@ -90,7 +90,7 @@ class MetaSolver:
 
     @classmethod
     def of(cls, role) -> "MetaSolver":
-        """The solver a `league.config.RoleConfig` asks for."""
+        """The solver a `ludus.league.config.RoleConfig` asks for."""
         return cls(role.meta_solver, role.prd_exploration)
 
 
@@ -183,8 +183,8 @@ def member_table(spec: GameSpec, member: Member, cache: PayoffCache):
     key = member_key(member)
     table = cache.tables.get(key)
     if table is None:
-        from agents.exploitability import as_tabular
-        from league.population import load_member_policy
+        from ludus.agents.solvers.exploitability import as_tabular
+        from ludus.league.records.population import load_member_policy
 
         table = as_tabular(spec.id, load_member_policy(member, spec))
         cache.tables[key] = table
@@ -195,7 +195,7 @@ def _seat_returns(spec: GameSpec, first, second) -> tuple[float, float]:
     """Exact expected returns of both seats with `first` on seat 0 and `second` on seat 1."""
     from open_spiel.python.algorithms.expected_game_score import policy_value
 
-    from agents.exploitability import spiel_game_of
+    from ludus.agents.solvers.exploitability import spiel_game_of
 
     game = spiel_game_of(spec.id)
     values = policy_value(game.new_initial_state(), [first, second])
@@ -214,7 +214,7 @@ def meta_game(spec: GameSpec, members: Sequence[Member], run_dir: str | os.PathL
             another process writes pass False (only the manager writes to a run directory).
         solver: the meta-solver whose mixture is `MetaGame.strategy`.
     """
-    from agents.exploitability import nash_mixture, projected_replicator_dynamics
+    from ludus.agents.solvers.exploitability import nash_mixture, projected_replicator_dynamics
 
     _check_game(spec)
     if not members:
@@ -265,8 +265,8 @@ def league_output_policy(spec: GameSpec, members: Sequence[Member], run_dir: str
 
 def aggregate_members(spec: GameSpec, weighted: Sequence[tuple[Member, float]], run_dir: str | os.PathLike | None):
     """A mixture of frozen members (paths may be relative to `run_dir`) aggregated reach-weighted
-    into one OpenSpiel TabularPolicy (`agents.exploitability.aggregate_mixture`)."""
-    from agents.exploitability import aggregate_mixture
+    into one OpenSpiel TabularPolicy (`ludus.agents.solvers.exploitability.aggregate_mixture`)."""
+    from ludus.agents.solvers.exploitability import aggregate_mixture
 
     cache = payoff_cache(spec.id, run_dir)
     members = [member for member, _ in weighted]

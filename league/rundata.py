@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from league.checkpoint import CHECKPOINT_POINTER, CONFIG_FILE, STATE_FILE, CheckpointState, RunError
-from league.ledger import Store
-from league.population import Member, with_absolute_paths
-from league.ratings import TrueSkillParams, load_params
+from ludus.league.checkpoint import CHECKPOINT_POINTER, CONFIG_FILE, STATE_FILE, CheckpointState, RunError
+from ludus.league.records.ledger import Store
+from ludus.league.records.population import Member, with_absolute_paths
+from ludus.league.records.ratings import TrueSkillParams, load_params
 
 _POINTER_RETRIES = 3
 """The manager keeps two checkpoints and deletes older ones: a pointer read just before a newer

@@ -1,13 +1,13 @@
 """`ludus status`: a run's population table, read-only, without importing torch.
 
-Only the run directory's JSON files and the ledger are read (league/rundata.py, league/ledger.py),
+Only the run directory's JSON files and the ledger are read (league/rundata.py, league/records/ledger.py),
 and the ledger's per-player sums are computed by SQLite, so the table answers quickly while the
 run trains.
 
 The headline figures are in the table: each member's recent score against each anchor bot (a
 column per anchor: how good it is against fixed yardsticks, which one overall score over a
 changing population hides; from the checkpoint's payoff table, not a ledger scan), and, for a run that measures it (small OpenSpiel games with an averaged or
-PSRO output policy; `evaluation.league_hooks`), the output policy's latest exploitability.
+PSRO output policy; `ludus.evaluation.league_hooks`), the output policy's latest exploitability.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from league.checkpoint import CHECKPOINT_POINTER, STATE_FILE
-from league.ledger import Store
-from league.rundata import read_run
+from ludus.league.checkpoint import CHECKPOINT_POINTER, STATE_FILE
+from ludus.league.records.ledger import Store
+from ludus.league.rundata import read_run
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def anchor_scores(run_dir: Path, players: list[str], anchors: list[str]) -> dict
     A lookup, not a ledger scan: joining every anchor seat of a 600,000-match ledger takes ~2 s
     here, and the table's window is the one the return and length columns show too. Empty when
     the checkpoint cannot be read (being replaced: the next call reads the new one)."""
-    from league.payoff import PayoffTable
+    from ludus.league.records.payoff import PayoffTable
 
     if not anchors:
         return {}

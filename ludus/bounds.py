@@ -3,7 +3,7 @@
     gamma: float = field(default=0.99, metadata=bounds(0, 1))
     \"\"\"Discount factor.\"\"\"
 
-`league.configio.from_dict` checks every field that declares one (a tuple of numbers: each
+`ludus.league.configio.from_dict` checks every field that declares one (a tuple of numbers: each
 item), so a value outside is refused in one line naming the full key before anything runs, and
 `ludus config show` prints the range beside the key. This module sits below every package
 (agents declare ranges, league checks them) and imports nothing of Ludus.

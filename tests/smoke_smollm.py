@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.lm import LMPolicy, generate_text, load_hf_causal_lm
+from ludus.agents.lm.model import LMPolicy, generate_text, load_hf_causal_lm
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -33,7 +33,7 @@ def _wheel_directory() -> Path:
 
 
 def test_smollm2_replies_to_a_negotiation_prompt():
-    from games.negotiation import ITEMS, Negotiation, NegotiationText
+    from ludus.games.builtin.negotiation import ITEMS, Negotiation, NegotiationText
 
     lm = load_hf_causal_lm(_wheel_directory(), gguf_file=GGUF_FILE)
     assert sum(p.numel() for p in lm.model.lm.parameters()) > 100_000_000

@@ -6,11 +6,11 @@ import numpy as np
 import pyspiel
 import pytest
 
-from games import registry
-from games.core import GameError, is_over
-from games.gym import make_gym_game
-from games.pz import make_pettingzoo_game
-from games.spiel import load_spiel_game, make_spiel_game, observation_kind, spiel_observation, spiel_observation_kind
+from ludus.games import registry
+from ludus.games.core import GameError, is_over
+from ludus.games.adapters.gym import make_gym_game
+from ludus.games.adapters.pz import make_pettingzoo_game
+from ludus.games.adapters.spiel import load_spiel_game, make_spiel_game, observation_kind, spiel_observation, spiel_observation_kind
 
 
 def play_random(game, seed: int, rng: np.random.Generator) -> tuple[np.ndarray, list[tuple[int, ...]]]:
@@ -329,8 +329,8 @@ def test_a_gym_env_missing_its_dependency_is_one_line():
 def test_a_snapshot_saved_on_the_old_observation_is_refused_in_one_line(tmp_path):
     import dataclasses
 
-    from agents.nets import ActorCritic, NetConfig
-    from agents.snapshot import Lineage, SnapshotError, load_snapshot, save_snapshot
+    from ludus.agents.nets import ActorCritic, NetConfig
+    from ludus.agents.snapshot import Lineage, SnapshotError, load_snapshot, save_snapshot
 
     old = dataclasses.replace(registry.spec("spiel:kuhn_poker[observation]"), id="spiel:kuhn_poker")
     save_snapshot(ActorCritic(old, NetConfig(hidden=(8,))), old, NetConfig(hidden=(8,)), tmp_path / "s",

@@ -22,17 +22,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arena.api import Arena, ArenaConfig
-from arena.isolation import Isolation, SandboxConfig, resolve_isolation, stray_agent_processes
-from arena.leaderboard import format_leaderboard
-from arena.match import MatchLimits
-from arena.replay import replay_match
-from arena.sandbox import SandboxLimits
-from arena.store import ArenaError, submission_digest_of_copy
-from arena.submission import Submission, SubmissionError, SubmissionKind
-from arena.tournament import TournamentSettings, circle_rounds, round_robin_schedule, summarize
-from league.ledger import Store
-from league.ratings import load_params, rebuild_ratings
+from ludus.arena.api import Arena, ArenaConfig
+from ludus.arena.sandbox.isolation import Isolation, SandboxConfig, resolve_isolation, stray_agent_processes
+from ludus.arena.leaderboard import format_leaderboard
+from ludus.arena.match import MatchLimits
+from ludus.arena.replay import replay_match
+from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.store import ArenaError, submission_digest_of_copy
+from ludus.arena.submission import Submission, SubmissionError, SubmissionKind
+from ludus.arena.tournament import TournamentSettings, circle_rounds, round_robin_schedule, summarize
+from ludus.league.records.ledger import Store
+from ludus.league.records.ratings import load_params, rebuild_ratings
 from ludus.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,9 +138,9 @@ def small_arena(tmp_path_factory):
 def _snapshot(tmp_path: Path, corrupt: bool) -> Path:
     import torch
 
-    from agents.nets import ActorCritic, NetConfig
-    from agents.snapshot import save_snapshot
-    from games import registry
+    from ludus.agents.nets import ActorCritic, NetConfig
+    from ludus.agents.snapshot import save_snapshot
+    from ludus.games import registry
 
     spec = registry.spec(GAME)
     torch.manual_seed(0)
@@ -256,7 +256,7 @@ def test_submissions_are_immutable_content_addressed_copies(tmp_path):
 
 
 def test_snapshot_copies_are_checked_by_their_snapshot_id(tmp_path):
-    from agents.snapshot import verify_snapshot
+    from ludus.agents.snapshot import verify_snapshot
 
     snapshot = _snapshot(tmp_path, corrupt=False)
     found = submission_digest_of_copy(SubmissionKind.SNAPSHOT, snapshot, 1 << 30)
@@ -551,10 +551,10 @@ def test_an_lm_snapshot_plays_in_the_arena_on_the_hosts_base(smollm2_dir, tmp_pa
     the host converted (shared read-only: the agent names a base id the host ships, and brings
     only its adapters)."""
     require_isolation()
-    from agents.pretrained import PretrainedLMConfig, load_pretrained_lm
-    from agents.snapshot import save_adapter_snapshot
-    from agents.text_policy import TextPlayConfig
-    from games import registry
+    from ludus.agents.lm.pretrained import PretrainedLMConfig, load_pretrained_lm
+    from ludus.agents.snapshot import save_adapter_snapshot
+    from ludus.agents.lm.text_policy import TextPlayConfig
+    from ludus.games import registry
 
     lm = load_pretrained_lm(PretrainedLMConfig(), seed=0)
     save_adapter_snapshot(lm, registry.spec("spiel:kuhn_poker"), tmp_path / "lm",
@@ -651,8 +651,8 @@ def _play_loose(tmp_path: Path, zoo_name: str, kind: str):
     every cell legal: a coerced answer would be a legal move), against the random bot."""
     import shutil
 
-    from arena.match import play_match
-    from arena.submission import make_player, validate_submission
+    from ludus.arena.match import play_match
+    from ludus.arena.submission import make_player, validate_submission
 
     folder = tmp_path / zoo_name
     shutil.copytree(ZOO / zoo_name, folder)
@@ -693,8 +693,8 @@ def test_an_action_line_that_is_not_one_integer_action_is_invalid(tmp_path, kind
 
 def test_the_host_never_coerces_what_act_returned():
     """`agent_host.action_line` on both sides of the rule, decoded by the arena's own decoder."""
-    from arena import protocol
-    from arena.agent_host import action_line
+    from ludus.arena import protocol
+    from ludus.arena.agent_host import action_line
 
     class Hostile:
         def __repr__(self):

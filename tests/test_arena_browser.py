@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from arena.api import Arena, ArenaConfig
-from arena.isolation import Isolation, SandboxConfig, resolve_isolation
-from arena.match import MatchLimits
-from arena.sandbox import SandboxLimits
+from ludus.arena.api import Arena, ArenaConfig
+from ludus.arena.sandbox.isolation import Isolation, SandboxConfig, resolve_isolation
+from ludus.arena.match import MatchLimits
+from ludus.arena.sandbox.process import SandboxLimits
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "agents"

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from arena import testing
-from arena.accounts import (NAMES_KEY, NameTakenError, NotYoursError, check_name_free, dead, entrant_owners,
+from ludus.arena import testing
+from ludus.arena.accounts import (NAMES_KEY, NameTakenError, NotYoursError, check_name_free, dead, entrant_owners,
                             name_claims, scheduled_entrants, withdraw)
-from arena.api import Arena
-from arena.scheduler import Scheduler, SchedulerSettings
-from arena.store import Entrant
-from arena.submission import SubmissionKind
-from arena.testing import ServiceProcess, run_ludus
-from league.ledger import Store
+from ludus.arena.api import Arena
+from ludus.arena.scheduler import Scheduler, SchedulerSettings
+from ludus.arena.store import Entrant
+from ludus.arena.submission import SubmissionKind
+from ludus.arena.testing import ServiceProcess, run_ludus
+from ludus.league.records.ledger import Store
 from tests.test_arena import ZOO, config, require_isolation
 
 REPO = Path(__file__).resolve().parent.parent

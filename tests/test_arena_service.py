@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from arena import testing
-from arena.testing import ServiceProcess, run_ludus
-from league.ledger import Store
+from ludus.arena import testing
+from ludus.arena.testing import ServiceProcess, run_ludus
+from ludus.league.records.ledger import Store
 from tests.test_arena import require_isolation
 
 REPO = Path(__file__).resolve().parent.parent
@@ -229,7 +229,7 @@ def test_the_scheduler_survives_kill_9_without_losing_or_duplicating_a_match(tmp
     assert seqs == list(range(1, len(after) + 1))  # every match once, none twice
     assert min(set(after) - set(before)) > max(before)
     # the stored ratings are exactly the ledger's replay (no half-recorded match)
-    from league.ratings import load_params, rebuild_ratings
+    from ludus.league.records.ratings import load_params, rebuild_ratings
 
     with Store.open(arena_dir, mode="read") as store:
         rebuilt = rebuild_ratings(store, load_params(store), kinds=("arena",)).as_dict()

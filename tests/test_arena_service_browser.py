@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from arena.testing import ServiceProcess, free_port, run_ludus
+from ludus.arena.testing import ServiceProcess, free_port, run_ludus
 from tests.test_arena_service import EXAMPLES, GAME, require_isolation
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",

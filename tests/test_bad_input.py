@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.lm import LMError
-from agents.text_policy import PROMPT_FIELDS, TextPlayConfig, template_problem
+from ludus.agents.lm.model import LMError
+from ludus.agents.lm.text_policy import PROMPT_FIELDS, TextPlayConfig, template_problem
 from ludus.cli import main
 
 KUHN = "spiel:kuhn_poker"
@@ -86,7 +86,7 @@ def test_a_config_prompt_template_is_checked_too(tmp_path, capsys):
 def _respliced(source: Path, target: Path, **architecture) -> Path:
     """A copy of snapshot `source` whose manifest's architecture record has `architecture` changes,
     rehashed (a well-formed snapshot, as a submitter could write one)."""
-    from agents.snapshot import ADAPTER_WEIGHTS_NAME, MANIFEST_NAME, write_snapshot
+    from ludus.agents.snapshot import ADAPTER_WEIGHTS_NAME, MANIFEST_NAME, write_snapshot
 
     header = json.loads((source / MANIFEST_NAME).read_text())
     header.pop("files", None)
@@ -97,9 +97,9 @@ def _respliced(source: Path, target: Path, **architecture) -> Path:
 
 @pytest.fixture(scope="module")
 def lm_snapshot(tiny_bases, tmp_path_factory) -> Path:
-    from agents.pretrained import PretrainedLMConfig, load_pretrained_lm
-    from agents.snapshot import save_adapter_snapshot
-    from games import registry
+    from ludus.agents.lm.pretrained import PretrainedLMConfig, load_pretrained_lm
+    from ludus.agents.snapshot import save_adapter_snapshot
+    from ludus.games import registry
 
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
     path = tmp_path_factory.mktemp("lm") / "snap"
@@ -126,7 +126,7 @@ def test_the_local_base_error_names_the_cli_flag(lm_snapshot, capsys):
 def test_arena_submit_refuses_an_lm_snapshot_that_cannot_play(lm_snapshot, smollm2_dir, tmp_path, capsys):
     """The snapshot names the base the host ships (its id and content hash), so the sandboxed check
     gets as far as its play settings; it is refused before it can forfeit every match."""
-    from agents.pretrained import base_content_hash
+    from ludus.agents.lm.pretrained import base_content_hash
 
     bad = _respliced(lm_snapshot, tmp_path / "bad", base="smollm2-135m-instruct",
                      base_hash=base_content_hash(smollm2_dir), play=BAD_PLAYS["unknown placeholder"][0])
@@ -142,8 +142,8 @@ def test_arena_submit_refuses_an_lm_snapshot_that_cannot_play(lm_snapshot, smoll
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    from league.api import League
-    from league.config import load_config
+    from ludus.league.api import League
+    from ludus.league.config import load_config
 
     path = tmp_path_factory.mktemp("bad-input") / "run"
     league = League.create(load_config("quickstart", ["iterations=2", "log.progress=false"]), path)

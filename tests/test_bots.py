@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.bots import (BotError, MCTSBot, PerfectTicTacToe, RandomBot, ScriptedBot, board_from_history,
+from ludus.agents.bots.builtin import (BotError, MCTSBot, PerfectTicTacToe, RandomBot, ScriptedBot, board_from_history,
                          board_from_observation, make_bot, tic_tac_toe_solution)
-from agents.policy import ActBatch, Policy
-from games import registry
-from games.core import Game, is_over
+from ludus.agents.policy import ActBatch, Policy
+from ludus.games import registry
+from ludus.games.core import Game, is_over
 
 
 def play_game(game: Game, policies: list[Policy], seed: int, rng: np.random.Generator) -> tuple[np.ndarray, tuple]:
@@ -262,8 +262,8 @@ def test_make_bot_refuses_bad_names_with_one_line(name, game_id, message):
 
 
 def test_bots_are_spelled_bot_name_everywhere():
-    from games.registry import spec as game_spec
-    from league.config import load_config
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.config import load_config
 
     spec = game_spec("tic_tac_toe")
     assert type(make_bot("bot:perfect", spec)) is type(make_bot("perfect", spec))

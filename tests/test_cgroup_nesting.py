@@ -1,4 +1,4 @@
-"""Agent control groups nest under the arena's own (arena/cgroups.py), so an operator's limit on
+"""Agent control groups nest under the arena's own (arena/sandbox/cgroups.py), so an operator's limit on
 the arena covers its agents: the decision on fake v2 hierarchies, and containment on this host."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from arena import cgroups
+from ludus.arena.sandbox import cgroups
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,9 +88,9 @@ _ARENA_IN_A_LIMITED_GROUP = textwrap.dedent("""
     from pathlib import Path
     Path(sys.argv[1], "cgroup.procs").write_text(str(__import__("os").getpid()))  # the operator's limit
     sys.path.insert(0, sys.argv[2])
-    from arena.match import MatchLimits, SandboxedAgent, play_match
-    from arena.sandbox import SandboxLimits
-    from arena.submission import Submission, SubmissionKind, validate_submission
+    from ludus.arena.match import MatchLimits, SandboxedAgent, play_match
+    from ludus.arena.sandbox.process import SandboxLimits
+    from ludus.arena.submission import Submission, SubmissionKind, validate_submission
     zoo = Path(sys.argv[2], "tests", "hostile_agents", "shm_hog")
     hog = Submission(SubmissionKind.PYTHON_FOLDER, "shm_hog", "1", None, zoo, "unchecked", entry_point="agent:act")
     honest = validate_submission(Path(sys.argv[2], "examples", "agents", "random_python"), "tic_tac_toe")

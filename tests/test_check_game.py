@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from games import registry
-from games.check import CheckReport, GameCheckError, check_game
-from games.core import GameError
-from games.spiel import make_spiel_game
+from ludus.games import registry
+from ludus.games.check import CheckReport, GameCheckError, check_game
+from ludus.games.core import GameError
+from ludus.games.adapters.spiel import make_spiel_game
 from ludus.cli import main
 
 REQUIRED_IDS = (
@@ -197,6 +197,6 @@ def test_ludus_games_check_bad_id_exits_2_with_one_line(game_id, named):
 
 
 def test_games_cli_module_imports_no_game_library():
-    code = ("import sys, games.cli; heavy = {'pyspiel', 'pettingzoo', 'gymnasium', 'torch'} & set(sys.modules); "
+    code = ("import sys, ludus.games.cli; heavy = {'pyspiel', 'pettingzoo', 'gymnasium', 'torch'} & set(sys.modules); "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

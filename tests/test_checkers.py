@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from agents.bots import make_bot
-from agents.check import PolicyCheckError, check_policy
-from agents.nets import ActorCritic, NetConfig
-from agents.policy import ActOutput
-from agents.torch_policy import TorchPolicy
-from games.registry import spec as game_spec
-from league.check import BackendCheckError, LearnerCheckError, check_backend, check_learner
-from league.config import load_config
+from ludus.agents.bots.builtin import make_bot
+from ludus.agents.check import PolicyCheckError, check_policy
+from ludus.agents.nets import ActorCritic, NetConfig
+from ludus.agents.policy import ActOutput
+from ludus.agents.torch_policy import TorchPolicy
+from ludus.games.registry import spec as game_spec
+from ludus.league.check import BackendCheckError, LearnerCheckError, check_backend, check_learner
+from ludus.league.config import load_config
 
 QUIET = ["log.progress=false", "log.wandb=disabled", "log.tensorboard=false"]
 TINY_PPO = ["game=tic_tac_toe", "num_envs=8", "net.hidden=[16]", "ppo.num_minibatches=2", "ppo.update_epochs=2", *QUIET]
@@ -47,7 +47,7 @@ def test_net_policies_keep_the_policy_protocol(game_id):
 
 
 def test_frozen_bfloat16_net_policies_keep_the_policy_protocol():
-    """Frozen bf16 nets act together as a stack (agents.nets.StackedActors); the checker holds
+    """Frozen bf16 nets act together as a stack (ludus.agents.nets.StackedActors); the checker holds
     act_together to acting in turn."""
     torch.manual_seed(0)
     net = ActorCritic(game_spec("connect_four"), NetConfig(hidden=(16,), activation="relu"))
@@ -74,7 +74,7 @@ def test_check_policy_catches_acting_together_that_is_not_acting_in_turn(monkeyp
 def test_mappo_sides_keep_the_policy_protocol(preset):
     """A MAPPO side at play (the actor chooses, the centralised critic values each row from the input
     the runners record: the global state, or the side's observations where the game has none)."""
-    from league.mappo import MAPPOArchitecture, mappo_config
+    from ludus.league.learners.mappo import MAPPOArchitecture, mappo_config
 
     torch.manual_seed(0)
     config = load_config(preset, [])
@@ -85,9 +85,9 @@ def test_mappo_sides_keep_the_policy_protocol(preset):
 
 def test_bfloat16_runners_act_with_mappo_actors_in_bfloat16():
     """inference_dtype reaches a MAPPO side's actor (its critic's values stay float32)."""
-    from league.backends import PolicyProvider
-    from league.mappo import MAPPOArchitecture, mappo_config
-    from league.runner import LearnerWeights
+    from ludus.league.play.backends import PolicyProvider
+    from ludus.league.learners.mappo import MAPPOArchitecture, mappo_config
+    from ludus.league.play.runner import LearnerWeights
 
     config = load_config("simple_tag", [])
     spec = game_spec(config.game)
@@ -101,7 +101,7 @@ def test_bfloat16_runners_act_with_mappo_actors_in_bfloat16():
 
 
 def test_the_lm_policy_keeps_the_policy_protocol():
-    from league.dialogue import lm_architecture
+    from ludus.league.learners.dialogue import lm_architecture
 
     config = load_config("negotiation", TINY_NEGOTIATION)
     _, policy = lm_architecture(game_spec("negotiation"), config.dialogue.lm).build(game_spec("negotiation"))
@@ -148,7 +148,7 @@ def test_every_learner_resumes_exactly_from_its_state_dict(preset, overrides):
 
 
 def test_check_learner_catches_state_that_is_not_saved(monkeypatch):
-    from league.learners import PPOLeagueLearner
+    from ludus.league.learners.base import PPOLeagueLearner
 
     state_dict = PPOLeagueLearner.state_dict
     # a learner that forgets its optimizer state: the restored one steps from fresh Adam moments
@@ -171,7 +171,7 @@ def test_the_process_backend_writes_the_serial_backends_ledger_and_snapshots(tmp
 
 
 def test_check_backend_catches_a_backend_that_plays_other_matches(tmp_path, monkeypatch):
-    from league import backends
+    from ludus.league.play import backends
 
     class ShiftedSeeds(backends.ProcessBackend):
         def submit(self, tasks, weights):

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from league.config import PRESETS, LeagueConfig, load_config
-from league.configio import MAX_CONFIG_BYTES, ConfigError, format_table, from_dict, ranges
+from ludus.league.config import PRESETS, LeagueConfig, load_config
+from ludus.league.configio import MAX_CONFIG_BYTES, ConfigError, format_table, from_dict, ranges
 from ludus.bounds import Range, bounds, range_of
 from ludus.cli import main
 

@@ -13,13 +13,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agents.bots import make_bot
-from agents.nets import ActorCritic
-from agents.torch_policy import TorchPolicy
-from evaluation.evaluate import evaluate_policies
-from games.registry import spec as game_spec
-from league.config import load_config
-from league.manager import League
+from ludus.agents.bots.builtin import make_bot
+from ludus.agents.nets import ActorCritic
+from ludus.agents.torch_policy import TorchPolicy
+from ludus.evaluation.evaluate import evaluate_policies
+from ludus.games.registry import spec as game_spec
+from ludus.league.config import load_config
+from ludus.league.manager import League
 
 ITERATIONS = 20
 

@@ -1,4 +1,4 @@
-"""Single Deep CFR (agents/deep_cfr.py, league/cfr.py): regret matching, the reservoir memory, the
+"""Single Deep CFR (agents/solvers/deep_cfr.py, league/learners/cfr.py): regret matching, the reservoir memory, the
 sampled regrets, and the league learner 'sdcfr' converging on Kuhn poker."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import pyspiel
 import pytest
 import torch
 
-from agents.deep_cfr import DeepCFRConfig, ExternalSampler, ReservoirMemory, SDCFRLearner
-from agents.nets import ActorCritic, NetConfig, regret_matching_logits
-from games.registry import spec as game_spec
-from games.spiel import spiel_observation
-from league.configio import ConfigError
+from ludus.agents.solvers.deep_cfr import DeepCFRConfig, ExternalSampler, ReservoirMemory, SDCFRLearner
+from ludus.agents.nets import ActorCritic, NetConfig, regret_matching_logits
+from ludus.games.registry import spec as game_spec
+from ludus.games.adapters.spiel import spiel_observation
+from ludus.league.configio import ConfigError
 
 QUIET = ["log.progress=false", "log.wandb=disabled", "log.tensorboard=false"]
 
@@ -32,8 +32,8 @@ def test_regret_matching_plays_positive_regrets_in_proportion_and_the_best_actio
 
 
 def test_the_regret_matching_head_is_the_policy_of_a_net_and_its_snapshot(tmp_path):
-    from agents.exploitability import action_distribution
-    from agents.snapshot import load_snapshot, policy_from_snapshot, save_snapshot
+    from ludus.agents.solvers.exploitability import action_distribution
+    from ludus.agents.snapshot import load_snapshot, policy_from_snapshot, save_snapshot
 
     spec = game_spec("spiel:kuhn_poker")
     torch.manual_seed(0)
@@ -98,8 +98,8 @@ def test_sampled_regrets_average_to_the_counterfactual_regrets_at_the_root_decis
 
 
 def test_an_sdcfr_league_approaches_the_kuhn_equilibrium(tmp_path):
-    from evaluation.league_hooks import exploitability_metrics
-    from league.api import League, load_config
+    from ludus.evaluation.league_hooks import exploitability_metrics
+    from ludus.league.api import League, load_config
 
     config = load_config("leduc_poker", ["game=spiel:kuhn_poker", "iterations=30", "matches_per_iteration=16",
                                          "num_envs=16", "net.hidden=[32, 32]", "cfr.traversals=50",
@@ -122,7 +122,7 @@ def test_an_sdcfr_league_approaches_the_kuhn_equilibrium(tmp_path):
     (["ppo.learning_rate=0.1"], "does not use ppo.learning_rate"),
 ])
 def test_sdcfr_configs_that_cannot_work_are_refused(overrides, message):
-    from league.api import load_config
+    from ludus.league.api import load_config
 
     with pytest.raises(ConfigError, match=message):
         load_config("leduc_poker", overrides)
@@ -138,7 +138,7 @@ def test_sdcfr_config_values_are_checked():
 
 @pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
 def test_a_regret_matching_net_exports_and_reproduces_its_policy(tmp_path, fmt):
-    from agents.export import export_net
+    from ludus.agents.export import export_net
 
     torch.manual_seed(0)
     net = ActorCritic(game_spec("spiel:leduc_poker"), NetConfig(hidden=(16,), head="regret_matching"))
@@ -150,7 +150,7 @@ def test_a_regret_matching_net_exports_and_reproduces_its_policy(tmp_path, fmt):
 def test_an_sdcfr_run_resumed_midway_equals_one_trained_through(tmp_path):
     """The memory, the known information states and the generator travel in the checkpoint:
     2 iterations, a resume, 2 more give the snapshots of 4 in one go, bit for bit."""
-    from league.api import League, load_config
+    from ludus.league.api import League, load_config
 
     config = load_config("leduc_poker", ["iterations=4", "matches_per_iteration=8", "num_envs=8", "net.hidden=[16]",
                                          "cfr.traversals=20", "cfr.train_steps=5", "cfr.iterations_per_update=2",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.deepspeed_backend import (
+from ludus.agents.deepspeed_backend import (
     DeepSpeedBackend,
     LearnerBackendConfig,
     LearnerBackendError,
@@ -20,13 +20,13 @@ from agents.deepspeed_backend import (
     make_update_backend,
     micro_batch_size,
 )
-from agents.data_parallel import synthetic_batch
-from agents.nets import ActorCritic, NetConfig
-from agents.ppo import PPOConfig, PPOLearner
-from agents.ppo_core import TorchAdam
-from agents.rollout import RolloutBatch
-from agents.threads import torch_threads
-from games.registry import spec as game_spec
+from ludus.agents.data_parallel import synthetic_batch
+from ludus.agents.nets import ActorCritic, NetConfig
+from ludus.agents.rl.ppo import PPOConfig, PPOLearner
+from ludus.agents.ppo_core import TorchAdam
+from ludus.agents.rollout import RolloutBatch
+from ludus.agents.threads import torch_threads
+from ludus.games.registry import spec as game_spec
 from ludus.errors import UserError
 
 SPEC = game_spec("tic_tac_toe")
@@ -194,8 +194,8 @@ def test_native_deepspeed_checkpoint_round_trip(tmp_path):
 
 
 def test_token_ppo_learner_runs_on_deepspeed():
-    from agents.lm import TinyLMConfig, build_tiny_lm, frozen_copy
-    from agents.token_ppo import (
+    from ludus.agents.lm.model import TinyLMConfig, build_tiny_lm, frozen_copy
+    from ludus.agents.rl.token_ppo import (
         TokenBatch,
         TokenPPOConfig,
         TokenPPOLearner,
@@ -230,8 +230,8 @@ def test_text_ppo_learner_steps_like_torch_on_deepspeed(tiny_bases, stage, dtype
     """The LM learner's adapters under DeepSpeed: minibatches of 12 turns in micro-batches of 5
     (5 + 5 + 2: unmanaged accumulation, a short last micro-batch) take torch Adam's steps; also
     float32 adapters on a bfloat16 base."""
-    from agents.pretrained import PretrainedLMConfig, load_pretrained_lm, trained_state
-    from agents.text_ppo import TextPPOConfig, TextPPOLearner, TurnBatch, response_log_probs
+    from ludus.agents.lm.pretrained import PretrainedLMConfig, load_pretrained_lm, trained_state
+    from ludus.agents.lm.text_ppo import TextPPOConfig, TextPPOLearner, TurnBatch, response_log_probs
 
     rng = np.random.default_rng(0)
     prompts = tuple(tuple(int(t) for t in rng.integers(10, 400, size=int(rng.integers(6, 12)))) for _ in range(24))
@@ -266,8 +266,8 @@ def test_text_ppo_learner_steps_like_torch_on_deepspeed(tiny_bases, stage, dtype
 
 
 def test_lm_league_trains_on_deepspeed_and_resumes_exactly(tiny_bases, tmp_path):
-    from league.api import League, load_config
-    from league.check import resumed_fingerprint, run_fingerprint
+    from ludus.league.api import League, load_config
+    from ludus.league.check import resumed_fingerprint, run_fingerprint
 
     config = load_config("llm_kuhn_poker", ["learner=text_ppo", f"text_lm.model.base={tiny_bases[0]}", "iterations=2",
                                             "matches_per_iteration=16", "num_envs=16", "snapshot_every_steps=20",
@@ -289,7 +289,7 @@ def test_lm_league_trains_on_deepspeed_and_resumes_exactly(tiny_bases, tmp_path)
 def test_two_ranks_with_half_the_batch_take_the_one_rank_update(stage):
     """Two DeepSpeed ranks (processes, gloo on loopback), each holding half of every batch, end two
     PPO updates (4 minibatch steps each) with the weights one rank reaches on the whole batches."""
-    from agents.data_parallel import max_difference, run_ranks
+    from ludus.agents.data_parallel import max_difference, run_ranks
 
     settings = dict(zero_stage=stage, rows=256, minibatch=64, epochs=2, updates=2)
     two, one = run_ranks(2, **settings), run_ranks(1, **settings)
@@ -300,7 +300,7 @@ def test_two_ranks_with_half_the_batch_take_the_one_rank_update(stage):
 
 RANKED_LEAGUE = """
 import sys
-from league.api import League, load_config
+from ludus.league.api import League, load_config
 config = load_config("quickstart", ["iterations=3", "matches_per_iteration=64", "num_envs=32",
                                     "snapshot_every_steps=200", "log.wandb=disabled", "log.tensorboard=false",
                                     "log.progress=false", "ppo.minibatch_size=64", "learner_backend.backend=deepspeed",
@@ -322,7 +322,7 @@ def test_a_league_trained_on_two_ranks_resumes_exactly(tmp_path):
     import subprocess
     import sys
 
-    from league.check import run_fingerprint
+    from ludus.league.check import run_fingerprint
 
     def league(run: str, until: int) -> None:
         result = subprocess.run([sys.executable, "-c", RANKED_LEAGUE, str(tmp_path / run), str(until)],

@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 import torch
 
-from agents.lm import LMPolicy
-from agents.policy import ActBatch
-from agents.rollout import RolloutBatch
-from agents.snapshot import SnapshotError, load_lm_snapshot, policy_from_snapshot, read_manifest
-from agents.threads import torch_threads
-from games import registry
-from games.core import GameError
-from league.api import League, load_config
-from league.config import ConfigError
-from league.dialogue import (dialogue_episodes, evaluate_negotiators, held_out_contexts, mean_interval,
+from ludus.agents.lm.model import LMPolicy
+from ludus.agents.policy import ActBatch
+from ludus.agents.rollout import RolloutBatch
+from ludus.agents.snapshot import SnapshotError, load_lm_snapshot, policy_from_snapshot, read_manifest
+from ludus.agents.threads import torch_threads
+from ludus.games import registry
+from ludus.games.core import GameError
+from ludus.league.api import League, load_config
+from ludus.league.config import ConfigError
+from ludus.league.learners.dialogue import (dialogue_episodes, evaluate_negotiators, held_out_contexts, mean_interval,
                              score_gain)
-from league.ledger import Store
+from ludus.league.records.ledger import Store
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -103,12 +103,12 @@ def test_rollout_rows_that_are_not_whole_causal_dialogues_are_refused():
 
 
 def test_runner_rows_of_real_negotiations_rebuild_each_seats_dialogue():
-    """The contract with league/runner.py on the real game: every recorded game comes back whole,
+    """The contract with league/play/runner.py on the real game: every recorded game comes back whole,
     its own tokens are exactly the seat's moves, its score the seat's return."""
-    from agents.bots import make_bot
-    from games.registry import make_vector
-    from league.dialogue import negotiation_episode_stats
-    from league.runner import MatchAssignment, PlayTask, Runner
+    from ludus.agents.bots.builtin import make_bot
+    from ludus.games.registry import make_vector
+    from ludus.league.learners.dialogue import negotiation_episode_stats
+    from ludus.league.play.runner import MatchAssignment, PlayTask, Runner
 
     spec = registry.make("negotiation").spec
     bots = {"fair": make_bot("negotiator-fair", spec), "tough": make_bot("negotiator-tough", spec)}
@@ -247,7 +247,7 @@ def test_token_ppo_refuses_games_it_cannot_play(tmp_path):
 
 
 def test_duplicate_evaluation_of_scripted_negotiators():
-    from agents.bots import make_bot
+    from ludus.agents.bots.builtin import make_bot
 
     spec = registry.make("negotiation").spec
     tough, soft = make_bot("negotiator-tough", spec), make_bot("negotiator-soft", spec)
@@ -305,8 +305,8 @@ class Terminal:
 
 
 def test_play_negotiation_against_a_run_in_whole_utterances(tiny_run):
-    from agents.mixture import newest_run_snapshot
-    from agents.play import play_terminal
+    from ludus.agents.mixture import newest_run_snapshot
+    from ludus.agents.play import play_terminal
 
     run_dir = tiny_run[0]
     newest = newest_run_snapshot(run_dir)
@@ -325,7 +325,7 @@ def test_play_negotiation_against_a_run_in_whole_utterances(tiny_run):
 
 
 def test_play_text_turns_on_the_signalling_game():
-    from agents.play import apply_text_turn, play_terminal
+    from ludus.agents.play import apply_text_turn, play_terminal
 
     game = registry.make("signalling")
     game.reset(0)

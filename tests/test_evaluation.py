@@ -15,20 +15,20 @@ import pyspiel
 import pytest
 import torch
 
-from agents.bots import ScriptedBot, make_bot
-from agents.nets import ActorCritic, NetConfig
-from agents.policy import RandomPolicy
-from agents.snapshot import Lineage, SnapshotError, save_snapshot
-from agents.torch_policy import TorchPolicy
-from evaluation.evaluate import evaluate_checkpoint, evaluate_policies, paired_assignments
-from agents.exploitability import (SpielPolicyAdapter, aggregate_mixture, exploitability, exploitability_of,
+from ludus.agents.bots.builtin import ScriptedBot, make_bot
+from ludus.agents.nets import ActorCritic, NetConfig
+from ludus.agents.policy import RandomPolicy
+from ludus.agents.snapshot import Lineage, SnapshotError, save_snapshot
+from ludus.agents.torch_policy import TorchPolicy
+from ludus.evaluation.evaluate import evaluate_checkpoint, evaluate_policies, paired_assignments
+from ludus.agents.solvers.exploitability import (SpielPolicyAdapter, aggregate_mixture, exploitability, exploitability_of,
                                    nash_conv, nash_mixture)
-from evaluation.metagame import (PayoffMatrix, payoff_matrix_from_ledger, solve_metagame,
+from ludus.evaluation.metagame import (PayoffMatrix, payoff_matrix_from_ledger, solve_metagame,
                                  three_cycles)
-from evaluation.probe import ProbeConfig, probe_checkpoint
-from games.registry import make, spec as game_spec
-from league.api import League, load_config, stored_ratings
-from league.ledger import Store
+from ludus.evaluation.probe import ProbeConfig, probe_checkpoint
+from ludus.games.registry import make, spec as game_spec
+from ludus.league.api import League, load_config, stored_ratings
+from ludus.league.records.ledger import Store
 from ludus.cli import main
 
 KUHN = "spiel:kuhn_poker"
@@ -314,7 +314,7 @@ def test_aggregate_mixture_realises_the_mixture():
 
 
 def test_exploitability_refuses_games_it_cannot_measure():
-    from agents.exploitability import ExploitabilityError
+    from ludus.agents.solvers.exploitability import ExploitabilityError
 
     with pytest.raises(ExploitabilityError, match="spiel:kuhn_poker"):
         exploitability("tic_tac_toe", RandomPolicy())

@@ -27,10 +27,10 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from arena import protocol
-from arena.agent_host import action_line
-from arena.api import Arena
-from arena.submission import Submission, SubmissionError, SubmissionKind, validate_submission
+from ludus.arena import protocol
+from ludus.arena.agent_host import action_line
+from ludus.arena.api import Arena
+from ludus.arena.submission import Submission, SubmissionError, SubmissionKind, validate_submission
 from ludus.text import unsafe_character
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from league.config import LeagueConfig
-from league.configio import describe
+from ludus.league.config import LeagueConfig
+from ludus.league.configio import describe
 from ludus.cli import main
 
 KEYS = sorted(key for key, _, _ in describe(LeagueConfig))

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from arena.testing import run_ludus
-from league.api import League, load_config, rebuild_ratings_check, replay_match, status, format_status
-from league.config import ConfigError
-from league.ledger import Store
+from ludus.arena.testing import run_ludus
+from ludus.league.api import League, load_config, rebuild_ratings_check, replay_match, status, format_status
+from ludus.league.config import ConfigError
+from ludus.league.records.ledger import Store
 
 SMALL = ["iterations=4", "matches_per_iteration=24", "num_envs=8", "snapshot_every_steps=60",
          "anchors=[random]", "log.progress=false", "log.wandb=disabled", "log.tensorboard=false",
@@ -58,7 +58,7 @@ def test_the_last_snapshots_are_rated_before_the_run_ends_once(tmp_path):
         newest = max((p for p in members if p.startswith("main@")), key=lambda p: int(p.split("@")[1]))
         rated = {r.player_id for r in store.ratings_history()}
         rows = store.count_matches()
-    from league.rundata import read_run
+    from ludus.league.rundata import read_run
 
     frozen_at = {m.player_id: m.iteration for m in read_run(run_dir).members}
     assert frozen_at[newest] == 4 - 1  # frozen in the last iteration (0-based): no iteration followed it
@@ -230,8 +230,8 @@ def test_train_says_where_results_go_and_writes_plain_lines_to_a_log(tmp_path):
 def test_status_imports_no_torch_and_survives_a_closed_pipe(tmp_path):
     run_dir = tmp_path / "run"
     train(small_config(), run_dir, until=1)
-    probe = ("import sys; from league.status import status; status(sys.argv[1]); "
-             "assert 'torch' not in sys.modules, 'league.status imported torch'")
+    probe = ("import sys; from ludus.league.status import status; status(sys.argv[1]); "
+             "assert 'torch' not in sys.modules, 'ludus.league.status imported torch'")
     subprocess.run([sys.executable, "-c", probe, str(run_dir)], check=True, timeout=120)
     # `head -c 0` has left long before ludus writes (its start takes ~0.3 s): the write fails with
     # EPIPE, which must end it quietly with the shell's SIGPIPE status, not a traceback
@@ -326,7 +326,7 @@ def test_missing_run_and_corrupt_database_are_refused(tmp_path):
 
 def test_a_one_player_game_shows_its_returns_in_metrics_and_status(tmp_path):
     """Nothing is rated in a one-player game; its progress is the episode return."""
-    from league.api import format_status, status
+    from ludus.league.api import format_status, status
 
     config = load_config("quickstart", ["game=gym:CartPole-v1", "iterations=2", "matches_per_iteration=8",
                                         "num_envs=8", "anchors=[]", "log.progress=false", "log.wandb=disabled",
@@ -354,7 +354,7 @@ class _Quitter:
 
     def act(self, batch, rng, greedy=False):
         import numpy as np
-        from agents.policy import ActOutput
+        from ludus.agents.policy import ActOutput
 
         mask = np.asarray(batch.mask, dtype=bool)
         n = len(mask)
@@ -367,11 +367,11 @@ def test_a_seat_that_forfeits_ends_its_match_and_the_runner_goes_on():
     the prefix played (replayable), the learners' last transitions get the result, and the slot
     goes on to the next match (a slot's game left unfinished idles out, as queue ends do)."""
     import numpy as np
-    from agents.bots import make_bot
-    from games import registry
-    from games.registry import make_vector
-    from league.replay import replay_forfeit
-    from league.runner import MatchAssignment, PlayTask, Runner
+    from ludus.agents.bots.builtin import make_bot
+    from ludus.games import registry
+    from ludus.games.registry import make_vector
+    from ludus.league.records.replay import replay_forfeit
+    from ludus.league.play.runner import MatchAssignment, PlayTask, Runner
 
     spec = registry.make("tic_tac_toe").spec
     players = {"quitter": _Quitter(), "steady": make_bot("random", spec)}
@@ -403,11 +403,11 @@ def test_played_matches_are_columns_that_read_as_records():
     import pickle
 
     import numpy as np
-    from agents.bots import make_bot
-    from games import registry
-    from games.registry import make_vector
-    from league.replay import replay_moves
-    from league.runner import MatchAssignment, PlayedMatch, PlayedMatches, PlayTask, Runner
+    from ludus.agents.bots.builtin import make_bot
+    from ludus.games import registry
+    from ludus.games.registry import make_vector
+    from ludus.league.records.replay import replay_moves
+    from ludus.league.play.runner import MatchAssignment, PlayedMatch, PlayedMatches, PlayTask, Runner
 
     spec = registry.make("tic_tac_toe").spec
     players = {"a": make_bot("random", spec), "b": make_bot("random", spec)}
@@ -439,7 +439,7 @@ def test_played_matches_are_columns_that_read_as_records():
 def test_gc_paused_pauses_the_collector_and_restores_it():
     import gc
 
-    from league.runner import gc_paused
+    from ludus.league.play.runner import gc_paused
 
     assert gc.isenabled()
     with gc_paused():
@@ -457,10 +457,10 @@ def test_gc_paused_pauses_the_collector_and_restores_it():
 def test_runners_play_with_the_collector_paused():
     import gc
 
-    from agents.bots import make_bot
-    from games import registry
-    from games.registry import make_vector
-    from league.runner import MatchAssignment, PlayTask, Runner
+    from ludus.agents.bots.builtin import make_bot
+    from ludus.games import registry
+    from ludus.games.registry import make_vector
+    from ludus.league.play.runner import MatchAssignment, PlayTask, Runner
 
     spec = registry.make("tic_tac_toe").spec
     seen = []

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from league.ledger import (
+from ludus.league.records.ledger import (
     DuplicateMatchError,
     MatchResult,
     PlayerRecord,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.lm import (
+from ludus.agents.lm.model import (
     LMError,
     LMPolicy,
     LMWithValueHead,
@@ -23,8 +23,8 @@ from agents.lm import (
     lm_state_for_snapshot,
     load_hf_causal_lm,
 )
-from agents.policy import ActBatch, Policy
-from agents.threads import torch_threads
+from ludus.agents.policy import ActBatch, Policy
+from ludus.agents.threads import torch_threads
 
 VOCAB = 40
 PAD = 0
@@ -85,8 +85,8 @@ def test_snapshot_roundtrip_safetensors_and_json(model, tmp_path):
     assert lm_state_for_snapshot(rebuilt).architecture == parts.architecture
 
     # Through the snapshot writer as kind "lm" (manifest.json + weights.safetensors).
-    from agents.snapshot import WEIGHTS_NAME, Lineage, read_manifest, verify_snapshot, write_snapshot
-    from games.core import GameSpec
+    from ludus.agents.snapshot import WEIGHTS_NAME, Lineage, read_manifest, verify_snapshot, write_snapshot
+    from ludus.games.core import GameSpec
 
     spec = GameSpec("negotiation", 2, VOCAB, (69,), zero_sum=False, utility_sum=None, observation_dtype="int64")
     header = {"format_version": 1, "game": spec.to_json(), "game_id": spec.id, "kind": "lm",
@@ -270,12 +270,12 @@ def test_load_local_hf_model_offline_with_tokenizer(model, tmp_path):
 
 
 def test_reserved_cache_layer_appends_like_a_dynamic_one():
-    """agents/kv_cache.py: appends written in place (within the reserve and beyond it), batch
+    """agents/lm/kv_cache.py: appends written in place (within the reserve and beyond it), batch
     selection and repetition give the tensors `DynamicLayer`'s concatenation gives; reading with
     gradients through it is refused (a later append would overwrite what autograd saved)."""
     from transformers.cache_utils import DynamicLayer
 
-    from agents.kv_cache import ReservedLayer
+    from ludus.agents.lm.kv_cache import ReservedLayer
 
     gen = torch.Generator().manual_seed(0)
     plain = DynamicLayer()
@@ -304,10 +304,10 @@ def test_reserved_cache_layer_appends_like_a_dynamic_one():
 
 
 def test_attention_over_a_shared_prefix_equals_attention_over_each_rows_copy():
-    """agents/kv_cache.py: one copy of the prefix read by every row's queries, merged with each
+    """agents/lm/kv_cache.py: one copy of the prefix read by every row's queries, merged with each
     row's own masked columns, equals SDPA over the prefix copied into every row (grouped-query
     heads, several query columns, a mask that hides some own columns)."""
-    from agents.kv_cache import shared_prefix_attention
+    from ludus.agents.lm.kv_cache import shared_prefix_attention
 
     gen = torch.Generator().manual_seed(1)
     rows, heads, kv_heads, queries, own, prefix, dim = 3, 6, 2, 4, 7, 5, 8

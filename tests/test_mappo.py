@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.mappo import (
+from ludus.agents.rl.mappo import (
     MAPPOBatch,
     MAPPOConfig,
     MAPPOLearner,
@@ -21,17 +21,17 @@ from agents.mappo import (
     input_sizes,
     train_cooperative,
 )
-from agents.mpe_scripted import (
+from ludus.agents.bots.mpe_scripted import (
     SpreadScriptedPolicy,
     optimal_assignment,
     spread_scripted_actions,
 )
-from agents.policy import RandomPolicy
-from agents.ppo_core import weighted_mean
-from agents.rollout import compute_gae
-from agents.threads import torch_threads
-from games.core import GameSpec, TimeStep
-from games.registry import make_vector
+from ludus.agents.policy import RandomPolicy
+from ludus.agents.ppo_core import weighted_mean
+from ludus.agents.rollout import compute_gae
+from ludus.agents.threads import torch_threads
+from ludus.games.core import GameSpec, TimeStep
+from ludus.games.registry import make_vector
 
 SPREAD = "pz:mpe2.simple_spread_v3"
 TINY_SPEC = GameSpec(id="test:team", num_players=3, num_actions=4, observation_shape=(2,), teams=(0, 0, 0),
@@ -105,7 +105,7 @@ def test_without_a_global_state_a_seat_s_critic_reads_its_own_side_only():
 def test_agent_specific_critic_input_puts_the_own_observation_before_the_global_state():
     """`critic_own_observation` (Yu et al. 2022's agent-specific global state): the same state for
     every seat, after the seat's own observation, then its id; the league's rows read alike."""
-    from agents.mappo import critic_rows
+    from ludus.agents.rl.mappo import critic_rows
 
     config = MAPPOConfig(critic_own_observation=True)
     obs, state = literal_obs(), np.arange(14, dtype=np.float32).reshape(2, 7)

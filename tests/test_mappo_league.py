@@ -1,4 +1,4 @@
-"""MAPPO inside the league (league/mappo.py): the runners' recorded critic inputs, seats that
+"""MAPPO inside the league (league/learners/mappo.py): the runners' recorded critic inputs, seats that
 leave, exact resume, and the presets that train with it."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from agents.rollout import side_critic_inputs
-from games.core import GameSpec, TimeStep
-from league.api import League, load_config
-from league.backends import ProcessBackend, SerialBackend
-from league.check import check_backend, check_learner
-from league.learners import module_weights
-from league.learning import make_learner
-from league.runner import LearnerWeights, MatchAssignment, PlayTask, Runner
-from league.seeds import match_seed
+from ludus.agents.rollout import side_critic_inputs
+from ludus.games.core import GameSpec, TimeStep
+from ludus.league.api import League, load_config
+from ludus.league.play.backends import ProcessBackend, SerialBackend
+from ludus.league.check import check_backend, check_learner
+from ludus.league.learners.base import module_weights
+from ludus.league.learners.learning import make_learner
+from ludus.league.play.runner import LearnerWeights, MatchAssignment, PlayTask, Runner
+from ludus.league.seeds import match_seed
 
 QUIET = ["log.wandb=disabled", "log.tensorboard=false", "log.progress=false"]
 SPREAD_OBS = 18
@@ -62,7 +62,7 @@ def test_every_recorded_row_carries_the_global_state_and_backends_agree():
 
 
 def _spec(config):
-    from games.registry import spec
+    from ludus.games.registry import spec
 
     return spec(config.game)
 
@@ -141,8 +141,8 @@ def test_a_mappo_league_gives_the_same_run_on_processes():
 
 
 def test_simple_tag_sides_train_with_centralised_critics_and_freeze_as_actor_critic_snapshots(tmp_path):
-    from agents.snapshot import policy_from_snapshot
-    from agents.torch_policy import TorchPolicy
+    from ludus.agents.snapshot import policy_from_snapshot
+    from ludus.agents.torch_policy import TorchPolicy
 
     config = load_config("simple_tag", QUIET + ["iterations=2", "matches_per_iteration=24", "num_envs=12",
                                                "snapshot_every_steps=500"])
@@ -162,14 +162,14 @@ def test_side_critic_inputs_without_a_global_state_are_the_sides_observations():
     assert x.shape == (2, 4, 6)
     assert np.array_equal(x[:, 0], np.concatenate([obs[:, 0], obs[:, 2]], axis=1))
     assert np.array_equal(x[:, 3], np.concatenate([obs[:, 1], obs[:, 3]], axis=1))
-    from games.core import GameError
+    from ludus.games.core import GameError
 
     with pytest.raises(GameError, match="global state"):
         side_critic_inputs(np.zeros((1, 3, 2)), None, (0, 0, 1))
 
 
 def test_a_2v2_league_rates_each_side_as_a_team_of_one_snapshot(tmp_path):
-    from league.ledger import Store
+    from ludus.league.records.ledger import Store
 
     config = load_config("tic_tac_toe_2v2", QUIET + ["iterations=4", "matches_per_iteration=64", "num_envs=32",
                                                     "snapshot_every_steps=200"])
@@ -188,7 +188,7 @@ def test_a_2v2_league_rates_each_side_as_a_team_of_one_snapshot(tmp_path):
 
 
 def test_teams_of_two_alternate_partners_at_their_sides_moves():
-    from games.registry import make
+    from ludus.games.registry import make
 
     game = make("teams(game=tic_tac_toe)")
     game.reset(0)
@@ -203,7 +203,7 @@ def test_teams_of_two_alternate_partners_at_their_sides_moves():
 
 
 def test_evaluation_seats_a_checkpoint_on_a_whole_side_and_reports_each_side(tmp_path):
-    from evaluation.evaluate import evaluate_checkpoint, paired_assignments
+    from ludus.evaluation.evaluate import evaluate_checkpoint, paired_assignments
 
     assignments = paired_assignments("me", ["a"], 4, 4, seed=0, sides=((0, 2), (1, 3)))
     assert [a.players for a in assignments[:2]] == [("me", "a", "me", "a"), ("a", "me", "a", "me")]
@@ -220,7 +220,7 @@ def test_evaluation_seats_a_checkpoint_on_a_whole_side_and_reports_each_side(tmp
 
 
 def test_ppo_keys_that_mappo_does_not_read_are_refused():
-    from league.config import ConfigError
+    from ludus.league.config import ConfigError
 
     for key in ("ent_decay_updates=100", "lr_decay_updates=100", "target_kl=0.02", "norm_adv=false",
                 "minibatch_size=64"):

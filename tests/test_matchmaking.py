@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import trueskill
 
-from league.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
-from league.matchmaking import (
+from ludus.league.records.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
+from ludus.league.records.matchmaking import (
     MatchmakingMix,
     pfsp_weights,
     quality_weights,
@@ -21,9 +21,9 @@ from league.matchmaking import (
     sigma_converged,
     snapshot_due,
 )
-from league.payoff import PayoffTable, pair_results, rebuild_payoff
-from league.ratings import RatingTable, TrueSkillParams
-from league.stats import wilson_interval, wilson_intervals
+from ludus.league.records.payoff import PayoffTable, pair_results, rebuild_payoff
+from ludus.league.records.ratings import RatingTable, TrueSkillParams
+from ludus.league.stats import wilson_interval, wilson_intervals
 
 
 def match(match_id, players, returns, teams=None, kind="training") -> MatchResult:
@@ -264,12 +264,12 @@ def test_snapshot_due():
 
 
 def test_best_responses_freeze_when_their_gain_stops():
-    """The plateau rule (league.learning.track_gain): an exponential moving average of the mean
+    """The plateau rule (ludus.league.learners.learning.track_gain): an exponential moving average of the mean
     training return spanning `snapshot_on_plateau` iterations; frozen after that many iterations
     without a new best by `plateau_min_gain`; the state survives JSON and restarts at a snapshot."""
-    from league.checkpoint import LearnerState
-    from league.config import LeagueConfig, RoleConfig
-    from league.learning import Learner, due_for_snapshot, plateaued, track_gain
+    from ludus.league.checkpoint import LearnerState
+    from ludus.league.config import LeagueConfig, RoleConfig
+    from ludus.league.learners.learning import Learner, due_for_snapshot, plateaued, track_gain
 
     role = RoleConfig(meta_nash=1.0, self_play=0, pfsp=0, uniform=0, snapshot_on_plateau=3, plateau_min_gain=0.1)
     config = LeagueConfig(snapshot_every_steps=10**9, snapshot_win_rate_lcb=0.0, roles=(role,))

@@ -10,10 +10,10 @@ import pyspiel
 import pytest
 from pettingzoo.test import api_test, seed_test
 
-from games import registry
-from games.aec import to_aec_env
-from games.core import GameError, LoopVectorGame, counter_seed_source
-from games.native import (CONNECT_FOUR, TIC_TAC_TOE, MNKGame, MNKRules, MNKVectorGame,
+from ludus.games import registry
+from ludus.games.adapters.aec import to_aec_env
+from ludus.games.core import GameError, LoopVectorGame, counter_seed_source
+from ludus.games.builtin.native import (CONNECT_FOUR, TIC_TAC_TOE, MNKGame, MNKRules, MNKVectorGame,
                           fast_counter_seed_source)
 
 RULES = [CONNECT_FOUR, TIC_TAC_TOE]

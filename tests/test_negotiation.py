@@ -6,17 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.policy import ActBatch, Policy, RandomPolicy
-from agents.scripted_negotiator import (
+from ludus.agents.policy import ActBatch, Policy, RandomPolicy
+from ludus.agents.bots.scripted_negotiator import (
     GREEDY_FAIR, SOFT, TOUGH, GreedyFairNegotiator, RandomSplitNegotiator, generate_dialogues, play_negotiations)
-from games import registry
-from games.check import check_game
-from games.core import GameError
-from games.dialogue import dialogue_outcome, encode_utterance
-from games.negotiation import (
+from ludus.games import registry
+from ludus.games.check import check_game
+from ludus.games.core import GameError
+from ludus.games.dialogue import dialogue_outcome, encode_utterance
+from ludus.games.builtin.negotiation import (
     CONTEXT_LENGTH, DEAL_ID, EOU_ID, VOCAB, YOU_ID, Context, Negotiation, NegotiationText, UtteranceKind,
     own_token_mask, parse_observation, parse_utterance, reference_scores, sample_contexts, summarize)
-from games.signalling import Signalling
+from ludus.games.builtin.signalling import Signalling
 
 # counts (2 book, 1 hat, 3 ball); seat 0: 2*2 + 0 + 3*2 = 10; seat 1: 2*1 + 5 + 3*1 = 10
 CONTEXT = Context(counts=(2, 1, 3), values=((2, 0, 2), (1, 5, 1)))

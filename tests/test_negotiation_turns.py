@@ -1,14 +1,14 @@
-"""The negotiation one utterance per step (games/negotiation_turns.py) and its English text view."""
+"""The negotiation one utterance per step (games/builtin/negotiation_turns.py) and its English text view."""
 
 from __future__ import annotations
 
 import pytest
 
-from games import registry
-from games.core import GameError
-from games.negotiation import Context, Negotiation, proposal_tokens, VOCAB
-from games.negotiation_turns import DEAL, NegotiationTurns, proposal_action
-from games.text import parse_response, text_view
+from ludus.games import registry
+from ludus.games.core import GameError
+from ludus.games.builtin.negotiation import Context, Negotiation, proposal_tokens, VOCAB
+from ludus.games.builtin.negotiation_turns import DEAL, NegotiationTurns, proposal_action
+from ludus.games.text import parse_response, text_view
 
 CONTEXT = Context(counts=(1, 3, 2), values=((4, 2, 0), (2, 2, 1)))
 
@@ -63,8 +63,8 @@ def test_the_english_view_tells_a_seat_its_own_values_only():
 
 
 def test_the_lm_league_negotiates_in_english(tiny_bases, tmp_path):
-    from league.api import League, load_config, replay_match
-    from league.ledger import Store
+    from ludus.league.api import League, load_config, replay_match
+    from ludus.league.records.ledger import Store
 
     config = load_config("llm_negotiation", [f"text_lm.model.base={tiny_bases[0]}", "iterations=1",
                                              "matches_per_iteration=12", "num_envs=12", "log.wandb=disabled",

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.mixture import (MIXTURE_FILE, Mixture, MixtureComponent, MixtureError, is_mixture, load_mixture_policy,
+from ludus.agents.mixture import (MIXTURE_FILE, Mixture, MixtureComponent, MixtureError, is_mixture, load_mixture_policy,
                             read_mixture, write_mixture)
-from agents.play import play_terminal
-from evaluation.evaluate import evaluate_checkpoint
+from ludus.agents.play import play_terminal
+from ludus.evaluation.evaluate import evaluate_checkpoint
 from ludus.cli import main
-from league.psro import clear_payoff_caches
+from ludus.league.psro import clear_payoff_caches
 
 KUHN = "spiel:kuhn_poker"
 SMALL = ["iterations=4", "matches_per_iteration=48", "num_envs=16", "snapshot_every_steps=40",
@@ -66,7 +66,7 @@ def test_run_exploitability_reports_output_newest_and_best(kuhn_run, capsys):
 def _two_member_mixture(run: Path, directory: Path) -> Path:
     """main@1 and the random bot, half and half, pointing into the run's snapshots."""
     member = json.loads((run / "snapshots" / "main@1" / "manifest.json").read_text())
-    from agents.snapshot import verify_snapshot
+    from ludus.agents.snapshot import verify_snapshot
 
     ref = verify_snapshot(run / "snapshots" / "main@1")
     assert member["game_id"] == KUHN
@@ -99,8 +99,8 @@ def test_play_and_draws(kuhn_run):
 
 def test_a_mixture_makes_its_components_forget_their_readings():
     """Runners clear kept readings (an LM's prompt store) at each task; a mixture passes that on."""
-    from agents.mixture import MixturePolicy
-    from agents.policy import KeepsReadings
+    from ludus.agents.mixture import MixturePolicy
+    from ludus.agents.policy import KeepsReadings
 
     class Keeps:
         forgotten = 0
@@ -147,8 +147,8 @@ def test_damaged_mixtures_give_one_line_errors(kuhn_run, tmp_path):
 
 
 def test_export_and_arena_accept_the_output_policy(kuhn_run, tmp_path):
-    from arena.match import MatchLimits, play_match
-    from arena.submission import SubmissionError, SubmissionKind, make_player, validate_submission
+    from ludus.arena.match import MatchLimits, play_match
+    from ludus.arena.submission import SubmissionError, SubmissionKind, make_player, validate_submission
 
     with pytest.raises(SubmissionError, match="outside the folder"):
         validate_submission(kuhn_run / "output_policy", KUHN)
@@ -190,7 +190,7 @@ def test_non_psro_runs_output_their_main_agent_and_a_run_is_a_checkpoint(tmp_pat
     assert main(["export", run, "--format", "torchscript", "--out", str(tmp_path / "export")]) == 0
     assert json.loads((tmp_path / "export" / "members.json").read_text())["components"][0]["player_id"] == newest.name
     # ... and in the arena for its newest main snapshot, named after the run
-    from arena.api import Arena
+    from ludus.arena.api import Arena
     from tests.test_arena import require_isolation
 
     require_isolation()

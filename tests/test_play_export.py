@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from agents.bots import BotError
-from agents.export import ExportError, export_net, run_exported
-from agents.nets import ActorCritic, NetConfig
-from agents.play import PlayError, play_terminal
-from agents.snapshot import SnapshotError, load_snapshot, save_snapshot
-from games import registry
+from ludus.agents.bots.builtin import BotError
+from ludus.agents.export import ExportError, export_net, run_exported
+from ludus.agents.nets import ActorCritic, NetConfig
+from ludus.agents.play import PlayError, play_terminal
+from ludus.agents.snapshot import SnapshotError, load_snapshot, save_snapshot
+from ludus.games import registry
 from ludus.cli import main
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from agents.nets import ActorCritic, FusedActing, NetConfig, StackedActors
-from agents.policy import ActBatch, AskedAlone, Policy, RandomPolicy, act_in_order
-from agents.threads import torch_threads
-from agents.torch_policy import TorchPolicy
-from games.core import GameSpec
+from ludus.agents.nets import ActorCritic, FusedActing, NetConfig, StackedActors
+from ludus.agents.policy import ActBatch, AskedAlone, Policy, RandomPolicy, act_in_order
+from ludus.agents.threads import torch_threads
+from ludus.agents.torch_policy import TorchPolicy
+from ludus.games.core import GameSpec
 
 SPEC = GameSpec("test:flat", num_players=2, num_actions=9, observation_shape=(27,))
 CONV_SPEC = GameSpec("test:board", num_players=2, num_actions=7, observation_shape=(3, 6, 7))
@@ -278,7 +278,7 @@ def test_the_grouped_kernel_is_built_and_used_where_the_cpu_has_tiles():
     """The kernel always builds (CI's machine has a C++ compiler), and is used exactly where the
     CPU has AMX bf16 tiles: there the stack picks it; elsewhere the stack keeps its baddbmm path,
     asking for the kernel is a one-line error naming why, and so is packing weights."""
-    from agents.kernels import grouped_linear_status
+    from ludus.agents.kernels import grouped_linear_status
 
     status = grouped_linear_status()
     assert not status.startswith("not built"), status
@@ -302,7 +302,7 @@ def test_the_grouped_kernel_gives_the_padded_stacks_logits(activation, spec, hid
     once) gives the logits of the padded baddbmm stack: the same bf16 products, equal up to the
     last bit of a rare sum accumulated in another order; uneven and empty groups, an odd input
     width (27, padded with a zero column) and the connect-four preset's shape."""
-    from agents.kernels import grouped_linear_status
+    from ludus.agents.kernels import grouped_linear_status
 
     _kernel_runs_here()
     assert grouped_linear_status() == "ready"
@@ -330,7 +330,7 @@ def test_the_grouped_kernel_gives_the_padded_stacks_logits(activation, spec, hid
 
 def test_the_grouped_kernel_refuses_mismatched_rows():
     """A row count that does not add up is a one-line error from the kernel, not a wild read."""
-    from agents.kernels import grouped_linear_status
+    from ludus.agents.kernels import grouped_linear_status
 
     _kernel_runs_here()
     assert grouped_linear_status() == "ready"
@@ -352,7 +352,7 @@ def test_the_grouped_kernel_refuses_mismatched_rows():
 def test_the_stacks_in_place_relu_is_relu(dtype):
     """StackedActors' ReLU (in bf16 a clamp of the int16 view) equals torch.relu on finite values,
     infinities and signed zeros, in place."""
-    from agents.nets import _relu_
+    from ludus.agents.nets import _relu_
 
     x = torch.cat([torch.randn(1000) * 10, torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 1e-30, -1e-30])])
     x = x.to(dtype)
@@ -368,7 +368,7 @@ def test_a_stack_of_more_nets_serves_a_subset_of_them(monkeypatch):
     actions as a stack of just those nets; a subset of fewer than half builds its own."""
     from collections import OrderedDict
 
-    import agents.torch_policy as torch_policy
+    import ludus.agents.torch_policy as torch_policy
 
     monkeypatch.setattr(torch_policy, "_STACKS", OrderedDict())
     policies = [TorchPolicy(_net(SPEC, seed=s), compute_values=False, dtype=torch.bfloat16) for s in range(5)]
@@ -510,8 +510,8 @@ def test_only_mlp_nets_of_one_shape_stack():
 def test_a_runner_plays_the_same_matches_acting_together(dtype):
     """Runner.play with TorchPolicies (asked together) and with the same policies asked one by one:
     the same games, the same learner trajectories (bf16: the same draws; here also the same games)."""
-    from games.registry import make_vector
-    from league.runner import MatchAssignment, PlayTask, Runner
+    from ludus.games.registry import make_vector
+    from ludus.league.play.runner import MatchAssignment, PlayTask, Runner
 
     spec = make_vector("connect_four", 1, seed=0).spec
     config = NetConfig(hidden=(64, 64), activation="relu", shared_trunk=True)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from agents.nets import ActorCritic, NetConfig
-from agents.ppo import PPOConfig, PPOLearner, train_single_player
-from agents.ppo_core import TorchAdam
-from agents.rollout import RolloutBatch
-from games.core import GameSpec
+from ludus.agents.nets import ActorCritic, NetConfig
+from ludus.agents.rl.ppo import PPOConfig, PPOLearner, train_single_player
+from ludus.agents.ppo_core import TorchAdam
+from ludus.agents.rollout import RolloutBatch
+from ludus.games.core import GameSpec
 
 SPEC = GameSpec(id="test:bandit", num_players=1, num_actions=3, observation_shape=(2,))
 
@@ -195,7 +195,7 @@ def test_learning_rate_schedules():
 
 
 def test_league_learner_steps_with_the_scheduled_learning_rate():
-    from league.learners import PPOLeagueLearner
+    from ludus.league.learners.base import PPOLeagueLearner
 
     config = PPOConfig(learning_rate=1e-2, anneal_lr=False, lr_decay_updates=2.0)
     learner = PPOLeagueLearner(SPEC, NetConfig(hidden=(16,)), config, seed=0, init_seed=0)

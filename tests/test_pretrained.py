@@ -1,4 +1,4 @@
-"""Pretrained LMs as policies (agents/pretrained.py): a trusted base, LoRA adapters, the base as
+"""Pretrained LMs as policies (agents/lm/pretrained.py): a trusted base, LoRA adapters, the base as
 KL reference with adapters off, adapter-only snapshots that load only onto their base.
 
 A tiny random-initialised Llama with SmolLM2's real tokenizer exercises every path; the real
@@ -12,12 +12,12 @@ import time
 import pytest
 import torch
 
-from agents.lm import LMError
-from agents.pretrained import (BASE_MODELS, LoRAConfig, PretrainedLMConfig, adapter_disabled, base_content_hash,
+from ludus.agents.lm.model import LMError
+from ludus.agents.lm.pretrained import (BASE_MODELS, LoRAConfig, PretrainedLMConfig, adapter_disabled, base_content_hash,
                                base_model_dir, load_pretrained_lm, trained_state)
-from agents.snapshot import (ADAPTER_WEIGHTS_NAME, KIND_LM_ADAPTER, SnapshotError, load_adapter_snapshot,
+from ludus.agents.snapshot import (ADAPTER_WEIGHTS_NAME, KIND_LM_ADAPTER, SnapshotError, load_adapter_snapshot,
                              read_manifest, save_adapter_snapshot)
-from games import registry
+from ludus.games import registry
 
 SMOLLM2 = "smollm2-135m-instruct"
 LORA = LoRAConfig(rank=4, alpha=8.0)
@@ -137,7 +137,7 @@ def test_bad_base_and_lora_configs_are_one_line_errors(tiny_bases, tmp_path):
 
 def test_models_of_one_base_share_readings_of_the_largest_size(tiny_bases):
     """`readings_mb`: the process keeps one `BaseReadings` per base, as large as any model asks."""
-    from agents.lm import base_readings
+    from ludus.agents.lm.model import base_readings
 
     activated = LoRAConfig(activation_tokens=2)
     small = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=activated, readings_mb=100.0))
@@ -171,7 +171,7 @@ def test_generation_reuses_the_chat_prefix_with_the_same_tokens(tiny_bases):
     and sharing its KV cache gives the tokens of generation without reuse; stopped rows leave."""
     import numpy as np
 
-    from agents.lm import LMPolicy, common_prefix_length
+    from ludus.agents.lm.model import LMPolicy, common_prefix_length
 
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LORA), seed=3)
     system = "You play tic-tac-toe. Answer with the number of a free cell."
@@ -199,8 +199,8 @@ def test_activated_adapters_read_the_prompt_with_the_base_alone(tiny_bases, tmp_
     hold whatever the adapters become; snapshots record it."""
     import numpy as np
 
-    from agents.lm import BaseReadings, LMPolicy, PromptStore, SharedPromptCache
-    from agents.text_ppo import response_log_probs
+    from ludus.agents.lm.model import BaseReadings, LMPolicy, PromptStore, SharedPromptCache
+    from ludus.agents.lm.text_ppo import response_log_probs
 
     config = PretrainedLMConfig(base=str(tiny_bases[0]), lora=LoRAConfig(rank=4, alpha=8.0, activation_tokens=3))
     lm = load_pretrained_lm(config, seed=3)

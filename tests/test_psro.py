@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from agents.nets import ActorCritic, NetConfig
-from agents.policy import RandomPolicy
-from agents.exploitability import exploitability, nash_mixture, projected_replicator_dynamics
-from agents.snapshot import Lineage, save_snapshot
-from evaluation.league_hooks import output_exploitability
-from games.registry import spec as game_spec
-from league.api import League, load_config
-from league.ledger import Store
-from league.population import Member
-from league.psro import (CACHE_FILE, MetaSolver, PSROError, clear_payoff_caches, league_output_policy, meta_game,
+from ludus.agents.nets import ActorCritic, NetConfig
+from ludus.agents.policy import RandomPolicy
+from ludus.agents.solvers.exploitability import exploitability, nash_mixture, projected_replicator_dynamics
+from ludus.agents.snapshot import Lineage, save_snapshot
+from ludus.evaluation.league_hooks import output_exploitability
+from ludus.games.registry import spec as game_spec
+from ludus.league.api import League, load_config
+from ludus.league.records.ledger import Store
+from ludus.league.records.population import Member
+from ludus.league.psro import (CACHE_FILE, MetaSolver, PSROError, clear_payoff_caches, league_output_policy, meta_game,
                          meta_strategy, payoff_cache)
 
 KUHN = "spiel:kuhn_poker"
@@ -234,8 +234,8 @@ def test_prd_league_writes_and_scores_its_prd_output_policy(tmp_path):
     evaluate` scores it exactly as the league's metric."""
     import dataclasses
 
-    from evaluation.league_hooks import league_hooks
-    from agents.mixture import read_mixture
+    from ludus.evaluation.league_hooks import league_hooks
+    from ludus.agents.mixture import read_mixture
 
     kuhn = load_config("kuhn_poker", SMALL)
     config = dataclasses.replace(kuhn, roles=(dataclasses.replace(kuhn.roles[0], meta_solver="prd"),))
@@ -257,7 +257,7 @@ def test_prd_league_writes_and_scores_its_prd_output_policy(tmp_path):
 def test_leduc_poker_preset_is_single_deep_cfr_with_an_average_output(tmp_path):
     """The Leduc preset: Single Deep CFR, no PSRO role; its output checkpoint is the average of all
     main snapshots (the CFR iterates)."""
-    from agents.mixture import read_mixture
+    from ludus.agents.mixture import read_mixture
 
     config = load_config("leduc_poker", ["iterations=2", "matches_per_iteration=16", "num_envs=16", "cfr.traversals=20",
                                          "cfr.train_steps=5", "cfr.iterations_per_update=2", "log.progress=false",
@@ -282,12 +282,12 @@ def test_average_output_policy_is_the_linear_average_of_the_main_snapshots(tmp_p
     the mixture aggregated by hand agree exactly."""
     import dataclasses
 
-    from agents.exploitability import aggregate_mixture
-    from agents.mixture import read_mixture
-    from evaluation import league_hooks as hooks
-    from league.config import ConfigError, RoleConfig
-    from league.population import with_absolute_paths
-    from league.psro import member_table
+    from ludus.agents.solvers.exploitability import aggregate_mixture
+    from ludus.agents.mixture import read_mixture
+    from ludus.evaluation import league_hooks as hooks
+    from ludus.league.config import ConfigError, RoleConfig
+    from ludus.league.records.population import with_absolute_paths
+    from ludus.league.psro import member_table
 
     psro = load_config("kuhn_poker", SMALL)
     with pytest.raises(ConfigError, match="output_policy"):

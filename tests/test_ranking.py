@@ -1,4 +1,4 @@
-"""league/ranking.py: Bradley-Terry (against choix and by hand), bootstrap intervals, Nash
+"""league/records/ranking.py: Bradley-Terry (against choix and by hand), bootstrap intervals, Nash
 averaging's invariance to copies, rank stability on a ledger with a known answer, forfeits."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from league.ranking import (SCALE, Game, Match, RankingError, bootstrap_intervals, fit,
+from ludus.league.records.ranking import (SCALE, Game, Match, RankingError, bootstrap_intervals, fit,
                                 forfeit_dependence_warnings, forfeit_rates, format_ranking, nash_average,
                                 payoff_matrix, rank_stability, ratings_without_forfeits)
 

@@ -1,4 +1,4 @@
-"""The rating views of league/ranking.py wired into the product (issue 78): ledger matches as
+"""The rating views of league/records/ranking.py wired into the product (issue 78): ledger matches as
 games, `ludus ratings`, the arena's leaderboard (text, JSON, pages, the service's cache), several
 games on one ledger, the status table's per-anchor columns and exploitability, the report."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from league.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
-from league.ranking import (Game, LedgerRecords, bootstrap_intervals, fit, format_views, ledger_records,
+from ludus.league.records.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
+from ludus.league.records.ranking import (Game, LedgerRecords, bootstrap_intervals, fit, format_views, ledger_records,
                             ranking_views)
 
 GAME = "tic_tac_toe"
@@ -172,8 +172,8 @@ def test_ludus_ratings_prints_bradley_terry_beside_trueskill(run_dir):
 
 def test_the_ratings_views_rate_the_games_of_the_meta_game(run_dir):
     """`ludus ratings` reads the matches the meta-game's payoff matrix reads, between frozen members."""
-    from evaluation.metagame import payoff_matrix_from_ledger
-    from league.api import run_ranking
+    from ludus.evaluation.metagame import payoff_matrix_from_ledger
+    from ludus.league.api import run_ranking
 
     ranking = run_ranking(run_dir, rounds=50)
     matrix = payoff_matrix_from_ledger(run_dir)
@@ -183,7 +183,7 @@ def test_the_ratings_views_rate_the_games_of_the_meta_game(run_dir):
 
 def test_status_shows_the_score_against_each_anchor(run_dir):
     """A column per anchor: the payoff table's decayed score, what the run logs as eval/win_rate_vs_."""
-    from league.status import format_status, status
+    from ludus.league.status import format_status, status
 
     report = status(run_dir)
     assert report.anchors == ("anchor:random", "anchor:perfect")
@@ -200,7 +200,7 @@ def test_status_shows_the_score_against_each_anchor(run_dir):
 
 
 def test_status_shows_the_output_policys_exploitability_where_logged(run_dir, tmp_path):
-    from league.status import format_status, status
+    from ludus.league.status import format_status, status
 
     assert status(run_dir).exploitability is None  # quickstart plays its newest snapshot: nothing measured
     copy = tmp_path / "run"
@@ -217,7 +217,7 @@ def test_status_shows_the_output_policys_exploitability_where_logged(run_dir, tm
 
 
 def test_the_report_shows_both_ratings_and_the_stability_figure(run_dir, tmp_path):
-    from evaluation.report import build_report, render_html
+    from ludus.evaluation.report import build_report, render_html
 
     report = build_report(run_dir)
     assert report.ranking is not None
@@ -227,7 +227,7 @@ def test_the_report_shows_both_ratings_and_the_stability_figure(run_dir, tmp_pat
 
 
 def test_evaluate_places_the_candidate_by_bradley_terry(run_dir):
-    from evaluation.evaluate import evaluate_checkpoint, format_evaluation
+    from ludus.evaluation.evaluate import evaluate_checkpoint, format_evaluation
 
     snapshot = sorted((run_dir / "snapshots").iterdir())[-1]
     report = evaluate_checkpoint(snapshot, run_dir, games_per_opponent=4)
@@ -243,7 +243,7 @@ def test_evaluate_places_the_candidate_by_bradley_terry(run_dir):
 
 def synthetic_arena(directory: Path, matches: int = 120, seed: int = 0):
     """An arena of three built-in bots and synthetic matches (no sandbox needed), a few forfeited."""
-    from arena.api import Arena
+    from ludus.arena.api import Arena
 
     arena = Arena.open(directory, GAME)
     names = [arena.submit(bot, name=name).player_id for bot, name in
@@ -266,8 +266,8 @@ def synthetic_arena(directory: Path, matches: int = 120, seed: int = 0):
 
 
 def test_arena_leaderboard_text_and_json_carry_bradley_terry_and_forfeit_rates(tmp_path):
-    from arena.leaderboard import format_leaderboard
-    from arena.service import leaderboard_json
+    from ludus.arena.leaderboard import format_leaderboard
+    from ludus.arena.service import leaderboard_json
 
     arena = synthetic_arena(tmp_path / "arena")
     board = arena.leaderboard()
@@ -298,8 +298,8 @@ def test_the_service_caches_the_slow_views_and_its_pages_stay_within_the_policy(
 
     from fastapi.testclient import TestClient
 
-    from arena.leaderboard import RankingCache, build_leaderboard
-    from arena.service import ArenaService, SecurityHeaders, ServiceConfig, make_app, security_headers
+    from ludus.arena.leaderboard import RankingCache, build_leaderboard
+    from ludus.arena.service import ArenaService, SecurityHeaders, ServiceConfig, make_app, security_headers
 
     arena = synthetic_arena(tmp_path / "arena", matches=60)
     cache = RankingCache(min_interval_s=3600)
@@ -332,7 +332,7 @@ def test_the_service_caches_the_slow_views_and_its_pages_stay_within_the_policy(
 
 
 def test_arena_leaderboard_cli_and_page_show_bradley_terry(tmp_path):
-    from arena.leaderboard import render_html
+    from ludus.arena.leaderboard import render_html
 
     arena = synthetic_arena(tmp_path / "arena", matches=45)
     out = ludus("arena", "leaderboard", "--arena", str(arena.directory))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import trueskill
 
-from league.ledger import DuplicateMatchError, MatchResult, SeatResult, Store, outcomes_from_returns
-from league.ratings import (
+from ludus.league.records.ledger import DuplicateMatchError, MatchResult, SeatResult, Store, outcomes_from_returns
+from ludus.league.records.ratings import (
     Rating,
     RatingParamsError,
     RatingTable,

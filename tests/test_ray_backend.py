@@ -33,7 +33,7 @@ QUICKSTART = ["iterations=2", "num_runners=2", "log.progress=false"]
 
 def ledger_rows(run_dir: Path) -> tuple[list[tuple], list[tuple]]:
     """(matches, ratings history) of a run's ledger, without wall-clock fields."""
-    from league.ledger import Store
+    from ludus.league.records.ledger import Store
 
     with Store.open(run_dir, mode="read") as store:
         matches = [(m.result.match_id, m.result.kind, m.result.seed, m.result.length,
@@ -46,14 +46,14 @@ def ledger_rows(run_dir: Path) -> tuple[list[tuple], list[tuple]]:
 
 def snapshot_ids(run_dir: Path) -> dict[str, str]:
     """player id -> snapshot content hash of a run's frozen snapshots."""
-    from league.rundata import read_run
+    from ludus.league.rundata import read_run
 
     return {m.player_id: m.snapshot_id for m in read_run(run_dir).frozen() if m.snapshot_id}
 
 
 def serial_run(run_dir: Path, preset: str, overrides: list[str]) -> None:
-    from league.config import load_config
-    from league.manager import League
+    from ludus.league.config import load_config
+    from ludus.league.manager import League
 
     league = League.create(load_config(preset, overrides + ["backend=serial"]), run_dir)
     try:
@@ -171,14 +171,14 @@ def _backend_scenario(work: Path):
     import ray
     import torch
 
-    from agents.nets import ActorCritic, NetConfig
-    from agents.snapshot import save_snapshot
-    from games.registry import spec as game_spec
-    from league.backends import LearnerWeights, SerialBackend
-    from league.learners import ActorCriticArchitecture
-    from league.population import Member
-    from league.ray_backend import RayBackend
-    from league.runner import MatchAssignment, PlayTask
+    from ludus.agents.nets import ActorCritic, NetConfig
+    from ludus.agents.snapshot import save_snapshot
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.play.backends import LearnerWeights, SerialBackend
+    from ludus.league.learners.base import ActorCriticArchitecture
+    from ludus.league.records.population import Member
+    from ludus.league.play.ray_backend import RayBackend
+    from ludus.league.play.runner import MatchAssignment, PlayTask
 
     spec, net_config = game_spec("tic_tac_toe"), NetConfig(hidden=(32,))
     architecture = ActorCriticArchitecture(net_config)
@@ -236,8 +236,8 @@ def _cli_scenario(work: Path) -> dict:
 
 def _league_kill_scenario(work: Path) -> dict:
     """A league run whose first runner is SIGKILLed just after it is sent its first task."""
-    from league.config import load_config
-    from league.manager import League
+    from ludus.league.config import load_config
+    from ludus.league.manager import League
 
     league = League.create(load_config("quickstart", KILL_LEAGUE + ["backend=ray"]), work / "league")
     make_backend = league._make_backend
@@ -277,8 +277,8 @@ def _cluster_scenario(work: Path) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
-    from league.config import load_config
-    from league.manager import League
+    from ludus.league.config import load_config
+    from ludus.league.manager import League
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:

@@ -19,8 +19,8 @@ import pytest
 from PIL import Image
 
 from ludus import charts
-from evaluation.report import build_report, report_charts, write_report
-from league.api import League, load_config
+from ludus.evaluation.report import build_report, report_charts, write_report
+from ludus.league.api import League, load_config
 from ludus.cli import main
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -81,7 +81,7 @@ def test_page_is_self_contained(written):
 
 
 def test_learning_curves_read_metrics_jsonl_in_one_pass(run_dir):
-    from evaluation.report import read_curves
+    from ludus.evaluation.report import read_curves
 
     curves = read_curves(run_dir)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().split("\n")[:-1]]  # not the half line
@@ -94,7 +94,7 @@ def test_learning_curves_read_metrics_jsonl_in_one_pass(run_dir):
 
 
 def test_every_member_is_drawn_and_heatmap_cells_carry_their_game_counts(run_dir):
-    from evaluation.report import MAX_RATING_LINES, build_report, payoff_chart, ratings_chart
+    from ludus.evaluation.report import MAX_RATING_LINES, build_report, payoff_chart, ratings_chart
 
     report = build_report(run_dir)
     svg = ratings_chart(report).svg()

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arena.testing import run_ludus
-from league.api import League, load_config
-from league.ledger import Store
+from ludus.arena.testing import run_ludus
+from ludus.league.api import League, load_config
+from ludus.league.records.ledger import Store
 
 
 REPO = Path(__file__).resolve().parent.parent
@@ -203,8 +203,8 @@ def test_a_killed_rewrite_of_the_same_iteration_leaves_the_checkpoint_in_force(f
     """The closing round checkpoints the last iteration a second time; a kill while it writes
     (here: an interrupt when its state.json is due) must leave the pointer's checkpoint whole —
     it once deleted that directory first (CI caught a kill -9 landing there)."""
-    from league import checkpoint
-    from league.rundata import read_run
+    from ludus.league import checkpoint
+    from ludus.league.rundata import read_run
 
     run = copy_run(finished, tmp_path)
     pointer = json.loads((run / "checkpoint.json").read_text())
@@ -279,10 +279,10 @@ def test_full_disk_is_one_line(tmp_path):
 
 
 def _backend():
-    from agents.nets import NetConfig
-    from games.registry import spec
-    from league.backends import ProcessBackend
-    from league.learners import ActorCriticArchitecture
+    from ludus.agents.nets import NetConfig
+    from ludus.games.registry import spec
+    from ludus.league.play.backends import ProcessBackend
+    from ludus.league.learners.base import ActorCriticArchitecture
 
     game = spec("tic_tac_toe")
     architecture = ActorCriticArchitecture(NetConfig(hidden=(8,)))
@@ -290,8 +290,8 @@ def _backend():
 
 
 def test_a_runner_exception_stops_the_run_with_one_line_and_no_retry():
-    from league.backends import RunnerError
-    from league.runner import MatchAssignment, PlayTask
+    from ludus.league.play.backends import RunnerError
+    from ludus.league.play.runner import MatchAssignment, PlayTask
 
     backend = _backend()
     try:

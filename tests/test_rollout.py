@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.rollout import RolloutBatch, SeatTrajectoryBuilder, compute_gae
-from games.core import TimeStep
+from ludus.agents.rollout import RolloutBatch, SeatTrajectoryBuilder, compute_gae
+from ludus.games.core import TimeStep
 
 NUM_ACTIONS = 3
 
@@ -295,7 +295,7 @@ def test_changing_the_record_flag_mid_game_is_refused():
 def test_builder_never_mixes_slots_or_seats_on_a_real_game():
     """Random tic-tac-toe in 3 slots, both seats recorded: every seat-sequence holds only its own
     observations and its rewards over finished games add up to the games' final returns."""
-    from games.registry import make_vector
+    from ludus.games.registry import make_vector
 
     games = make_vector("spiel:tic_tac_toe", 3, seed=7)
     spec = games.spec

@@ -25,14 +25,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arena import protocol
-from arena.isolation import (Isolation, SandboxConfig, SandboxError, pids_of_uid, resolve_isolation,
+from ludus.arena import protocol
+from ludus.arena.sandbox.isolation import (Isolation, SandboxConfig, SandboxError, pids_of_uid, resolve_isolation,
                              stray_agent_processes)
-from arena.match import AgentFault, MatchLimits, MatchStatus, SandboxedAgent, play_match
-from games.core import forfeit_returns
-from arena.sandbox import SandboxLimits
-from arena.submission import Submission, SubmissionKind, make_player, validate_submission
-from games import registry
+from ludus.arena.match import AgentFault, MatchLimits, MatchStatus, SandboxedAgent, play_match
+from ludus.games.core import forfeit_returns
+from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.submission import Submission, SubmissionKind, make_player, validate_submission
+from ludus.games import registry
 
 REPO = Path(__file__).resolve().parent.parent
 ZOO = REPO / "tests" / "hostile_agents"
@@ -295,8 +295,8 @@ def test_snapshot_submission_plays_with_torch_inside_the_sandbox(tmp_path):
     require_isolation()
     import torch
 
-    from agents.nets import ActorCritic, NetConfig
-    from agents.snapshot import save_snapshot
+    from ludus.agents.nets import ActorCritic, NetConfig
+    from ludus.agents.snapshot import save_snapshot
 
     spec = registry.spec(GAME)
     torch.manual_seed(0)
@@ -369,7 +369,7 @@ def test_stray_detector_finds_a_planted_stray():
             planted.wait()
         assert uid not in stray_agent_processes(config)
     else:
-        from arena import isolation
+        from ludus.arena.sandbox import isolation
 
         agent = SandboxedAgent(validate_submission(EXAMPLES / "random_python", GAME), GAME, BOX)
         try:
@@ -488,7 +488,7 @@ def test_the_kernel_keyring_is_no_channel_between_agents(honest):
     """tests/hostile_agents/keyring adds a world-readable key to its uid's keyring and reads anyone
     else's (the keyring is not namespaced): two of them in one match cannot make or find a key, a
     later agent (possibly given the same uid) finds nothing, and their uids own no key afterwards."""
-    from arena.isolation import uid_key_count
+    from ludus.arena.sandbox.isolation import uid_key_count
 
     first = SandboxedAgent(unchecked("keyring"), GAME, BOX)
     second = SandboxedAgent(unchecked("keyring"), GAME, BOX)
@@ -509,7 +509,7 @@ def test_the_kernel_keyring_is_no_channel_between_agents(honest):
 def test_keys_an_agent_uid_left_are_removed_before_it_is_leased_again():
     """Should a key get past the filter (or an agent ran unsandboxed under the uid), the uid's keys
     are cleared when its agent ends: made here by a process of that uid, then removed."""
-    from arena.isolation import clear_uid_keys, uid_key_count
+    from ludus.arena.sandbox.isolation import clear_uid_keys, uid_key_count
 
     uid = 60990  # above the arena's agent uids, below nobody's
     add_key = {"x86_64": 248, "aarch64": 217, "riscv64": 217}[os.uname().machine]
@@ -542,7 +542,7 @@ def test_shared_memory_hog_is_stopped_at_the_memory_cap(honest):
 def test_memory_cgroup_stops_the_hog_without_the_poll(honest):
     """The kernel's cap alone (the /proc poll switched off): the memory cgroup charges the shared
     pages and kills the hog at the limit, and the fault says so."""
-    from arena import cgroups
+    from ludus.arena.sandbox import cgroups
 
     if not cgroups.support().memory_ok:
         message = f"no memory cgroup here: {cgroups.support().memory}"
@@ -565,7 +565,7 @@ def test_cpu_hog_does_not_steal_move_time_from_another_match():
     """tests/hostile_agents/cpu_hog leaves 16 children spinning while a different match runs between a
     CPU-bound honest agent (tests/agents/thinker: 0.15 s of CPU a move, 0.5 s allowed) and a random
     one. The hog's CPU quota (one core, a cgroup) leaves the thinker its time: it never times out."""
-    from arena import cgroups
+    from ludus.arena.sandbox import cgroups
 
     if not cgroups.support().cpu_ok:
         message = f"no cpu cgroup here: {cgroups.support().cpu}"
@@ -633,9 +633,9 @@ def test_scratch_left_by_a_killed_arena_is_cleaned_at_the_next_start(tmp_path):
 import os, signal, sys
 sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
-from arena.isolation import SandboxConfig
-from arena.match import MatchLimits, SandboxedAgent
-from arena.submission import validate_submission
+from ludus.arena.sandbox.isolation import SandboxConfig
+from ludus.arena.match import MatchLimits, SandboxedAgent
+from ludus.arena.submission import validate_submission
 agent = SandboxedAgent(validate_submission(Path({str(EXAMPLES / 'random_python')!r}), 'tic_tac_toe'), 'tic_tac_toe',
                        config=SandboxConfig(workspace_root=Path({str(workspace)!r})))
 assert agent.begin_match('m', 0, 0, MatchLimits()) is None
@@ -646,7 +646,7 @@ os.kill(os.getpid(), signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL and "started" in proc.stdout, proc.stderr
     left = list(workspace.glob("ludus-agent-*"))
     assert len(left) == 1
-    from arena import isolation
+    from ludus.arena.sandbox import isolation
 
     isolation._CLEANED_ROOTS.discard(os.path.realpath(workspace))
     config = SandboxConfig(workspace_root=workspace)

@@ -3,7 +3,7 @@ security headers and a Content-Security-Policy that still lets the pages run, a 
 failed authentication, read deadlines against half-open connections, upload refusals without the
 server's paths, and the uploads a killed service left behind.
 
-The service runs in this process on a loopback port, built by `arena.service.build_server` as
+The service runs in this process on a loopback port, built by `ludus.arena.service.build_server` as
 `ludus arena serve` builds it, with the short timeouts and limits each test needs. Its arena has
 two built-in bots (they play in-process, no sandbox needed) and two recorded matches."""
 
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from arena.accounts import add_account
-from arena.api import Arena
-from arena.service import ArenaService, ServiceConfig, build_server, leaderboard_page, scrub_paths, security_headers
-from arena.testing import free_port
-from league.ledger import Store
+from ludus.arena.accounts import add_account
+from ludus.arena.api import Arena
+from ludus.arena.service import ArenaService, ServiceConfig, build_server, leaderboard_page, scrub_paths, security_headers
+from ludus.arena.testing import free_port
+from ludus.league.records.ledger import Store
 from ludus import cli
 
 GAME = "tic_tac_toe"

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from agents.nets import ActorCritic, NetConfig
-from agents.policy import ActBatch
-from agents.snapshot import (MANIFEST_NAME, WEIGHTS_NAME, Lineage, SnapshotError, canonical_json, load_snapshot,
+from ludus.agents.nets import ActorCritic, NetConfig
+from ludus.agents.policy import ActBatch
+from ludus.agents.snapshot import (MANIFEST_NAME, WEIGHTS_NAME, Lineage, SnapshotError, canonical_json, load_snapshot,
                              policy_from_snapshot, save_snapshot, sha256_hex, verify_snapshot, write_snapshot)
-from agents.torch_policy import TorchPolicy
-from games.core import GameSpec
+from ludus.agents.torch_policy import TorchPolicy
+from ludus.games.core import GameSpec
 
 SPEC = GameSpec("connect_four", num_players=2, num_actions=7, observation_shape=(3, 6, 7), spiel_name="connect_four")
 CONFIG = NetConfig(hidden=(32, 32))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from arena.isolation import Isolation, SandboxConfig, resolve_isolation
-from arena.match import SandboxedAgent
-from arena.submission import SubmissionError, SubmissionKind, make_player, validate_submission
-from games import registry
+from ludus.arena.sandbox.isolation import Isolation, SandboxConfig, resolve_isolation
+from ludus.arena.match import SandboxedAgent
+from ludus.arena.submission import SubmissionError, SubmissionKind, make_player, validate_submission
+from ludus.games import registry
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "agents"
@@ -164,8 +164,8 @@ def test_non_executable_file_is_refused(tmp_path):
 def snapshot(tmp_path):
     import torch
 
-    from agents.nets import ActorCritic, NetConfig
-    from agents.snapshot import save_snapshot
+    from ludus.agents.nets import ActorCritic, NetConfig
+    from ludus.agents.snapshot import save_snapshot
 
     spec = registry.spec(GAME)
     torch.manual_seed(0)
@@ -175,8 +175,8 @@ def snapshot(tmp_path):
 
 
 def test_snapshot_manifest_name_matches_the_snapshot_format():
-    from agents.snapshot import MANIFEST_NAME
-    from arena.submission import SNAPSHOT_MANIFEST
+    from ludus.agents.snapshot import MANIFEST_NAME
+    from ludus.arena.submission import SNAPSHOT_MANIFEST
 
     assert SNAPSHOT_MANIFEST == MANIFEST_NAME
 
@@ -242,7 +242,7 @@ def test_a_submission_cannot_make_the_host_import_its_game(tmp_path, monkeypatch
     canary = tmp_path / "canary"
     monkeypatch.setenv("LUDUS_CANARY", str(canary))
     monkeypatch.syspath_prepend(str(zoo))
-    from arena.api import Arena, ArenaError
+    from ludus.arena.api import Arena, ArenaError
 
     arena_dir = tmp_path / "arena"
     with pytest.raises((SubmissionError, ArenaError), match="only the arena's operator|only the operator") as info:
@@ -337,7 +337,7 @@ def test_a_non_string_text_field_is_refused(tmp_path):
 def test_a_hard_link_in_a_folder_is_refused_and_nothing_is_stored(tmp_path):
     """A second name of a host file inside the folder would copy the host file into the arena's
     store (and hand it to the agent): refused like a symlink, naming the file, before any copy."""
-    from arena.api import Arena
+    from ludus.arena.api import Arena
 
     secret = tmp_path / "host-secret"
     secret.write_text("the operator's private key\n")

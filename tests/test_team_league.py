@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from league.api import League, load_config, rebuild_ratings_check, status
-from league.ledger import MatchResult, SeatResult, Store
-from league.ratings import Rating, RatingTable, TrueSkillParams, rate_1vs1
+from ludus.league.api import League, load_config, rebuild_ratings_check, status
+from ludus.league.records.ledger import MatchResult, SeatResult, Store
+from ludus.league.records.ratings import Rating, RatingTable, TrueSkillParams, rate_1vs1
 
 QUIET = ["log.progress=false", "log.wandb=disabled", "log.tensorboard=false"]
 
 
 def _match(players, teams, returns, match_id=0):
-    from league.ledger import outcomes_from_returns
+    from ludus.league.records.ledger import outcomes_from_returns
 
     outcomes = outcomes_from_returns(returns, teams)
     seats = tuple(SeatResult(seat=i, team=t, player_id=p, episode_return=r, outcome=o)
@@ -69,7 +69,7 @@ def test_simple_tag_league_has_one_population_per_side_and_team_ratings(tmp_path
     assert rebuild_ratings_check(tmp_path / "run").identical
 
     # The run report's team view: each side's members with their results, one game per match.
-    from evaluation.report import build_report, render_html
+    from ludus.evaluation.report import build_report, render_html
 
     run_report = build_report(tmp_path / "run")
     assert run_report.is_team_game and run_report.sides == ((0, 1, 2), (3,))
@@ -103,9 +103,9 @@ def test_three_player_free_for_all_ratings_rebuild_from_the_ledger(tmp_path):
 
 @pytest.mark.slow
 def test_three_player_kuhn_learner_beats_random_players(tmp_path):
-    from agents.policy import RandomPolicy
-    from agents.snapshot import policy_from_snapshot
-    from evaluation.evaluate import evaluate_policies
+    from ludus.agents.policy import RandomPolicy
+    from ludus.agents.snapshot import policy_from_snapshot
+    from ludus.evaluation.evaluate import evaluate_policies
 
     config = load_config("quickstart", QUIET + [
         "game=spiel:kuhn_poker(players=3)", "anchors=[random]", "iterations=30", "matches_per_iteration=512",
@@ -128,9 +128,9 @@ def test_three_player_kuhn_learner_beats_random_players(tmp_path):
 
 def _mean_return_against_random(policy, random_policy, games: int) -> float:
     """Mean return of `policy` in every seat of 3-player Kuhn against two random players."""
-    from games.core import is_over
-    from games.registry import make
-    from agents.policy import ActBatch
+    from ludus.games.core import is_over
+    from ludus.games.registry import make
+    from ludus.agents.policy import ActBatch
 
     rng = np.random.default_rng(0)
     game = make("spiel:kuhn_poker(players=3)")
@@ -150,8 +150,8 @@ def _mean_return_against_random(policy, random_policy, games: int) -> float:
 def test_simple_tag_ends_by_its_rules_at_the_step_limit_and_pays_the_winner_there():
     # The step limit decides the winner and pays the survival bonus, so the end is terminal: a
     # learner that bootstrapped past it (a truncation) would chase V = bonus + gamma V.
-    from games.registry import make_vector
-    from games.tag import SURVIVAL_BONUS
+    from ludus.games.registry import make_vector
+    from ludus.games.builtin.tag import SURVIVAL_BONUS
 
     games = make_vector("simple_tag", 32, seed=3)
     ts = games.reset(games.seed_source(32))
@@ -171,8 +171,8 @@ def test_simple_tag_ends_by_its_rules_at_the_step_limit_and_pays_the_winner_ther
 def test_simple_tag_global_state_carries_the_clock_and_whether_the_prey_was_tagged():
     # What is left to win depends on the steps left and on whether anyone has tagged yet (the end
     # pays -10 per predator only then), so the state a centralised critic reads holds both.
-    from games.registry import make_vector
-    from games.tag import CLOCK_FIELDS
+    from ludus.games.registry import make_vector
+    from ludus.games.builtin.tag import CLOCK_FIELDS
 
     games = make_vector("simple_tag", 32, seed=5)
     ts = games.reset(games.seed_source(32))
@@ -192,11 +192,11 @@ def test_simple_tag_global_state_carries_the_clock_and_whether_the_prey_was_tagg
 
 @pytest.mark.parametrize("num_obstacles", [2, 0, 3])
 def test_simple_tag_world_is_mpe2s_bit_for_bit(num_obstacles):
-    # games/tag.py batches mpe2's simple_tag world in numpy; the same seeds and actions must give
+    # games/builtin/tag.py batches mpe2's simple_tag world in numpy; the same seeds and actions must give
     # mpe2's observations, state and rewards exactly, game after game (32 games at once here,
     # against mpe2 stepped one game at a time through the PettingZoo adapter).
-    from games.pz import make_pettingzoo_game
-    from games.tag import SURVIVAL_BONUS, SimpleTagVector
+    from ludus.games.adapters.pz import make_pettingzoo_game
+    from ludus.games.builtin.tag import SURVIVAL_BONUS, SimpleTagVector
 
     games = SimpleTagVector(32, max_cycles=25, num_obstacles=num_obstacles)
     seeds = np.array([0, 1, 2**63 + 5, 2**64 - 1] + [int(s) for s in np.random.default_rng(7).integers(0, 2**62, 28)],

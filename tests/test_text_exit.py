@@ -1,4 +1,4 @@
-"""Expert iteration for an LM (agents/text_exit.py, learner 'text_exit'): the search's targets on
+"""Expert iteration for an LM (agents/lm/text_exit.py, learner 'text_exit'): the search's targets on
 positions whose best move is known, the board-to-history rebuild, and the learner on a tiny Llama:
 it moves the answers towards the search's, passes the learner checker, and resumes exactly."""
 
@@ -11,9 +11,9 @@ import numpy as np
 import pyspiel
 import pytest
 
-from agents.bots import CROSS, EMPTY, NOUGHT, board_from_history, history_from_board
-from agents.text_exit import BOARD_SYMMETRIES, TextExItConfig, board_image, search_targets, visit_target
-from league.configio import ConfigError
+from ludus.agents.bots.builtin import CROSS, EMPTY, NOUGHT, board_from_history, history_from_board
+from ludus.agents.lm.text_exit import BOARD_SYMMETRIES, TextExItConfig, board_image, search_targets, visit_target
+from ludus.league.configio import ConfigError
 
 
 def test_visit_target_sharpens_and_splits_ties():
@@ -87,7 +87,7 @@ def test_search_targets_refuse_a_finished_game():
 
 
 def _exit_config(base: Path, *extra: str):
-    from league.api import load_config
+    from ludus.league.api import load_config
 
     return load_config("llm_tic_tac_toe", [f"text_lm.model.base={base}", "iterations=2", "matches_per_iteration=12",
                                            "num_envs=12", "log.wandb=disabled", "log.tensorboard=false",
@@ -100,10 +100,10 @@ def test_exit_moves_the_answers_towards_the_search(tiny_bases, activation_tokens
     activated adapters: only "assistant\\n[" read with gradients)."""
     import torch
 
-    from agents.text_exit import Position
-    from agents.text_policy import answer_start_tokens
-    from games.registry import spec as game_spec
-    from league.text_lm import TextExItLeagueLearner
+    from ludus.agents.lm.text_exit import Position
+    from ludus.agents.lm.text_policy import answer_start_tokens
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.learners.text_lm import TextExItLeagueLearner
 
     config = _exit_config(tiny_bases[0], "text_lm.exit.steps=12", "text_lm.exit.learning_rate=3e-3",
                           f"text_lm.model.lora.activation_tokens={activation_tokens}")
@@ -142,15 +142,15 @@ def test_exit_moves_the_answers_towards_the_search(tiny_bases, activation_tokens
 
 
 def test_exit_learner_passes_the_learner_checker(tiny_bases):
-    from league.check import check_learner
+    from ludus.league.check import check_learner
 
     report = check_learner(_exit_config(tiny_bases[0]))
     assert report.learner == "text_exit" and report.tensors > 0
 
 
 def test_exit_league_searches_its_positions_and_resumes_exactly(tiny_bases, tmp_path):
-    from league.api import League
-    from league.check import resumed_fingerprint, run_fingerprint
+    from ludus.league.api import League
+    from ludus.league.check import resumed_fingerprint, run_fingerprint
 
     config = _exit_config(tiny_bases[0], "snapshot_every_steps=10", "text_lm.exit.symmetries=2")
     whole = League.create(config, tmp_path / "whole")
@@ -170,7 +170,7 @@ def test_exit_league_searches_its_positions_and_resumes_exactly(tiny_bases, tmp_
 
 
 def test_exit_config_errors_are_one_line(tiny_bases):
-    from league.api import load_config
+    from ludus.league.api import load_config
 
     with pytest.raises(ConfigError, match="learner 'text_exit' searches positions") as info:
         load_config("llm_tic_tac_toe", ["game=connect_four"])

@@ -1,5 +1,5 @@
-"""Pretrained LMs playing text games (games/text.py, agents/text_policy.py, agents/text_ppo.py,
-league/text_lm.py), on a tiny random-initialised Llama with SmolLM2's real tokenizer and chat
+"""Pretrained LMs playing text games (games/text.py, agents/lm/text_policy.py, agents/lm/text_ppo.py,
+league/learners/text_lm.py), on a tiny random-initialised Llama with SmolLM2's real tokenizer and chat
 template (tests/conftest.py `tiny_bases`): every path runs in seconds; the real SmolLM2 runs in
 `test_smollm2_league_two_updates`."""
 
@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 import torch
 
-from agents.lm import LMError, SplitTrunk, frozen_lower_layers
-from agents.pretrained import LoRAConfig, PretrainedLMConfig, adapter_disabled, load_pretrained_lm, trained_state
-from agents.policy import ActBatch
-from agents.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, answer_start_tokens,
+from ludus.agents.lm.model import LMError, SplitTrunk, frozen_lower_layers
+from ludus.agents.lm.pretrained import LoRAConfig, PretrainedLMConfig, adapter_disabled, load_pretrained_lm, trained_state
+from ludus.agents.policy import ActBatch
+from ludus.agents.lm.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, answer_start_tokens,
                                 played_distribution, response_action_probabilities, sampled_action_probabilities)
-from agents.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, all_action_loss, answer_entropies,
+from ludus.agents.lm.text_ppo import (TextPPOConfig, TextPPOLearner, TurnBatch, all_action_loss, answer_entropies,
                              answer_log_probs, answer_values, distinct_turns, prompt_advantages, read_responses,
                              response_log_probs, role_advantages)
-from games import registry
-from games.core import GameError
-from games.text import TEXT_VIEWS, canonical_answer, check_text_view, parse_response, text_view
+from ludus.games import registry
+from ludus.games.core import GameError
+from ludus.games.text import TEXT_VIEWS, canonical_answer, check_text_view, parse_response, text_view
 
 KUHN = "spiel:kuhn_poker"
 
@@ -142,7 +142,7 @@ def test_text_policy_is_reproducible_from_its_seed(tiny_lm):
 
 def test_distinct_prompts_are_read_once_with_the_same_tokens(tiny_lm):
     """Rows asking the same position share its KV cache: same tokens as reading each row alone."""
-    from agents.lm import LMPolicy
+    from ludus.agents.lm.model import LMPolicy
 
     policy = _policy(tiny_lm)
     batch = _positions(KUHN, 12)
@@ -156,7 +156,7 @@ def test_distinct_prompts_are_read_once_with_the_same_tokens(tiny_lm):
         np.testing.assert_array_equal(shared.tokens, alone.tokens)
         np.testing.assert_allclose(shared.log_probs, alone.log_probs, atol=1e-4)
     # prompts kept from an earlier call (a PromptStore) give the same tokens again
-    from agents.lm import PromptStore
+    from ludus.agents.lm.model import PromptStore
 
     store = PromptStore()
     for _ in range(2):
@@ -176,7 +176,7 @@ def test_a_later_turn_reads_only_what_it_adds_to_a_stored_prompt(tiny_lm):
     """The next turn of a negotiation repeats the rules, the items and what was said, then adds
     the new moves: with a store, only its tokens after the longest stored shared prefix are read
     (`PromptStore.longest_shared`), and it gives the tokens of reading it alone."""
-    from agents.lm import LMPolicy, PromptStore
+    from ludus.agents.lm.model import LMPolicy, PromptStore
 
     policy = _policy(tiny_lm, "negotiation_turns")
     first, later = [], []
@@ -338,7 +338,7 @@ def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases, 
 
 def test_with_adapters_in_the_top_layers_the_lower_layers_are_read_once_for_the_same_update(tiny_bases):
     """`lora.layers`: below the adapters the KL reference and the policy are the same function, so
-    the learner reads those layers once per micro-batch (agents/lm.py `SplitTrunk`); the readings
+    the learner reads those layers once per micro-batch (agents/lm/model.py `SplitTrunk`); the readings
     and the update equal the uncut model's."""
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LoRAConfig(rank=4, alpha=8.0, layers=1)),
                             seed=0)
@@ -490,7 +490,7 @@ def test_all_actions_moves_a_position_towards_its_better_answer(tiny_bases):
 
 
 def _league_config(base: Path, *extra: str):
-    from league.api import load_config
+    from ludus.league.api import load_config
 
     # turn-level PPO on Kuhn poker's text (the preset itself trains by MMD: tests/test_text_mmd.py)
     return load_config("llm_kuhn_poker", ["learner=text_ppo", f"text_lm.model.base={base}", "iterations=2",
@@ -504,8 +504,8 @@ def _league_config(base: Path, *extra: str):
 def test_llm_league_trains_rates_and_resumes_exactly(tiny_bases, tmp_path, activation_tokens, dtype):
     """Also with activated adapters, whose runners keep the base's prompt readings across weights,
     and on a bfloat16 base."""
-    from league.api import League
-    from league.check import resumed_fingerprint, run_fingerprint
+    from ludus.league.api import League
+    from ludus.league.check import resumed_fingerprint, run_fingerprint
 
     config = _league_config(tiny_bases[0], "snapshot_every_steps=20",
                             f"text_lm.model.lora.activation_tokens={activation_tokens}", f"text_lm.model.dtype={dtype}")
@@ -524,8 +524,8 @@ def test_llm_league_trains_rates_and_resumes_exactly(tiny_bases, tmp_path, activ
 
 
 def test_llm_turns_that_never_answer_forfeit_when_configured(tiny_bases, tmp_path):
-    from league.api import League, replay_match
-    from league.ledger import Store
+    from ludus.league.api import League, replay_match
+    from ludus.league.records.ledger import Store
 
     # the tiny random model rarely names a legal action: with no retries most of its turns fail
     config = _league_config(tiny_bases[0], "iterations=1", "text_lm.play.invalid.forfeit=true",
@@ -545,7 +545,7 @@ def test_llm_turns_that_never_answer_forfeit_when_configured(tiny_bases, tmp_pat
 
 
 def test_async_llm_league_drops_stale_turns(tiny_bases, tmp_path):
-    from league.api import League
+    from ludus.league.api import League
 
     config = _league_config(tiny_bases[0], "pipeline_depth=2", "max_policy_lag=0", "iterations=3")
     league = League.create(config, tmp_path / "run")
@@ -558,7 +558,7 @@ def test_async_llm_league_drops_stale_turns(tiny_bases, tmp_path):
 
 
 def test_lm_snapshot_plays_anywhere_its_base_is_and_nowhere_else(tiny_bases, tmp_path):
-    from agents.snapshot import SnapshotError, policy_from_snapshot, save_adapter_snapshot
+    from ludus.agents.snapshot import SnapshotError, policy_from_snapshot, save_adapter_snapshot
 
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
     play = TextPlayConfig(max_new_tokens=3, temperature=0.5)
@@ -574,8 +574,8 @@ def test_lm_snapshot_plays_anywhere_its_base_is_and_nowhere_else(tiny_bases, tmp
 
 
 def test_a_person_plays_kuhn_against_an_lm_snapshot_seeing_only_their_own_card(tiny_bases, tmp_path):
-    from agents.play import play_terminal
-    from agents.snapshot import policy_from_snapshot, save_adapter_snapshot
+    from ludus.agents.play import play_terminal
+    from ludus.agents.snapshot import policy_from_snapshot, save_adapter_snapshot
 
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
     save_adapter_snapshot(lm, registry.spec(KUHN), tmp_path / "snap", play=TextPlayConfig(max_new_tokens=3).to_json())
@@ -598,7 +598,7 @@ def test_a_person_plays_kuhn_against_an_lm_snapshot_seeing_only_their_own_card(t
 
 
 def test_lm_exploitability_on_kuhn(tiny_lm):
-    from agents.exploitability import exploitability
+    from ludus.agents.solvers.exploitability import exploitability
 
     policy = _policy(tiny_lm, max_new_tokens=3)
     value = exploitability(KUHN, policy)
@@ -607,8 +607,8 @@ def test_lm_exploitability_on_kuhn(tiny_lm):
 
 
 def test_text_learner_config_errors_are_one_line(tiny_bases):
-    from league.api import load_config
-    from league.configio import ConfigError
+    from ludus.league.api import load_config
+    from ludus.league.configio import ConfigError
 
     with pytest.raises(ConfigError, match="text view"):
         load_config("llm_kuhn_poker", ["game=connect_three"])
@@ -625,7 +625,7 @@ def test_text_learner_config_errors_are_one_line(tiny_bases):
 def test_smollm2_league_two_updates(smollm2_dir, tmp_path, learner):
     """The real SmolLM2-135M-Instruct: a league with two learner updates, rated (the preset's MMD
     learner and turn-level PPO)."""
-    from league.api import League, load_config
+    from ludus.league.api import League, load_config
 
     steps = ["text_lm.mmd.distill_steps=2"] if learner == "text_mmd" else []  # the preset's 8: ~35 s per update
     config = load_config("llm_kuhn_poker", [f"learner={learner}", "iterations=2", "matches_per_iteration=16",
@@ -642,7 +642,7 @@ def test_smollm2_league_two_updates(smollm2_dir, tmp_path, learner):
                          [("value", False, 0), ("prompt", False, 0), ("value", True, 0), ("rae", False, 4)])
 def test_text_learner_passes_the_learner_checker(tiny_bases, baseline, all_actions, activation_tokens):
     """Save, restore into a fresh learner, same second batch: identical state and statistics."""
-    from league.check import check_learner
+    from ludus.league.check import check_learner
 
     report = check_learner(_league_config(tiny_bases[0], "text_lm.ppo.learning_rate=2e-4",
                                           f"text_lm.ppo.baseline={baseline}", "text_lm.ppo.answer_entropy_coef=0.05",
@@ -652,7 +652,7 @@ def test_text_learner_passes_the_learner_checker(tiny_bases, baseline, all_actio
 
 
 def test_exponent_numbers_on_the_command_line_are_numbers():
-    from league.api import load_config
+    from ludus.league.api import load_config
 
     assert load_config("llm_kuhn_poker", ["learner=text_ppo", "text_lm.ppo.learning_rate=2e-4"]
                        ).text_lm.ppo.learning_rate == 2e-4
@@ -660,17 +660,17 @@ def test_exponent_numbers_on_the_command_line_are_numbers():
 
 @pytest.mark.parametrize("game_id", [KUHN, "tic_tac_toe"])
 def test_text_policy_passes_the_policy_checker(tiny_lm, game_id):
-    from agents.check import check_policy
+    from ludus.agents.check import check_policy
 
     check_policy(_policy(tiny_lm, game_id, max_new_tokens=3), game_id, num_games=2)
 
 
 def test_an_lm_league_plays_a_textarena_game(tiny_bases, tmp_path):
-    """TextArena's tic-tac-toe (games/textarena.py) in the LM league: the LM reads TextArena's own
+    """TextArena's tic-tac-toe (games/adapters/textarena.py) in the LM league: the LM reads TextArena's own
     text, the random anchor plays the same game through the legal mask, and every recorded match
     replays to its stored result."""
-    from league.api import League, replay_match
-    from league.ledger import Store
+    from ludus.league.api import League, replay_match
+    from ludus.league.records.ledger import Store
 
     config = _league_config(tiny_bases[0], "game=ta:TicTacToe-v0", "iterations=1", "matches_per_iteration=12",
                             "num_envs=12")

@@ -1,5 +1,5 @@
-"""Magnetic mirror descent on a game's exact tree (agents/mmd.py) and for an LM's answer table
-(agents/text_mmd.py, learner 'text_mmd'): tabular convergence pinned on Kuhn poker, the tree's
+"""Magnetic mirror descent on a game's exact tree (agents/solvers/mmd.py) and for an LM's answer table
+(agents/lm/text_mmd.py, learner 'text_mmd'): tabular convergence pinned on Kuhn poker, the tree's
 action values against OpenSpiel's game value, and the LM learner in a league on a tiny Llama."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from open_spiel.python.algorithms import expected_game_score
 
-from agents.mmd import action_values, as_table_policy, information_states, mmd_target, table_exploitability, tabular_mmd
-from games.spiel import spiel_game_for, spiel_observation, spiel_observation_kind
-from league.configio import ConfigError
+from ludus.agents.solvers.mmd import action_values, as_table_policy, information_states, mmd_target, table_exploitability, tabular_mmd
+from ludus.games.adapters.spiel import spiel_game_for, spiel_observation, spiel_observation_kind
+from ludus.league.configio import ConfigError
 
 KUHN = "spiel:kuhn_poker"
 
@@ -74,7 +74,7 @@ def test_tabular_mmd_last_iterate_converges_on_kuhn_poker(kuhn):
 
 
 def _mmd_config(base: Path, *extra: str):
-    from league.api import load_config
+    from ludus.league.api import load_config
 
     return load_config("llm_kuhn_poker", [f"text_lm.model.base={base}", "iterations=2", "matches_per_iteration=12",
                                           "num_envs=12", "log.wandb=disabled", "log.tensorboard=false",
@@ -84,9 +84,9 @@ def _mmd_config(base: Path, *extra: str):
 @pytest.mark.parametrize("activation_tokens", [0, 4])
 def test_mmd_moves_the_lm_table_towards_its_target(tiny_bases, activation_tokens):
     """Also with activated adapters (the table read from "assistant\n[" on)."""
-    from agents.pretrained import LoRAConfig, PretrainedLMConfig
-    from games.registry import spec as game_spec
-    from league.text_lm import TextMMDLeagueLearner
+    from ludus.agents.lm.pretrained import LoRAConfig, PretrainedLMConfig
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.learners.text_lm import TextMMDLeagueLearner
 
     config = _mmd_config(tiny_bases[0], "text_lm.mmd.distill_steps=6", "text_lm.mmd.learning_rate=3e-3",
                          "text_lm.mmd.eta=3.0", f"text_lm.model.lora.activation_tokens={activation_tokens}")
@@ -108,15 +108,15 @@ def test_mmd_moves_the_lm_table_towards_its_target(tiny_bases, activation_tokens
 
 
 def test_mmd_learner_passes_the_learner_checker(tiny_bases):
-    from league.check import check_learner
+    from ludus.league.check import check_learner
 
     report = check_learner(_mmd_config(tiny_bases[0]))
     assert report.learner == "text_mmd" and report.tensors > 0
 
 
 def test_mmd_league_rates_its_snapshots_and_resumes_exactly(tiny_bases, tmp_path):
-    from league.api import League
-    from league.check import resumed_fingerprint, run_fingerprint
+    from ludus.league.api import League
+    from ludus.league.check import resumed_fingerprint, run_fingerprint
 
     config = _mmd_config(tiny_bases[0], "snapshot_every_steps=10")
     whole = League.create(config, tmp_path / "whole")
@@ -132,7 +132,7 @@ def test_mmd_league_rates_its_snapshots_and_resumes_exactly(tiny_bases, tmp_path
 
 
 def test_mmd_config_errors_are_one_line(tiny_bases):
-    from league.api import load_config
+    from ludus.league.api import load_config
 
     with pytest.raises(ConfigError, match="is not a spiel: game"):
         load_config("llm_kuhn_poker", ["game=tic_tac_toe"])
@@ -153,11 +153,11 @@ def test_an_lm_learner_resets_to_its_snapshot_and_refuses_other_adapters(tiny_ba
     other adapters (here `lora.layers`) is refused in one line, not loaded in part."""
     import torch
 
-    from agents.lm import LMError
-    from agents.pretrained import trained_state
-    from agents.snapshot import Lineage
-    from games.registry import spec as game_spec
-    from league.text_lm import TextMMDLeagueLearner
+    from ludus.agents.lm.model import LMError
+    from ludus.agents.lm.pretrained import trained_state
+    from ludus.agents.snapshot import Lineage
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.learners.text_lm import TextMMDLeagueLearner
 
     learner = TextMMDLeagueLearner(game_spec(KUHN), _mmd_config(tiny_bases[0]), 0, seed=0, init_seed=1)
     saved = learner.freeze(tmp_path / "main@0", Lineage(role="main", created_by="test"))

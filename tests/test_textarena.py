@@ -1,4 +1,4 @@
-"""TextArena games through the game protocol (games/textarena.py): `check_game` runs over the
+"""TextArena games through the game protocol (games/adapters/textarena.py): `check_game` runs over the
 listed ``ta:`` ids in tests/test_check_game.py; here, what is particular to the adapter."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import random
 import numpy as np
 import pytest
 
-from games import registry
-from games.check import check_game
-from games.core import GameError
-from games.text import check_text_view, parse_response, text_view
-from games.textarena import decode_text, encode_text
+from ludus.games import registry
+from ludus.games.check import check_game
+from ludus.games.core import GameError
+from ludus.games.text import check_text_view, parse_response, text_view
+from ludus.games.adapters.textarena import decode_text, encode_text
 
 TTT, KUHN = "ta:TicTacToe-v0", "ta:KuhnPoker-v0"
 

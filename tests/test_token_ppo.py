@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from agents.lm import LMPolicy, TinyLMConfig, build_tiny_lm
-from agents.threads import torch_threads
-from agents.token_ppo import (
+from ludus.agents.lm.model import LMPolicy, TinyLMConfig, build_tiny_lm
+from ludus.agents.threads import torch_threads
+from ludus.agents.rl.token_ppo import (
     AdaptiveKLController,
     TokenBatch,
     TokenPPOConfig,
@@ -229,9 +229,9 @@ def test_negotiation_game_sequences_reproduce_behaviour_log_probs():
     """The contract with the dialogue game: a seat's final observation is the causal prefix of all
     its decisions, so one forward pass over it gives back the log-probs and values that `act`
     produced token by token (ratio 1 at PPO's first epoch)."""
-    from agents.policy import ActBatch
-    from games.negotiation import VOCAB as WORDS
-    from games.negotiation import Negotiation, own_token_mask
+    from ludus.agents.policy import ActBatch
+    from ludus.games.builtin.negotiation import VOCAB as WORDS
+    from ludus.games.builtin.negotiation import Negotiation, own_token_mask
 
     game = Negotiation()
     model = build_tiny_lm(TinyLMConfig(vocab_size=len(WORDS), n_positions=game.spec.observation_shape[0]), seed=0)

@@ -7,14 +7,14 @@ import functools
 import numpy as np
 import pytest
 
-from agents.bots import PerfectTicTacToe, ScriptedBot
-from agents.policy import RandomPolicy
-from evaluation.perfect_play import (
+from ludus.agents.bots.builtin import PerfectTicTacToe, ScriptedBot
+from ludus.agents.policy import RandomPolicy
+from ludus.evaluation.perfect_play import (
     PerfectPlayError,
     format_perfect_play,
     losses_against_perfect,
 )
-from games.registry import make, spec
+from ludus.games.registry import make, spec
 
 TTT = spec("tic_tac_toe")
 
@@ -124,8 +124,8 @@ def test_random_policy_loses_some_lines_in_both_seats():
 def test_greedy_net_gives_the_same_report_whatever_the_seed():
     import torch
 
-    from agents.nets import ActorCritic, NetConfig
-    from agents.torch_policy import TorchPolicy
+    from ludus.agents.nets import ActorCritic, NetConfig
+    from ludus.agents.torch_policy import TorchPolicy
 
     torch.manual_seed(0)
     policy = TorchPolicy(ActorCritic(TTT, NetConfig(hidden=(16,))))
@@ -143,8 +143,8 @@ def test_tic_tac_toe_preset_learns_perfect_play():
     against the perfect player (benchmarks/ttt_skill.py measures the same with timings)."""
     import tempfile
 
-    from agents.torch_policy import TorchPolicy
-    from league.api import League, load_config
+    from ludus.agents.torch_policy import TorchPolicy
+    from ludus.league.api import League, load_config
 
     config = load_config("tic_tac_toe", ["seed=0", "log.wandb=disabled", "log.tensorboard=false",
                                          "log.progress=false"])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from arena.submission import SubmissionError
-from arena.uploads import UploadLimits, unpack_archive
+from ludus.arena.submission import SubmissionError
+from ludus.arena.uploads import UploadLimits, unpack_archive
 
 REPO = Path(__file__).resolve().parent.parent
 AGENT = REPO / "examples" / "agents" / "random_python"

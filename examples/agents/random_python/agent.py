@@ -1,6 +1,6 @@
 """A uniformly random agent: the smallest honest Python-folder submission.
 
-`arena.agent_host` builds `Agent()` once per process and calls `act` for every move. Taking `rng`
+`ludus.arena.agent_host` builds `Agent()` once per process and calls `act` for every move. Taking `rng`
 (a numpy Generator seeded from the match seed) makes a match replay exactly from its seed.
 """
 

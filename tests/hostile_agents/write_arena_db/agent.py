@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-import arena
+import ludus.arena as arena
 
 
 def attempt(path, write, create=False):
@@ -34,7 +34,7 @@ class Agent:
             attempt(db, write=True)
             attempt(os.path.join(os.path.dirname(db), "hostile-new-file"), write=True, create=True)
         attempt(str(repo / "hostile-was-here"), write=False, create=True)
-        attempt(str(repo / "arena" / "sandbox.py"), write=False)
+        attempt(str(repo / "arena" / "sandbox" / "process.py"), write=False)
 
     def act(self, observation, legal_actions):
         return legal_actions[0]

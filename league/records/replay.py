@@ -1,0 +1,115 @@
+"""Re-simulating a recorded match: seed + moves -> the same game, step by step.
+
+The ledger stores a match's moves as its history: the actions applied, in order, with the
+acting seats of a simultaneous step in seat order. Chance follows from the seed.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from ludus.games.core import Game, forfeit_returns, is_over
+from ludus.errors import UserError
+
+
+class ReplayError(UserError):
+    """Recorded moves that do not fit the game (illegal, too many or too few)."""
+
+
+MATCH_ID_LIMIT = 1 << 63
+"""Match ids are SQLite INTEGERs (signed 64-bit) and never negative: every id is below this."""
+
+
+def check_match_id(match_id: int) -> int:
+    """`match_id` if a ledger can hold it, else a one-line `ReplayError`: sqlite3 raises
+    OverflowError for an integer past 64 bits, which would reach the user as a traceback."""
+    if not 0 <= match_id < MATCH_ID_LIMIT:
+        raise ReplayError(f"match {match_id} cannot exist: match ids are whole numbers from 0 to 2^63-1")
+    return match_id
+
+
+def replay_moves(game: Game, seed: int, moves: Sequence[int], header: str = "") -> tuple[np.ndarray, str]:
+    """Play `moves` in `game` from `seed`; returns (final returns, a text transcript with boards)."""
+    lines, position = replay_prefix(game, seed, moves, stop_when_over=True)
+    if not is_over(game):
+        raise ReplayError(f"the recorded moves end after {position} actions but the game is not over")
+    if position != len(moves):
+        raise ReplayError(f"the game ended after {position} of {len(moves)} recorded actions")
+    returns = game.returns()
+    lines.append(f"returns: {[float(r) for r in returns]}")
+    return returns, "\n".join(([header] if header else []) + lines)
+
+
+def replay_prefix(game: Game, seed: int, moves: Sequence[int], stop_when_over: bool = False) -> tuple[list[str], int]:
+    """Apply recorded moves from `seed` (all of them, or until the game is over): the boards after
+    each step as text lines, and how many moves were applied. Every move is checked for legality.
+    A match cut short (a forfeit in the arena) replays its prefix with this."""
+    lines: list[str] = []
+    position = 0
+    for actions, board, position in replayed_steps(game, seed, moves, stop_when_over):
+        if actions:
+            lines.append(f"-- {', '.join(f'seat {s} plays {a}' for s, a in actions.items())}")
+        lines.append(board)
+    return lines, position
+
+
+def replayed_steps(game: Game, seed: int, moves: Sequence[int],
+                   stop_when_over: bool = False) -> Iterator[tuple[dict[int, int], str, int]]:
+    """(actions of the step, the board after it, moves applied so far) for the start ({}) and every
+    step the recorded moves make from `seed`; each move is checked for legality."""
+    game.reset(int(seed))
+    position = 0
+    yield {}, game.render(), position
+    while position < len(moves) and not (stop_when_over and is_over(game)):
+        movers = game.to_move()
+        if not movers:
+            raise ReplayError(f"the game ended after {position} of {len(moves)} recorded actions")
+        if position + len(movers) > len(moves):
+            raise ReplayError(f"the recorded moves end inside a step after {position} actions")
+        actions = {}
+        for seat in movers:
+            action = int(moves[position])
+            position += 1
+            if not game.legal_mask(seat)[action]:
+                raise ReplayError(f"recorded action {action} of seat {seat} at move {position} is illegal")
+            actions[seat] = action
+        game.step(actions)
+        yield actions, game.render(), position
+
+
+def replay_forfeit(game: Game, seed: int, moves: Sequence[int], forfeited: Sequence[bool],
+                   header: str = "") -> tuple[tuple[float, ...], str]:
+    """Replay a match that ended by forfeit (`forfeited`: per seat): its moves are the prefix of a
+    game that is not over; returns (the returns the forfeit rule gives, a transcript)."""
+    lines, _ = replay_prefix(game, seed, moves)
+    if is_over(game):
+        raise ReplayError(f"the match is recorded as a forfeit but its {len(moves)} moves finish the game")
+    returns = forfeit_returns(game.spec, forfeited)
+    lines += [f"seat {s} forfeits" for s, f in enumerate(forfeited) if f]
+    lines.append(f"returns (by forfeit): {list(returns)}")
+    return returns, "\n".join(([header] if header else []) + lines)
+
+
+def match_episode(match) -> dict:
+    """A recorded match (`ludus.league.records.ledger.MatchResult`) as an episode for replay players and other
+    tools, in the spirit of Kaggle's episode JSON: who played which seat, and one step per turn with
+    the board (`Game.render()`) after it and the actions that led to it (step 0: the start).
+
+    Re-simulated from the seed and the moves; a match cut short by a forfeit replays its prefix
+    and ends with the forfeit. Boards are the game's own text (for dialogue games: each side's
+    private context and the transcript so far), control characters escaped."""
+    from ludus.games import registry
+    from ludus.text import printable
+
+    steps = [{"actions": [[seat, action] for seat, action in actions.items()], "board": printable(board)}
+             for actions, board, _ in replayed_steps(registry.make(match.game_id), match.seed, match.moves or (),
+                                                     stop_when_over=True)]
+    return {
+        "format": "ludus-episode-1", "id": match.match_id, "kind": match.kind, "game": match.game_id,
+        "seed": match.seed, "players": [s.player_id for s in match.seats], "teams": [s.team for s in match.seats],
+        "returns": [s.episode_return for s in match.seats], "outcomes": [s.outcome for s in match.seats],
+        "statuses": [s.status for s in match.seats], "errors": [printable(s.error) for s in match.seats],
+        "forfeit": any(s.status != "ok" for s in match.seats), "steps": steps,
+    }
