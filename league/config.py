@@ -398,6 +398,160 @@ def _changed_keys(settings: Any, read: frozenset[str] = frozenset()) -> list[str
     return [f.name for f in fields(settings) if f.name not in read and getattr(settings, f.name) != getattr(default, f.name)]
 
 
+# Config by sections (issue 75): `ludus config show` prints the common keys and the blocks this
+# config's learner, optimizer backend and game read. The learner rules below move to the
+# learner-kinds table (league/learners/) when it lands: each kind will name its own blocks there.
+_LEARNER_SECTIONS: dict[str, tuple[str, ...]] = {
+    "ppo": ("net", "ppo"),
+    "mappo": ("net", "ppo", "critic"),
+    "ippo": ("net", "ppo", "critic"),
+    "sdcfr": ("net", "cfr"),
+    "token_ppo": ("dialogue",),
+    **{name: ("text_lm.model", "text_lm.play", f"text_lm.{block}") for name, block in TEXT_LM_LEARNERS.items()},
+}
+"""The blocks each learner reads (dotted prefixes of the config tree)."""
+
+_DEEPSPEED_LEARNERS = ("ppo", "text_ppo")
+"""The learners `learner_backend.backend` 'deepspeed' trains (the others update with torch's Adam)."""
+
+
+def sections_for(config: LeagueConfig) -> set[str]:
+    """The blocks of the config tree that `config` reads beyond the common keys, as dotted prefixes
+    ('ppo', 'text_lm.play', 'learner_backend.backend'), decided from `config.learner`,
+    `config.learner_backend.backend` and the game. Moves to the learner-kinds table (league/learners/)."""
+    sections = {"roles", "log", *_LEARNER_SECTIONS.get(config.learner, ())}
+    if config.learner_backend.backend != "torch":
+        sections.add("learner_backend")  # DeepSpeed's ZeRO stage, precision, ranks
+    elif config.learner in _DEEPSPEED_LEARNERS:
+        sections.add("learner_backend.backend")
+    return sections
+
+
+def _is_team_game(game: str) -> bool:
+    from ludus.games.registry import spec
+
+    try:
+        return bool(spec(game).teams)
+    except Exception:  # an unknown game is config_from_dict's error, not this view's
+        return False
+
+
+def _inert_keys(config: LeagueConfig) -> set[str]:
+    """Keys of the shown blocks that cannot take effect in `config` (`ludus config show` leaves
+    them out unless they are set): the Ray address off Ray, the policy-lag limit in sync mode, a
+    net's convolution channels on an MLP, its head outside Single Deep CFR (it must be 'softmax'),
+    the second learning-rate schedule while `anneal_lr` is on, and per role: its name (the key
+    holds it), its share of the matches when it is the only role, the PSRO weights outside OpenSpiel games (the exact meta-game needs one), the side
+    outside team games, the plateau's gain without the plateau trigger."""
+    inert = {"ray_address"} if config.backend != "ray" else set()
+    if config.pipeline_depth == 1:
+        inert.add("max_policy_lag")  # sync: every trajectory comes from the newest weights
+    if config.ppo.anneal_lr:
+        inert.add("ppo.lr_decay_updates")
+    nets = [("net", config.net), *((f"roles.{r.name}.net", r.net) for r in config.roles if r.net)]
+    for prefix, net in nets:
+        if net.kind != "conv":
+            inert.add(f"{prefix}.channels")
+        if config.learner != "sdcfr":
+            inert.add(f"{prefix}.head")
+    if len(config.roles) == 1:
+        inert.add(f"roles.{config.roles[0].name}.learner_share")  # shares are normalised: one role plays every match
+    team_game = _is_team_game(config.game)
+    for role in config.roles:
+        prefix = f"roles.{role.name}."
+        inert.add(prefix + "name")
+        if not config.game.startswith("spiel:") and role.meta_nash == 0:
+            inert |= {prefix + "meta_nash", prefix + "meta_solver", prefix + "prd_exploration"}
+        elif role.meta_nash == 0:
+            inert |= {prefix + "meta_solver", prefix + "prd_exploration"}
+        if not team_game and role.team is None:
+            inert.add(prefix + "team")
+        if role.snapshot_on_plateau == 0:
+            inert.add(prefix + "plateau_min_gain")
+        if role.pfsp_weighting != "hard":
+            inert.add(prefix + "pfsp_power")
+    return inert
+
+
+def _default_value(key: str) -> Any:
+    """The default of a dotted key (a role's keys: RoleConfig's; a role's own net: NetConfig's)."""
+    parts = key.split(".")
+    if parts[0] == "roles" and len(parts) > 2:
+        node: Any = RoleConfig()
+        parts = parts[2:]
+        if parts[0] == "net" and len(parts) > 1:
+            node, parts = NetConfig(), parts[1:]
+    else:
+        node = LeagueConfig()
+    for part in parts:
+        node = getattr(node, part)
+    return to_dict(node) if isinstance(node, tuple) else node
+
+
+def changed_keys(config: LeagueConfig) -> set[str]:
+    """The dotted keys of `config` whose value differs from the default (`ludus config show --diff`)."""
+    from ludus.league.configio import describe
+
+    changed = set()
+    for key, value, _ in describe(LeagueConfig, config):
+        if value == "" or key == "roles":
+            continue  # a section's heading; the roles list: each role's keys say it
+        try:
+            default = _default_value(key)
+        except AttributeError:
+            default = None
+        if value != default:
+            changed.add(key)
+    return changed
+
+
+def shown_keys(config: LeagueConfig) -> set[str]:
+    """The keys `ludus config show` prints: the common ones (the top level's own values), the
+    blocks `sections_for` names, less those that cannot take effect, plus every key set away from
+    its default (nothing set is hidden)."""
+    from ludus.league.configio import describe
+
+    sections, inert = sections_for(config), _inert_keys(config)
+    keys = set()
+    for key, value, _ in describe(LeagueConfig, config):
+        if value == "" or key == "roles":
+            continue
+        top_level = "." not in key
+        in_section = any(key == s or key.startswith(s + ".") for s in sections)
+        if (top_level or in_section) and key not in inert:
+            keys.add(key)
+    names = {f"roles.{role.name}.name" for role in config.roles}  # the key holds it
+    return keys | (changed_keys(config) - names)
+
+
+def config_yaml(config: LeagueConfig, everything: bool = False) -> str:
+    """A runnable YAML file of `config` (`ludus train` on it builds the same config): the keys set
+    away from the defaults, or with `everything` every key."""
+    from ludus.league.configio import dump_yaml
+
+    data = to_dict(config)
+    if not everything:
+        data = {"game": config.game, **_diff_data(data, to_dict(LeagueConfig()))}
+        if "roles" in data:  # each role in full is long: its name and the keys it changes (a role's net whole)
+            default_role = to_dict(RoleConfig())
+            data["roles"] = [{"name": role["name"], **{k: v for k, v in role.items() if v != default_role[k]}}
+                             for role in data["roles"]]
+    return dump_yaml(data)
+
+
+def _diff_data(data: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    """The entries of nested `data` that differ from `default` (mappings compared key by key)."""
+    diff = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(default.get(key), dict):
+            inner = _diff_data(value, default[key])
+            if inner:
+                diff[key] = inner
+        elif value != default.get(key):
+            diff[key] = value
+    return diff
+
+
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 """The presets, one YAML file each (league/presets/NAME.yaml): overrides of the defaults, validated
 like any YAML file. Each opens with what it trains, the figure it reached and the doc to read;
