@@ -126,7 +126,7 @@ def _status(args) -> int:
 def _config_show(args) -> int:
     from ludus.league import api
 
-    from ludus.league.configio import format_table
+    from ludus.league.configio import describe, format_table
 
     from ludus.league.config import changed_keys, config_yaml, shown_keys
 
@@ -135,6 +135,10 @@ def _config_show(args) -> int:
         print(config_yaml(config, everything=args.all), end="")
         return 0
     keys = None if args.all else changed_keys(config) if args.diff else shown_keys(config)
+    if keys is not None and not args.diff:  # and every key given with --set, even at its default
+        given = [item.split("=", 1)[0].strip() for item in args.overrides]
+        keys |= {key for key, _, _ in describe(api.LeagueConfig, config)
+                 if any(key == name or key.startswith(name + ".") for name in given)}
     print(format_table(api.LeagueConfig, config, keys))  # key, value, valid range, doc
     return 0
 

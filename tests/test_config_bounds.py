@@ -119,7 +119,7 @@ def test_a_range_error_names_the_key_under_every_section():
 
 
 def test_config_show_prints_each_numeric_keys_range(capsys):
-    assert main(["config", "show"]) == 0
+    assert main(["config", "show", "--all"]) == 0  # every key (without --all: the blocks its learner uses)
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     valid = ranges(LeagueConfig)
     assert "[0, 1]" in lines["ppo.gamma"].split("Discount")[0] and "(0, 1]" in lines["ppo.clip_coef"]
