@@ -125,12 +125,10 @@ def _status(args) -> int:
 
 def _config_show(args) -> int:
     from ludus.league import api
-
+    from ludus.league.config import changed_keys, config_yaml, shown_keys
     from ludus.league.configio import describe, format_table
 
-    from ludus.league.config import changed_keys, config_yaml, shown_keys
-
-    config = api.load_config(args.preset, args.overrides) if args.preset else api.LeagueConfig()
+    config = api.load_config(args.preset, args.overrides)  # no preset: the defaults
     if args.yaml:
         print(config_yaml(config, everything=args.all), end="")
         return 0
@@ -145,7 +143,6 @@ def _config_show(args) -> int:
 
 def _config_list(args) -> int:
     from ludus.league import api
-
     from ludus.league.config import preset_summary
 
     names = api.preset_names()

@@ -610,10 +610,12 @@ def _from_preset(data: dict[str, Any], source: str) -> dict[str, Any]:
     return data
 
 
-def load_config(source: str, overrides: list[str] | None = None) -> LeagueConfig:
-    """A preset name or a YAML file path (which may start from a preset: `preset: NAME`), plus
-    `key=value` overrides, validated."""
-    if source in preset_names():
+def load_config(source: str | None, overrides: list[str] | None = None) -> LeagueConfig:
+    """A preset name or a YAML file path (which may start from a preset: `preset: NAME`), or None
+    for the defaults, plus `key=value` overrides, validated."""
+    if source is None:
+        data: dict[str, Any] = {}
+    elif source in preset_names():
         data = preset_data(source)
     elif source.endswith((".yaml", ".yml")) or Path(source).exists():
         data = load_yaml(source)
@@ -624,7 +626,7 @@ def load_config(source: str, overrides: list[str] | None = None) -> LeagueConfig
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"{source!r} is neither a preset nor a YAML file{hint}; presets: "
                           f"{', '.join(preset_names())}")
-    data = _from_preset(data, source)
+    data = _from_preset(data, source or "--set")
     overrides = overrides or []
     if "roles" not in data and any(item.startswith("roles.") for item in overrides):
         # `--set roles.main.pfsp=...` on a config that keeps the default role: name it explicitly.

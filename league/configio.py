@@ -136,7 +136,7 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     if unknown:
         name = str(unknown[0])
         # at the top, a key of one of the sections spelt right comes first: learning_rate -> ppo.learning_rate
-        nested = [key for key, value, _, _ in _rows(cls, None, "") if "." in key and value != ""] if not prefix else []
+        nested = _nested_keys(cls) if not prefix else []
         close = next((key for key in nested if key.rsplit(".", 1)[-1] == name), None)
         if close is None:
             close = suggest_key(name, list(fields))
@@ -154,6 +154,14 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"config {prefix.rstrip('.') or cls.__name__}: {exc}") from None
+
+
+def _nested_keys(cls: type) -> list[str]:
+    """The dotted keys below the top of config tree `cls` (none if it has no defaults to walk)."""
+    try:
+        return [key for key, value, _, _ in _rows(cls, None, "") if "." in key and value != ""]
+    except (TypeError, ValueError, UserError):
+        return []
 
 
 def suggest_key(name: str, keys: list[str], by_last_word: bool = False) -> str | None:

@@ -170,3 +170,10 @@ def test_a_misspelt_set_key_gets_a_suggestion(override, hint):
     with pytest.raises(ConfigError, match=re.escape(f"unknown config key {key!r} {hint}")) as info:
         load_config("quickstart", [override])
     assert "\n" not in str(info.value)
+
+
+def test_config_show_without_a_preset_applies_set(ludus_here):
+    done = ludus_here("config", "show", "--set", "iterations=3", "--diff")
+    assert done.returncode == 0 and table_keys(done.stdout) == ["iterations"] and " 3 " in done.stdout
+    done = ludus_here("config", "show", "--set", "ppo.lr=3")
+    assert done.returncode == 2 and "did you mean ppo.learning_rate?" in done.stderr
