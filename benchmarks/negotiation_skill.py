@@ -1,6 +1,6 @@
 """Negotiation skill: imitation, then league RL, measured on held-out contexts in duplicate.
 
-One seeded run of the `negotiation` preset (league/config.py; docs/reference.md §4):
+One seeded run of the `negotiation` preset (league/presets/negotiation.yaml; docs/reference.md §4):
 
 1. the learner's imitation warm start (behaviour cloning of the scripted fair negotiator) — the
    imitation model is `main@0` and the frozen reference of the KL penalty;

@@ -30,11 +30,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="show presets and every config key")
     config_sub = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     config_sub.required = True
-    show = config_sub.add_parser("show", help="every key with its value (default or preset), valid range and doc")
+    show = config_sub.add_parser("show", help="the keys its learner and game use, with value (default or preset), "
+                                              "valid range and doc")
     show.add_argument("preset", nargs="?", default=None, help="preset name or YAML file (default: defaults)")
     show.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    which = show.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="every key, the blocks of other learners included")
+    which.add_argument("--diff", action="store_true", help="only the keys that differ from the defaults")
+    show.add_argument("--yaml", action="store_true", help="print a runnable YAML file instead (`ludus train FILE` "
+                                                          "builds the same config): the keys set away from the "
+                                                          "defaults, with --all every key")
     show.set_defaults(run=_config_show)
-    lst = config_sub.add_parser("list", help="preset names")
+    lst = config_sub.add_parser("list", help="preset names, each with what it trains")
     lst.set_defaults(run=_config_list)
 
     p = sub.add_parser("ratings", help="TrueSkill and Bradley-Terry ratings of a run's frozen members, with "
@@ -118,19 +125,30 @@ def _status(args) -> int:
 
 def _config_show(args) -> int:
     from ludus.league import api
+    from ludus.league.config import changed_keys, config_yaml, shown_keys
+    from ludus.league.configio import describe, format_table
 
-    from ludus.league.configio import format_table
-
-    config = api.load_config(args.preset, args.overrides) if args.preset else api.LeagueConfig()
-    print(format_table(api.LeagueConfig, config))  # key, value, valid range, doc
+    config = api.load_config(args.preset, args.overrides)  # no preset: the defaults
+    if args.yaml:
+        print(config_yaml(config, everything=args.all), end="")
+        return 0
+    keys = None if args.all else changed_keys(config) if args.diff else shown_keys(config)
+    if keys is not None and not args.diff:  # and every key given with --set, even at its default
+        given = [item.split("=", 1)[0].strip() for item in args.overrides]
+        keys |= {key for key, _, _ in describe(api.LeagueConfig, config)
+                 if any(key == name or key.startswith(name + ".") for name in given)}
+    print(format_table(api.LeagueConfig, config, keys))  # key, value, valid range, doc
     return 0
 
 
 def _config_list(args) -> int:
     from ludus.league import api
+    from ludus.league.config import preset_summary
 
-    for name in api.preset_names():
-        print(name)
+    names = api.preset_names()
+    width = max(len(name) for name in names)
+    for name in names:
+        print(f"{name:<{width}}  {preset_summary(name)}".rstrip())
     return 0
 
 

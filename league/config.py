@@ -398,317 +398,225 @@ def _changed_keys(settings: Any, read: frozenset[str] = frozenset()) -> list[str
     return [f.name for f in fields(settings) if f.name not in read and getattr(settings, f.name) != getattr(default, f.name)]
 
 
-# Presets: overrides of the defaults, validated like any YAML file.
-_POKER_PSRO: dict[str, Any] = {
-    "matches_per_iteration": 512, "num_envs": 512,
-    "snapshot_every_steps": 15_000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.02,
-    "anchors": ["random"], "max_opponents_per_iteration": 1000, "draw_probability": 0.0,
-    "net": {"kind": "mlp", "hidden": [128, 128], "activation": "relu"},
-    "ppo": {"learning_rate": 1e-2, "anneal_lr": False, "gamma": 1.0, "gae_lambda": 0.5,
-            "num_minibatches": 4, "update_epochs": 4, "ent_coef": 0.05},
-    "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 0.0,
-               "meta_nash": 1.0, "reset_every_snapshots": 1}],
+# Config by sections (issue 75): `ludus config show` prints the common keys and the blocks this
+# config's learner, optimizer backend and game read. The learner rules below move to the
+# learner-kinds table (league/learners/) when it lands: each kind will name its own blocks there.
+_LEARNER_SECTIONS: dict[str, tuple[str, ...]] = {
+    "ppo": ("net", "ppo"),
+    "mappo": ("net", "ppo", "critic"),
+    "ippo": ("net", "ppo", "critic"),
+    "sdcfr": ("net", "cfr"),
+    "token_ppo": ("dialogue",),
+    **{name: ("text_lm.model", "text_lm.play", f"text_lm.{block}") for name, block in TEXT_LM_LEARNERS.items()},
 }
-"""The PSRO recipe of `kuhn_poker` (comments there); `leduc_poker` keeps its game settings, net and PPO
-but its own roles and output policy."""
+"""The blocks each learner reads (dotted prefixes of the config tree)."""
 
-PRESETS: dict[str, dict[str, Any]] = {
-    # Team vs team: predators (team 0, three seats sharing one actor) against the prey (team 1).
-    # One population per side; TrueSkill rates the sides' snapshots as teams (games/builtin/tag.py has
-    # the winner rule). MAPPO (league/learners/mappo.py): each side's critic reads the seat's own
-    # observation, then the game's global state (Yu et al. 2022's agent-specific state): after 150
-    # iterations its predators caught more in cross-play than with the global state alone on
-    # four of five seeds (measured before the prey's changes below), though not reliably more
-    # than IPPO's (docs/league.md).
-    # The prey's learner plays 6 of every 7 training matches (the predators' three seats give
-    # three rows a step, so the prey learns from twice the predators' rows) and draws its
-    # opponents uniformly from the predators' snapshots (fictitious play, Heinrich et al. 2015):
-    # under PFSP, which weights the predators it loses to (mostly the newest), its later
-    # snapshots lost more often to the early predators than the untrained prey did. The
-    # predators win the arms race: with equal rows the prey's later snapshots scored 0.04-0.14
-    # against the later predators and its ratings stopped rising on some seeds. 40% rating
-    # matches: a side's snapshots differ by little, and at 20% their ratings' sigma (0.6-1.2) was
-    # as large as the spread of their mu. 300 iterations of 256 matches (9.6M steps, ~5 minutes
-    # with two runs at a time on games/builtin/tag.py's batched world): the prey's ratings rise too slowly
-    # for half of that on some seeds (seed 2's prey: Spearman 0.792 after 150, 0.926 after 300;
-    # docs/league.md has the figures). The prey's actor
-    # is twice as wide as the predators' ([128, 128] against [64, 64]): with the predators' width
-    # its later snapshots stopped getting stronger on some seeds (prey Spearman 0.756 on seed 4,
-    # 0.944 with the wider net; seed 1 0.841 -> 0.903).
-    "simple_tag": {
-        "game": "simple_tag", "learner": "mappo", "iterations": 300, "matches_per_iteration": 256, "num_envs": 128,
-        "snapshot_every_steps": 12000, "anchors": ["random"], "rating_share": 0.4, "draw_probability": 0.05,
-        "net": {"hidden": [64, 64], "activation": "relu"}, "critic": {"own_observation": True},
-        "ppo": {"learning_rate": 7e-4, "anneal_lr": False, "adam_eps": 1e-5, "gamma": 0.99, "num_minibatches": 4,
-                "update_epochs": 4, "max_grad_norm": 10.0},
-        "roles": [
-            {"name": "predators", "kind": "main", "team": 0, "self_play": 0.0, "pfsp": 0.7, "uniform": 0.3},
-            {"name": "prey", "kind": "main", "team": 1, "self_play": 0.0, "pfsp": 0.0, "uniform": 1.0,
-             "learner_share": 6.0, "net": {"hidden": [128, 128]}},
-        ],
-    },
-    # 2v2 tic-tac-toe (games/builtin/teams.py): partners alternate at their side's moves without conferring.
-    # Team ratings beyond MPE: each side is a team of two seats of one snapshot, rated as a team;
-    # MAPPO's critic reads both partners' observations (the game has no separate global state).
-    "tic_tac_toe_2v2": {
-        "game": "teams(game=tic_tac_toe)", "learner": "mappo", "iterations": 40, "matches_per_iteration": 256,
-        "num_envs": 128, "snapshot_every_steps": 4000, "snapshot_win_rate_lcb": 0.0, "anchors": ["random"],
-        "rating_share": 0.25, "draw_probability": 0.3,
-        "net": {"kind": "mlp", "hidden": [128, 128], "activation": "relu"},
-        "ppo": {"learning_rate": 7e-4, "anneal_lr": False, "adam_eps": 1e-5, "num_minibatches": 4, "update_epochs": 4,
-                "ent_coef": 0.01, "max_grad_norm": 10.0},
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.3, "pfsp": 0.5, "uniform": 0.2}],
-    },
-    # Cooperative navigation: one team, no opponents, so nothing to rate. MAPPO (Yu et al. 2022):
-    # one actor shared by the three agents, a centralised critic on the env's global state; the
-    # settings of benchmarks/mappo_spread.py's stand-alone trainer (the paper's MPE defaults with
-    # gamma 0.95 and 128 games per update in 2 minibatches, tuned there for a ~400k-step budget).
-    # The actor has LayerNorm on its input and hidden layers, as the authors' MLPBase: without it
-    # (the plain MLP) 180 iterations closed 0.56 and 0.61 of the random-to-scripted gap (seeds 0-1),
-    # with it 0.70 / 0.64 / 0.66 (seeds 0, 1 and the untuned 4), each in ~6 minutes.
-    "simple_spread": {
-        "game": "pz:mpe2.simple_spread_v3", "learner": "mappo", "iterations": 180, "matches_per_iteration": 128,
-        "num_envs": 128, "snapshot_every_steps": 100_000, "anchors": [], "rating_share": 0.0,
-        "net": {"hidden": [64, 64], "activation": "relu", "layer_norm": True},
-        "ppo": {"learning_rate": 7e-4, "anneal_lr": False, "adam_eps": 1e-5, "gamma": 0.95, "gae_lambda": 0.95,
-                "num_minibatches": 2, "update_epochs": 10, "ent_coef": 0.01, "max_grad_norm": 10.0},
-        "roles": [{"name": "main", "kind": "main", "self_play": 1.0, "pfsp": 0.0, "uniform": 0.0}],
-    },
-    "quickstart": {
-        "game": "tic_tac_toe", "iterations": 6, "matches_per_iteration": 128, "num_envs": 64,
-        "snapshot_every_steps": 800, "anchors": ["random", "perfect"],
-        "log": {"wandb": "disabled", "tensorboard": False},
-    },
-    # Tic-tac-toe to perfect play (benchmarks/ttt_skill.py: 0 lost lines against the perfect
-    # player, every optimal reply enumerated). PPO learns a best response to its opponent mix, so
-    # the mix leans on the perfect anchor: PFSP with a steep (1-x)^3 picks the opponents the
-    # learner cannot beat (perfect, and its own near-perfect snapshots); the random anchor stays
-    # as the rating floor. 8 epochs x 8 minibatches (64 Adam steps per iteration, 4x the old
-    # 4x4) and a 256x256 ReLU net made the difference: the old tanh 128x128 with 16 steps per
-    # iteration plateaued at ~20 lost lines after 650k env steps.
-    "tic_tac_toe": {
-        "game": "tic_tac_toe", "iterations": 100, "matches_per_iteration": 512, "num_envs": 256,
-        "snapshot_every_steps": 20_000, "anchors": ["random", "perfect"],
-        "net": {"kind": "mlp", "hidden": [256, 256], "activation": "relu"},
-        "ppo": {"learning_rate": 1e-3, "num_minibatches": 8, "update_epochs": 8, "ent_coef": 0.01},
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.2, "pfsp": 0.8, "uniform": 0.0,
-                   "pfsp_power": 3.0}],
-    },
-    # Connect four in ~15 minutes on 2 cores (benchmarks/connect_four_skill.py: 1100 iterations
-    # in 830-857 s, or 1094 of them in the 15 minutes, then 0.739 / 0.718 / 0.729 against
-    # MCTS-100 with no search on seeds 3 / 5 / 6; 1000 iterations, the preset's length until the
-    # nets acted fused and ~40 s sooner: 767-802 s, 983 s on a busier host, then 0.636 / 0.744 /
-    # 0.761 on seeds 3 / 5 / 4; 600 iterations, its length before the anchors' search was
-    # compiled: 0.601 / 0.679 on seeds 3 / 4).
-    # Two runner processes play while the learners update in the manager (async, data one version
-    # old): the MCTS anchors' games are search on the runners (compiled for connect four,
-    # agents/bots/connect_four_mcts.py), and with one runner the second core idled. A shared-trunk MLP:
-    # 4x cheaper to train than conv nets of equal skill per sample here. PPO: many small
-    # minibatches and a high learning rate (gradient steps, not samples, limited learning);
-    # lambda 0.8 leans on the critic, which learns threats before the policy does; unclipped
-    # value loss (Andrychowicz et al. 2021). Snapshots on a fixed step cadence only: the win-rate
-    # trigger fired every iteration (the pool holds random and weak early snapshots), which
-    # turned the league into plain self-play against copies of the last few iterations.
-    # MCTS anchors (fixed opponents, as AlphaStar's league kept its supervised agents): mcts-25
-    # punishes every one-move blunder, which self-play opponents miss; mcts-100 punishes two-move
-    # tactics. PFSP sends the main agent to whichever it still loses to. Measured in 15 minutes:
-    # with anchors random + mcts-25 only, 0.35 against MCTS-100; with mcts-100 added, 0.74.
-    # The nets act in bfloat16 (frozen snapshots stacked, ludus.agents.nets.StackedActors): self-play
-    # ~1.9x faster than float32 on a CPU with AMX tiles (benchmarks/inference_paths.py). Acting
-    # in bf16 moves a trained net's log-probs by 0.002 on average (PPO's clip is 0.2); 15-minute
-    # runs scored 0.557-0.647 against MCTS-100 in bf16 and 0.599-0.734 in float32
-    # (docs/scale_out.md). On a CPU without bf16 instructions set inference_dtype=float32.
-    "connect_four": {
-        "game": "connect_four", "iterations": 1100, "matches_per_iteration": 1024, "num_envs": 512,
-        "backend": "process", "num_runners": 2, "pipeline_depth": 2, "inference_dtype": "bfloat16",
-        "snapshot_every_steps": 250_000, "snapshot_win_rate_lcb": 0.0,
-        "anchors": ["random", "mcts-25", "mcts-100"],
-        "net": {"kind": "mlp", "hidden": [256, 256], "activation": "relu", "shared_trunk": True},
-        "ppo": {"learning_rate": 1e-3, "update_epochs": 4, "minibatch_size": 512, "gae_lambda": 0.8,
-                "clip_vloss": False},
-        "roles": [
-            {"name": "main", "kind": "main", "learner_share": 0.75},
-            {"name": "main_exploiter", "kind": "main_exploiter", "learner_share": 0.125,
-             "self_play": 0.0, "pfsp": 0.5, "uniform": 0.5, "pfsp_weighting": "var"},
-            {"name": "league_exploiter", "kind": "league_exploiter", "learner_share": 0.125,
-             "self_play": 0.0, "pfsp": 1.0, "uniform": 0.0, "reset_every_snapshots": 2},
-        ],
-    },
-    # PSRO on Kuhn poker (Lanctot et al. 2017; league/psro.py, benchmarks/kuhn_skill.py): the main
-    # learner trains only against opponents drawn from the Nash mixture of the population's exact
-    # meta-game; each snapshot is one PSRO iteration's best response, after which the learner is
-    # reset to its initial weights (a fresh best response from a near-uniform policy: one warm-
-    # started from the last best response sits on near-deterministic actions and stops improving).
-    # A PPO best response against a near-equilibrium mixture is hard: advantages are small, and
-    # bluffing or slow-playing pays only together with the right later action. Measured choices:
-    # relu 128x128 (the observation tensor must be split into "facing a bet" per seat, which a
-    # small tanh net learns slowly); lr 1e-2 without annealing; entropy 0.05 (less gets stuck on
-    # the honest, never-bluffing policy); gamma 1 (one reward at the end) with GAE lambda 0.5
-    # (bootstrapping the second decision lowers variance); 512 matches per update and a snapshot
-    # every 15k own decisions (~25 updates, enough to be within ~0.02-0.04 of a best response);
-    # no early freezing; few rating matches (the exact meta-game drives matchmaking); an unbounded
-    # opponent pool (the Nash mixture is over the whole population).
-    "kuhn_poker": {**_POKER_PSRO, "game": "spiel:kuhn_poker", "iterations": 750},
-    # Leduc poker (6 cards, two betting rounds, 936 information states; the OpenSpiel adapter's
-    # default information-state tensor gives perfect recall): Single Deep CFR (league/learners/cfr.py,
-    # agents/solvers/deep_cfr.py), not a policy gradient. One update is 5 CFR iterations, each 300
-    # external-sampling traversals per seat and 200 minibatch steps of the regret net on a 400k
-    # reservoir; a snapshot after every update is one iterate, and the output is their uniform
-    # average. The few matches per iteration only rate the snapshots. Averaged PPO self-play, the
-    # preset before, stalled at ~0.20 after 10 minutes (seeds 0-6: 0.181-0.224); this recipe,
-    # 0.139-0.155 on seeds 0-5 in the same budget (docs/league.md). Every snapshot stays loaded
-    # (rating matches draw from all of them). ~300 iterations are ~10 minutes here.
-    "leduc_poker": {
-        "game": "spiel:leduc_poker", "learner": "sdcfr", "iterations": 300, "matches_per_iteration": 64,
-        "num_envs": 64, "snapshot_every_steps": 1, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.25,
-        "anchors": ["random"], "draw_probability": 0.0, "policy_cache_size": 1024,
-        "output_policy": "uniform_average",
-        "net": {"kind": "mlp", "hidden": [128, 128], "activation": "relu", "head": "regret_matching"},
-        "cfr": {"iterations_per_update": 5, "traversals": 300, "train_steps": 200, "memory_size": 400_000,
-                "linear_weighting": False},
-        "roles": [{"name": "main", "kind": "main", "self_play": 1.0, "pfsp": 0.0, "uniform": 0.0}],
-    },
-    # Pretrained LMs (docs/llm.md): SmolLM2-135M-Instruct with rank-8 LoRA adapters plays through
-    # the game's text view. A turn is a short answer opened with "[" (a 135M model rarely finds the
-    # bracket format on its own) and closed at "]". The untrained base (anchor 'base') and the
-    # random mover pin the rating scale. One runner in the manager's process: generation is the
-    # cost, and it is batched over every seat the LM plays in the iteration's matches.
-    # Kuhn poker has 12 information states, so the LM learns by magnetic mirror descent on the
-    # exact tree (learner 'text_mmd', agents/lm/text_mmd.py): turn-level PPO on the sampled turns
-    # settled on "bet and call with every card" (0.33 exploitable) in every variant tried
-    # (docs/llm.md). One MMD iteration (eight distillation steps) per update, its 32 matches only
-    # rate the snapshots: ~42 s per iteration (learn ~36, play ~5) with one thread each for two runs
-    # side by side, 0.05-0.06 exploitable after 42 iterations (30 min).
-    "llm_kuhn_poker": {
-        "game": "spiel:kuhn_poker", "learner": "text_mmd", "iterations": 60, "matches_per_iteration": 32,
-        "torch_threads": 2, "runner_threads": 2,
-        "num_envs": 32, "snapshot_every_steps": 250, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
-        "anchors": ["random", "base"], "draw_probability": 0.0,
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.5, "pfsp": 0.3, "uniform": 0.2}],
-        "text_lm": {"play": {"max_new_tokens": 4, "temperature": 0.7}},  # text_lm.mmd: its defaults
-    },
-    "llm_tic_tac_toe": {
-        "game": "tic_tac_toe", "learner": "text_exit", "iterations": 40, "matches_per_iteration": 20,
-        "torch_threads": 2, "runner_threads": 2,
-        "num_envs": 16, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
-        "anchors": ["random", "base"],
-        # Expert iteration (agents/lm/text_exit.py): MCTS over the rules answers every position the LM
-        # met, and the adapters learn its answers. Activated LoRA (docs/llm.md): the adapters (rank
-        # 16 on every projection of all 30 layers) read only "assistant\n[" and the answer; the
-        # board is read by the base once per run, so a step of 32 positions costs ~0.8-1.1 s on a
-        # host with AVX-512, ~1.3-1.5 s without. An iteration plays 20 matches (~10-35 s) and takes
-        # 48 steps. What is scarce is positions, not steps: the search's answers do not depend on
-        # the opponent, only the positions met do, and the LM against itself, near-deterministic at
-        # temperature 0.5, replays its games, while PFSP's hardest opponents are the base and its
-        # zero-adapter snapshot. So no self-play and no PFSP: uniform over the random mover, the
-        # base and the snapshots, every match has a stochastic opponent (DAgger's point: learn on
-        # the positions met where the policy is measured). Seeds 5-7 (new; AVX-512 host):
-        # 1,200-1,344 steps over 406-441 positions, 0.894, 0.862, 0.863 against the random mover;
-        # the previous mix (0.3 self-play, 0.3 PFSP, 0.4 uniform, 16 matches) on seed 6 there: 1,392
-        # steps over 350 positions, 0.834, and 0.816-0.846 on a host without AVX-512 (seeds 2, 4).
-        # The preset on a slower host without AVX-512 (~2.4 s a step): 432 steps, 0.776 (seed 8);
-        # on a faster AVX-512 host (~0.8 s a step) the same seed: 1,488 steps, 0.869.
-        # Two images of each position under the board's rotations and reflections
-        # (`text_lm.exit.symmetries=2`) gave 935 positions but 672 steps without AVX-512 (their base
-        # readings), 0.836 (seed 3): not kept. Each position holds ~5.2 MB of base readings: 8 GB
-        # keep a whole run's, where the default 3 GB begin to evict (and re-read, ~0.3 s each) after
-        # ~590. (Turn-level PPO on the game's result, `text_ppo`, scored 0.54-0.65 after 30
-        # minutes.)
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.0, "pfsp": 0.0, "uniform": 1.0}],
-        "text_lm": {"model": {"readings_mb": 8192.0,
-                              "lora": {"rank": 16, "alpha": 32.0, "activation_tokens": 4,
-                                       "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
-                                                          "gate_proj", "up_proj", "down_proj"]}},
-                    "play": {"max_new_tokens": 4, "temperature": 0.5}},
-    },
-    # The negotiation in plain English, one utterance per turn (games/builtin/negotiation_turns.py, the
-    # English view in games/text.py): "[propose: 2 books, 1 hat, 0 balls]" or "[accept]". A proposal
-    # is ~12 tokens after the opening "[" (24 allowed: the base often adds "for me" or more before
-    # closing); the untrained base pins the scale. TrueSkill: higher own score wins, equal scores
-    # draw. Opponents: 0.2 self-play, 0.8 uniformly over the base and the learner's snapshots (the
-    # first, main@0, is the base itself; the next is due after 2,000 of its own turns, and 30
-    # minutes here play fewer than 800 turns in all), so four matches in five meet a partner that
-    # negotiates as the base does. With 0.3 self-play, 0.3 PFSP and 0.4 uniform over the random
-    # mover, the base and the snapshots, a quarter met the base: the updates fitted self-play's
-    # conventions, which did not carry over to the base as partner (the learner's deals with it
-    # stayed at 0.70 in training), and seed 5 gained +0.70 / +0.41 over the base; with this mix
-    # +1.50 [+0.88, +2.13], and the new seeds 6 and 7 +1.01 [+0.42, +1.59] and +0.96 [+0.32, +1.60]
-    # on 200 pairs, +0.21 [-0.25, +0.68] and +1.14 [+0.70, +1.57] on 400; seed 6 again on a faster
-    # AVX-512 host, 12 updates: +0.41 [-0.04, +0.86] on 400 (docs/llm.md). LoRA on the
-    # attention and MLP projections of the top 8 layers, 16-turn minibatches at 5e-4: an iteration
-    # of 32 matches took 120-180 s at first and 65-110 s once the answers were valid on the host of
-    # the first runs, so 30 minutes made 12-19 updates of ~8 Adam steps (170-390 s on this 2-core
-    # AMD host: 5-7 updates); valid first responses reach 0.9-0.99 by the seventh (seeds 0-3).
-    # (Attention-only adapters in every layer with 64-turn steps at 2e-4 made 2-3 updates of two or
-    # three steps in 30 minutes and left the format half learnt; docs/llm.md has the runs.) Prompts
-    # are ~300 tokens and all distinct: 16-turn micro-batches read with gradients in the top 8
-    # layers peak near 7 GB (32 turns through all 30 layers passed 24 GB). Advantages use SPIRAL's
-    # role baseline (RAE): every position is new, so the value head (a linear probe on the prompt)
-    # had little to go on; with it seed 0 gained +0.81 [+0.35, +1.27] over the base, with RAE +1.52
-    # [+0.92, +2.12] after 7 iterations on this slower host; seed 5 (new, 5 iterations) +0.70
-    # [+0.09, +1.30] (docs/llm.md). The base stays float32: in bfloat16 (text_lm.model.dtype,
-    # adapters still float32) a host with AVX512-BF16 (the bf16 runs'; this one has no AVX-512)
-    # plays and learns an iteration in about half the time (10-11 updates in 30 minutes), yet seeds
-    # 0 and 5 gained +0.69 and -0.36 over the base against +1.52 and +0.70 in float32.
-    # RAE's running means start at 0 and move by 1 - rae_decay per update. SPIRAL's 0.95 suits its
-    # zero-sum games, where the returns average near 0, and its hundreds of steps. Here the returns
-    # average 3-4 and a run makes 12-19 updates. At 0.95 the baselines were still 1.2-1.3 after 12
-    # updates, so nearly every deal had a positive advantage. At 0.5 they follow the last two
-    # batches. On seed 6, on the same AVX-512 host: +0.41 [-0.04, +0.86] at 0.95, +1.17 [+0.75,
-    # +1.60] at 0.5, both on 400 pairs; at 0.5 seed 9 (new): +1.19 [+0.61, +1.77] on 200, seed 7:
-    # +1.26 [+0.84, +1.68] on 400, seed 5: +1.33 [+0.73, +1.93] on 200 (docs/llm.md).
-    "llm_negotiation": {
-        "game": "negotiation_turns", "learner": "text_ppo", "iterations": 40, "matches_per_iteration": 32,
-        "torch_threads": 2, "runner_threads": 2,
-        "num_envs": 32, "snapshot_every_steps": 2000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.1,
-        "anchors": ["base"], "draw_probability": 0.15,
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.2, "pfsp": 0.0, "uniform": 0.8}],
-        "text_lm": {"model": {"lora": {"layers": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
-                                                                       "gate_proj", "up_proj", "down_proj"]}},
-                    "play": {"max_new_tokens": 24, "temperature": 0.7},
-                    "ppo": {"learning_rate": 5e-4, "kl_coef": 0.02, "baseline": "rae", "rae_decay": 0.5,
-                            "minibatch_size": 16, "micro_batch_size": 16}},
-    },
-    # Dialogue (docs/reference.md §4, docs/dialogue.md): a tiny LM imitates dialogues among the
-    # four scripted negotiators (a population of styles, as a human corpus is) for 1200 steps,
-    # then token-level PPO against itself, its snapshots and the scripted anchors, with KL 0.2 to
-    # the imitation model, lr 3e-4 and one imitation batch every 4 RL updates. Measured over
-    # seeds 0-9 with 2048 held-out contexts (docs/dialogue.md has the table): 800 imitation steps
-    # left the language below the parseability targets on seeds 5 and 7; 1600 steps (with KL 0.2
-    # or 0.1) made the imitation partner so good that seat 1's gain over it fell below 1.0 on
-    # seeds 0 and 2; 1200 sits between. The value head is fitted to
-    # the demonstrations' scores, so the value loss needs no clipping; no entropy bonus (the KL
-    # penalty already keeps the policy near the imitation model, and entropy only adds noise to
-    # the words). Uniform sampling outweighs PFSP so that the anchors and the imitation snapshot
-    # stay in the mix (with PFSP 0.6 the learner met mostly its own tough snapshots and learnt to
-    # concede in seat 1 to everyone: benchmarks/negotiation_skill.py). For the same reason
-    # snapshots are rare (one per 90k own tokens, ~40 iterations): with one per 20k the pool
-    # filled with the learner's own tough snapshots, and its seat-1 gain against the imitation
-    # model fell from ~1.2 to 0.5-0.9 on seeds 1 and 2 (measured, 512 held-out contexts).
-    # TrueSkill: higher own score wins, equal scores draw (outcomes_from_returns).
-    "negotiation": {
-        "game": "negotiation", "learner": "token_ppo", "iterations": 80, "matches_per_iteration": 128,
-        "num_envs": 128, "snapshot_every_steps": 90_000, "snapshot_win_rate_lcb": 0.0, "rating_share": 0.2,
-        "draw_probability": 0.15,
-        "anchors": ["negotiator-fair", "negotiator-tough", "negotiator-soft", "random-split"],
-        "roles": [{"name": "main", "kind": "main", "self_play": 0.1, "pfsp": 0.3, "uniform": 0.6,
-                   "pfsp_weighting": "var"}],
-        "dialogue": {"imitation_steps": 1200, "imitation_batch_size": 32, "imitation_lr": 3e-3,
-                     "imitation_bots": ["negotiator-fair", "negotiator-tough", "negotiator-soft", "random-split"],
-                     "token_ppo": {"lr": 3e-4, "kl_beta": 0.2, "imitation_every": 4, "value_clip": None,
-                                   "ent_coef": 0.0, "minibatch_size": 32}},
-    },
-}
+_DEEPSPEED_LEARNERS = ("ppo", "text_ppo")
+"""The learners `learner_backend.backend` 'deepspeed' trains (the others update with torch's Adam)."""
+
+
+def sections_for(config: LeagueConfig) -> set[str]:
+    """The blocks of the config tree that `config` reads beyond the common keys, as dotted prefixes
+    ('ppo', 'text_lm.play', 'learner_backend.backend'), decided from `config.learner`,
+    `config.learner_backend.backend` and the game. Moves to the learner-kinds table (league/learners/)."""
+    sections = {"roles", "log", *_LEARNER_SECTIONS.get(config.learner, ())}
+    if config.learner_backend.backend != "torch":
+        sections.add("learner_backend")  # DeepSpeed's ZeRO stage, precision, ranks
+    elif config.learner in _DEEPSPEED_LEARNERS:
+        sections.add("learner_backend.backend")
+    return sections
+
+
+def _is_team_game(game: str) -> bool:
+    from ludus.games.registry import spec
+
+    try:
+        return bool(spec(game).teams)
+    except Exception:  # an unknown game is config_from_dict's error, not this view's
+        return False
+
+
+def _inert_keys(config: LeagueConfig) -> set[str]:
+    """Keys of the shown blocks that cannot take effect in `config` (`ludus config show` leaves
+    them out unless they are set): the Ray address off Ray, the policy-lag limit in sync mode, a
+    net's convolution channels on an MLP, its head outside Single Deep CFR (it must be 'softmax'),
+    the second learning-rate schedule while `anneal_lr` is on, and per role: its name (the key
+    holds it), its share of the matches when it is the only role, the PSRO weights outside OpenSpiel games (the exact meta-game needs one), the side
+    outside team games, the plateau's gain without the plateau trigger."""
+    inert = {"ray_address"} if config.backend != "ray" else set()
+    if config.pipeline_depth == 1:
+        inert.add("max_policy_lag")  # sync: every trajectory comes from the newest weights
+    if config.ppo.anneal_lr:
+        inert.add("ppo.lr_decay_updates")
+    nets = [("net", config.net), *((f"roles.{r.name}.net", r.net) for r in config.roles if r.net)]
+    for prefix, net in nets:
+        if net.kind != "conv":
+            inert.add(f"{prefix}.channels")
+        if config.learner != "sdcfr":
+            inert.add(f"{prefix}.head")
+    if len(config.roles) == 1:
+        inert.add(f"roles.{config.roles[0].name}.learner_share")  # shares are normalised: one role plays every match
+    team_game = _is_team_game(config.game)
+    for role in config.roles:
+        prefix = f"roles.{role.name}."
+        inert.add(prefix + "name")
+        if not config.game.startswith("spiel:") and role.meta_nash == 0:
+            inert |= {prefix + "meta_nash", prefix + "meta_solver", prefix + "prd_exploration"}
+        elif role.meta_nash == 0:
+            inert |= {prefix + "meta_solver", prefix + "prd_exploration"}
+        if not team_game and role.team is None:
+            inert.add(prefix + "team")
+        if role.snapshot_on_plateau == 0:
+            inert.add(prefix + "plateau_min_gain")
+        if role.pfsp_weighting != "hard":
+            inert.add(prefix + "pfsp_power")
+    return inert
+
+
+def _default_value(key: str) -> Any:
+    """The default of a dotted key (a role's keys: RoleConfig's; a role's own net: NetConfig's)."""
+    parts = key.split(".")
+    if parts[0] == "roles" and len(parts) > 2:
+        node: Any = RoleConfig()
+        parts = parts[2:]
+        if parts[0] == "net" and len(parts) > 1:
+            node, parts = NetConfig(), parts[1:]
+    else:
+        node = LeagueConfig()
+    for part in parts:
+        node = getattr(node, part)
+    return to_dict(node) if isinstance(node, tuple) else node
+
+
+def changed_keys(config: LeagueConfig) -> set[str]:
+    """The dotted keys of `config` whose value differs from the default (`ludus config show --diff`)."""
+    from ludus.league.configio import describe
+
+    changed = set()
+    for key, value, _ in describe(LeagueConfig, config):
+        if value == "" or key == "roles":
+            continue  # a section's heading; the roles list: each role's keys say it
+        try:
+            default = _default_value(key)
+        except AttributeError:
+            default = None
+        if value != default:
+            changed.add(key)
+    return changed
+
+
+def shown_keys(config: LeagueConfig) -> set[str]:
+    """The keys `ludus config show` prints: the common ones (the top level's own values), the
+    blocks `sections_for` names, less those that cannot take effect, plus every key set away from
+    its default (nothing set is hidden)."""
+    from ludus.league.configio import describe
+
+    sections, inert = sections_for(config), _inert_keys(config)
+    keys = set()
+    for key, value, _ in describe(LeagueConfig, config):
+        if value == "" or key == "roles":
+            continue
+        top_level = "." not in key
+        in_section = any(key == s or key.startswith(s + ".") for s in sections)
+        if (top_level or in_section) and key not in inert:
+            keys.add(key)
+    names = {f"roles.{role.name}.name" for role in config.roles}  # the key holds it
+    return keys | (changed_keys(config) - names)
+
+
+def config_yaml(config: LeagueConfig, everything: bool = False) -> str:
+    """A runnable YAML file of `config` (`ludus train` on it builds the same config): the keys set
+    away from the defaults, or with `everything` every key."""
+    from ludus.league.configio import dump_yaml
+
+    data = to_dict(config)
+    if not everything:
+        data = {"game": config.game, **_diff_data(data, to_dict(LeagueConfig()))}
+        if "roles" in data:  # each role in full is long: its name and the keys it changes (a role's net whole)
+            default_role = to_dict(RoleConfig())
+            data["roles"] = [{"name": role["name"], **{k: v for k, v in role.items() if v != default_role[k]}}
+                             for role in data["roles"]]
+    return dump_yaml(data)
+
+
+def _diff_data(data: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    """The entries of nested `data` that differ from `default` (mappings compared key by key)."""
+    diff = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(default.get(key), dict):
+            inner = _diff_data(value, default[key])
+            if inner:
+                diff[key] = inner
+        elif value != default.get(key):
+            diff[key] = value
+    return diff
+
+
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+"""The presets, one YAML file each (league/presets/NAME.yaml): overrides of the defaults, validated
+like any YAML file. Each opens with what it trains, the figure it reached and the doc to read;
+docs/results.md keeps the experiment history behind them."""
+
+PRESET_KEY = "preset"
+"""The top-level key of a YAML file that starts from a preset: `preset: tic_tac_toe`."""
 
 
 def preset_names() -> list[str]:
-    return sorted(PRESETS)
+    return sorted(path.stem for path in PRESETS_DIR.glob("*.yaml"))
 
 
-def load_config(source: str, overrides: list[str] | None = None) -> LeagueConfig:
-    """A preset name or a YAML file path, plus `key=value` overrides, validated."""
-    if source in PRESETS:
-        data = PRESETS[source]
+def preset_summary(name: str) -> str:
+    """The first line of a preset file's opening comment: what it trains."""
+    for line in (PRESETS_DIR / f"{name}.yaml").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+    return ""
+
+
+def preset_data(name: str) -> dict[str, Any]:
+    """The keys preset `name` sets (its YAML file, parsed); an unknown name is a one-line error."""
+    if name not in preset_names():
+        import difflib
+
+        close = difflib.get_close_matches(str(name), preset_names(), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown preset {name!r}{hint}; presets: {', '.join(preset_names())}")
+    return load_yaml(PRESETS_DIR / f"{name}.yaml")
+
+
+def merge_config_data(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` on top, as `--set` applies them: mappings merge key by key, any other
+    value (a number, a list such as `anchors` or `roles`) replaces the base's whole."""
+    merged = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_config_data(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _from_preset(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """A file's keys on top of the preset its `preset:` key names (a preset file may name one too)."""
+    seen = [source]
+    while PRESET_KEY in data:
+        name = data[PRESET_KEY]
+        if not isinstance(name, str):
+            raise ConfigError(f"config key {PRESET_KEY!r} in {source!r}: expected a preset name, got {name!r}")
+        if name in seen:
+            raise ConfigError(f"config key {PRESET_KEY!r}: presets {' -> '.join(seen + [name])} start from each other")
+        seen.append(name)
+        data = merge_config_data(preset_data(name), {k: v for k, v in data.items() if k != PRESET_KEY})
+    return data
+
+
+def load_config(source: str | None, overrides: list[str] | None = None) -> LeagueConfig:
+    """A preset name or a YAML file path (which may start from a preset: `preset: NAME`), or None
+    for the defaults, plus `key=value` overrides, validated."""
+    if source is None:
+        data: dict[str, Any] = {}
+    elif source in preset_names():
+        data = preset_data(source)
     elif source.endswith((".yaml", ".yml")) or Path(source).exists():
         data = load_yaml(source)
     else:
@@ -718,6 +626,7 @@ def load_config(source: str, overrides: list[str] | None = None) -> LeagueConfig
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"{source!r} is neither a preset nor a YAML file{hint}; presets: "
                           f"{', '.join(preset_names())}")
+    data = _from_preset(data, source or "--set")
     overrides = overrides or []
     if "roles" not in data and any(item.startswith("roles.") for item in overrides):
         # `--set roles.main.pfsp=...` on a config that keeps the default role: name it explicitly.

@@ -134,11 +134,15 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
     if unknown:
-        import difflib
-
-        close = difflib.get_close_matches(unknown[0], list(fields), n=1)
-        hint = f" (did you mean {prefix}{close[0]!r}?)" if close else ""
-        raise ConfigError(f"unknown config key {prefix}{unknown[0]!r}{hint}")
+        name = str(unknown[0])
+        # at the top, a key of one of the sections spelt right comes first: learning_rate -> ppo.learning_rate
+        nested = _nested_keys(cls) if not prefix else []
+        close = next((key for key in nested if key.rsplit(".", 1)[-1] == name), None)
+        if close is None:
+            close = suggest_key(name, list(fields))
+            close = prefix + close if close else suggest_key(name, nested, by_last_word=True)
+        hint = f" (did you mean {close}?)" if close else ""
+        raise ConfigError(f"unknown config key {prefix + str(unknown[0])!r}{hint}")
     kwargs = {name: _coerce(value, hints[name], prefix + name) for name, value in data.items()}
     for name, value in kwargs.items():
         problem = range_problem(fields[name], value, prefix + name, data[name])  # every field with a range
@@ -152,6 +156,31 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         raise ConfigError(f"config {prefix.rstrip('.') or cls.__name__}: {exc}") from None
 
 
+def _nested_keys(cls: type) -> list[str]:
+    """The dotted keys below the top of config tree `cls` (none if it has no defaults to walk)."""
+    try:
+        return [key for key, value, _, _ in _rows(cls, None, "") if "." in key and value != ""]
+    except (TypeError, ValueError, UserError):
+        return []
+
+
+def suggest_key(name: str, keys: list[str], by_last_word: bool = False) -> str | None:
+    """The key `name` most likely misspells, or None: the key whose words' initials `name` is
+    (lr -> learning_rate) or the other way round, else the closest by difflib, else the key one of
+    whose words `name` is (epochs -> update_epochs). `by_last_word`: dotted keys, matched by their
+    last part."""
+    import difflib
+
+    last = {(key.rsplit(".", 1)[-1] if by_last_word else key): key for key in reversed(keys)}  # the first key wins
+    words = {word: [part for part in word.split("_") if part] for word in last}
+    name_initials = "".join(part[0] for part in name.split("_") if part) if "_" in name else None
+    initials = [word for word, parts in words.items()
+                if (len(parts) > 1 and name == "".join(p[0] for p in parts)) or word == name_initials]
+    close = initials or difflib.get_close_matches(name, list(last), n=1)
+    close = close or [word for word, parts in words.items() if len(parts) > 1 and name in parts]
+    return last[close[0]] if close else None
+
+
 def to_dict(config: Any) -> dict[str, Any]:
     """A plain nested dict (tuples as lists) — for YAML/JSON."""
     def plain(v: Any) -> Any:
@@ -161,6 +190,21 @@ def to_dict(config: Any) -> dict[str, Any]:
             return [plain(x) for x in v]
         return v
     return plain(config)
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    """`data` as a YAML config file: sections in block style, lists of plain values on one line."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def sequence(dumper: yaml.SafeDumper, items: list) -> yaml.Node:
+        flow = all(not isinstance(item, (dict, list)) for item in items)
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", items, flow_style=flow)
+
+    Dumper.add_representer(list, sequence)
+    return yaml.dump(data, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=110)
 
 
 def parse_scalar(text: str) -> Any:
@@ -289,9 +333,14 @@ def ranges(cls: type, instance: Any = None) -> dict[str, Range]:
     return {key: valid for key, _, _, valid in _rows(cls, instance, "") if valid is not None}
 
 
-def format_table(cls: type, instance: Any = None) -> str:
-    """Every key of a config tree, one a line: key, value (default or given), valid range, doc."""
+def format_table(cls: type, instance: Any = None, keys: set[str] | None = None) -> str:
+    """Every key of a config tree, one a line: key, value (default or given), valid range, doc;
+    with `keys`, only those (no section headings: the dotted keys name their sections)."""
     rows = _rows(cls, instance, "")
+    if keys is not None:
+        rows = [row for row in rows if row[0] in keys]
+    if not rows:
+        return "(no keys)"
     width = max(len(key) for key, _, _, _ in rows)
     shown = [("" if value == "" else json.dumps(value), "" if valid is None else str(valid)) for _, value, _, valid in rows]
     value_width = min(22, max(len(v) for v, _ in shown))
@@ -314,9 +363,9 @@ def _rows(cls: type, instance: Any, prefix: str) -> list[tuple[str, Any, str, Ra
     for f in dataclasses.fields(cls):
         value = getattr(instance, f.name)
         tp, key = hints[f.name], prefix + f.name
-        if dataclasses.is_dataclass(tp):
+        if dataclasses.is_dataclass(tp) or dataclasses.is_dataclass(value):  # a section (or an optional one, set)
             rows.append((key, "", docs.get(f.name, ""), None))
-            rows.extend(_rows(tp, value, key + "."))
+            rows.extend(_rows(type(value) if value is not None else tp, value, key + "."))
             continue
         rows.append((key, to_dict(value) if isinstance(value, tuple) else value, docs.get(f.name, ""), range_of(f)))
         item_type = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple and typing.get_args(tp) else None
