@@ -150,7 +150,9 @@ TINY_KINDS = {
                                                              "text_lm.ppo.minibatch_size=64",
                                                              "text_lm.ppo.micro_batch_size=32"]),
     "text_mmd": lambda bases: load_config("llm_kuhn_poker", [*_lm_overrides(bases[0]), "text_lm.mmd.distill_steps=2"]),
-    "text_exit": lambda bases: load_config("llm_tic_tac_toe", [*_lm_overrides(bases[0]), "text_lm.exit.steps=2"]),
+    "text_exit": lambda bases: load_config("llm_tic_tac_toe", [*_lm_overrides(bases[0]), "text_lm.exit.steps=2",
+                                                               "text_lm.exit.simulations=50",
+                                                               "num_envs=4"]),
     "sdcfr": lambda bases: load_config("leduc_poker", TINY_SDCFR),
 }
 """A tiny config of every learner kind Ludus ships (the LM kinds on the tests' tiny random Llama)."""

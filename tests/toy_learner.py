@@ -47,7 +47,7 @@ class ToyReinforceLearner:
         loss.backward()
         self.optimizer.step()
         self._updates += 1
-        return {"loss": float(loss), "rows": float(len(batch.actions))}
+        return {"loss": float(loss.detach()), "rows": float(len(batch.actions))}
 
     def freeze(self, directory: Path, lineage):
         from ludus.agents.snapshot import save_snapshot
