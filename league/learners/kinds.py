@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any, Callable
 
 from ludus.league.configio import ConfigError
@@ -245,23 +246,16 @@ def _validate_sdcfr(config) -> None:
         raise ConfigError(f"learner 'sdcfr' does not use ppo.{changed[0]} (its settings are cfr.*); drop it")
 
 
-def _partial(function, **keywords):
-    """`functools.partial` with the function's name kept (records print readably)."""
-    from functools import partial
-
-    return partial(function, **keywords)
-
-
 PPO = register_learner_kind(LearnerKind(
     "ppo", "actor-critic nets trained by PPO (any game)", ("net", "ppo", "learner_backend"),
     _make_ppo, _actor_critic_architecture, _validate_ppo, uses_net=True, deepspeed=True, data_parallel=True))
 MAPPO = register_learner_kind(LearnerKind(
     "mappo", "a side's shared actor with a centralised critic (team and cooperative games)", ("net", "ppo", "critic"),
-    _partial(_make_mappo, critic_input="global"), _partial(_mappo_architecture, critic_input="global"),
+    partial(_make_mappo, critic_input="global"), partial(_mappo_architecture, critic_input="global"),
     _validate_mappo, uses_net=True))
 IPPO = register_learner_kind(LearnerKind(
     "ippo", "MAPPO with a local critic (the ablation of Yu et al. 2022)", ("net", "ppo", "critic"),
-    _partial(_make_mappo, critic_input="local"), _partial(_mappo_architecture, critic_input="local"),
+    partial(_make_mappo, critic_input="local"), partial(_mappo_architecture, critic_input="local"),
     _validate_mappo, uses_net=True))
 TOKEN_PPO = register_learner_kind(LearnerKind(
     "token_ppo", "tiny LMs on token games (negotiation)", ("dialogue",),
