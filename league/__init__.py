@@ -10,7 +10,8 @@ evaluation (tests/test_layering.py).
 * `ludus.league.records`: what is written down (the ledger, ratings, payoff table, matchmaking's
   pure functions over them, replay, population, the recorder);
 * `ludus.league.learners`: learners as the league sees them (the `LeagueLearner` seam in `base`,
-  one module per kind, `learning`'s constructor and freezing rule, data-parallel ranks).
+  one module per kind, the table of learner kinds, `learning`'s constructor and freezing rule,
+  data-parallel ranks).
 
 The three sub-packages still import each other in places (the recorder asks `learning` for the
 freezing rule; backends build learners' policies): phase B of issue 75 untangles them.

@@ -4,6 +4,8 @@
     league = League.create(load_config("tic_tac_toe", ["iterations=10"]), "runs/ttt")
     league.run(); league.close()
     print(format_status(status("runs/ttt")))
+
+A new learner kind: `register_learner_kind(LearnerKind(...))` (league/learners/kinds.py; tests/toy_learner.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ludus.league.config import LeagueConfig, load_config, preset_names
 from ludus.league.configio import describe
+from ludus.league.learners.kinds import LearnerKind, learner_kind, learner_kinds, register_learner_kind
 from ludus.league.records.ledger import MatchResult, Store
 from ludus.league.manager import League, RunError
 from ludus.league.status import MemberStatus, StatusReport, format_status, status
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["League", "LeagueConfig", "load_config", "preset_names", "status", "format_status", "MemberStatus",
            "StatusReport", "format_config", "default_run_dir", "stored_ratings", "rebuild_ratings_check",
            "format_ratings", "replay_match", "recorded_match", "run_ranking", "RunRanking", "format_run_ranking",
-           "RANKED_KINDS"]
+           "RANKED_KINDS", "LearnerKind", "register_learner_kind", "learner_kind", "learner_kinds"]
 
 
 def default_run_dir(source: str, config: LeagueConfig) -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from ludus.agents.solvers.deep_cfr import DeepCFRConfig
 from ludus.agents.lm.model import TinyLMConfig
-from ludus.agents.deepspeed_backend import LearnerBackendConfig, micro_batch_size, text_micro_batch_size
+from ludus.agents.deepspeed_backend import LearnerBackendConfig
 from ludus.agents.nets import NetConfig
 from ludus.agents.rl.ppo import PPOConfig
 from ludus.agents.lm.pretrained import PretrainedLMConfig
@@ -18,6 +18,7 @@ from ludus.agents.lm.text_mmd import TextMMDConfig
 from ludus.agents.lm.text_ppo import TextPPOConfig
 from ludus.agents.rl.token_ppo import TokenPPOConfig
 from ludus.league.configio import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
+from ludus.league.learners.kinds import learner_kind, learner_kinds, spoken, text_lm_learners
 from ludus.bounds import bounds
 
 RoleKind = Literal["main", "main_exploiter", "league_exploiter"]
@@ -179,8 +180,9 @@ class CriticConfig:
             raise ConfigError(f"config key 'critic.huber_delta' must be > 0 or null, got {self.huber_delta}")
 
 
-TEXT_LM_LEARNERS = {"text_ppo": "ppo", "text_mmd": "mmd", "text_exit": "exit"}
-"""The learners of pretrained LMs, each with the `text_lm` block of its settings."""
+TEXT_LM_LEARNERS = text_lm_learners()
+"""The built-in learners of pretrained LMs, each with the `text_lm` block of its settings (derived from
+the table of learner kinds, league/learners/kinds.py; `text_lm_learners()` includes registered kinds)."""
 
 
 @dataclass(frozen=True)
@@ -239,13 +241,14 @@ class LeagueConfig:
     """Frozen snapshots kept loaded (LRU); the rest stay on disk."""
     max_opponents_per_iteration: int = field(default=32, metadata=bounds(1, 10**6))
     """Distinct opponents a learner may face per iteration (bounds inference batches)."""
-    learner: Literal["ppo", "mappo", "ippo", "token_ppo", "text_ppo", "text_mmd", "text_exit", "sdcfr"] = "ppo"
+    learner: str = "ppo"
     """Learning algorithm: 'ppo' (actor-critic nets), 'mappo' (a side's shared actor with a centralised
     critic: team and cooperative games), 'ippo' (the same with a local critic), 'token_ppo' (tiny LMs on
     token games), 'text_ppo' (pretrained LMs through a game's text view), 'text_mmd' (the same LMs trained
     by magnetic mirror descent on a small OpenSpiel game's exact tree), 'text_exit' (the same LMs trained
     by expert iteration, MCTS over the rules as the expert: tic-tac-toe) or 'sdcfr' (Single Deep CFR on
-    two-player OpenSpiel games: a regret-matching net trained on the game tree's sampled regrets)."""
+    two-player OpenSpiel games: a regret-matching net trained on the game tree's sampled regrets). Each is a
+row of the table in league/learners/kinds.py (`register_learner_kind` adds one)."""
     learner_backend: LearnerBackendConfig = field(default_factory=LearnerBackendConfig)
     """Optimizer backend of the learners."""
     net: NetConfig = field(default_factory=NetConfig)
@@ -309,81 +312,42 @@ class LeagueConfig:
             raise ConfigError("config key 'payoff_decay' must be in (0, 1]")
         if not 0.0 <= self.draw_probability < 1.0:
             raise ConfigError("config key 'draw_probability' must be in [0, 1)")
+        kind = learner_kind(self.learner)  # one line, with the closest name, for an unknown kind
+        head_owners = {k.net_head[0]: k for k in learner_kinds() if k.net_head}
         for key, net in (("net", self.net), *((f"roles.{r.name}.net", r.net) for r in self.roles if r.net)):
             if net.layer_norm and net.kind != "mlp":
                 raise ConfigError(f"config key '{key}.layer_norm' is for net.kind 'mlp', not {net.kind!r}")
-            if (self.learner == "sdcfr") != (net.head == "regret_matching"):
-                raise ConfigError(f"learner 'sdcfr' and {key}.head 'regret_matching' go together (the net's "
-                                  f"outputs are CFR's regrets); set both or neither")
+            owner = kind if kind.net_head else head_owners.get(net.head)
+            if owner is not None and owner.net_head and (owner is kind) != (net.head == owner.net_head[0]):
+                raise ConfigError(f"learner {owner.name!r} and {key}.head {owner.net_head[0]!r} go together "
+                                  f"({owner.net_head[1]}); set both or neither")
         own_net = [r.name for r in self.roles if r.net is not None]
-        if own_net and self.learner not in ("ppo", "mappo", "ippo", "sdcfr"):
+        if own_net and not kind.uses_net:
             raise ConfigError(f"roles.{own_net[0]}.net: learner {self.learner!r} has no actor-critic net; a role's "
-                              f"own net is for learners 'ppo', 'mappo', 'ippo' and 'sdcfr'")
+                              f"own net is for learners {spoken([k.name for k in learner_kinds() if k.uses_net])}")
         if not self.roles:
             raise ConfigError("config key 'roles' needs at least one role")
         names = [r.name for r in self.roles]
         if len(set(names)) != len(names):
             raise ConfigError(f"config key 'roles': role names must be unique, got {names}")
         if self.learner_backend.backend == "deepspeed":
-            if self.learner not in ("ppo", "text_ppo"):
+            if not kind.deepspeed:
                 # never silently replaced by torch Adam: say so before anything runs
-                raise ConfigError(f"learner_backend.backend 'deepspeed' trains learners 'ppo' and 'text_ppo', not "
+                raise ConfigError(f"learner_backend.backend 'deepspeed' trains learners "
+                                  f"{spoken([k.name for k in learner_kinds() if k.deepspeed])}, not "
                                   f"{self.learner!r}; set learner_backend.backend=torch")
-            if self.learner == "ppo":
-                micro_batch_size(self.learner_backend, self.ppo.minibatch_size)  # fixed-size minibatches agree
-            else:
-                text_micro_batch_size(self.learner_backend, self.text_lm.ppo.micro_batch_size)
-            if self.learner_backend.ranks > 1 and self.learner != "ppo":
-                raise ConfigError(f"learner_backend.ranks > 1 trains learner 'ppo' on data-parallel ranks, not "
-                                  f"{self.learner!r}; set learner_backend.ranks=1")
-        if self.learner in TEXT_LM_LEARNERS:
-            from ludus.games.text import TEXT_VIEWS, has_text_view
-
-            if not has_text_view(self.game):
-                raise ConfigError(f"learner {self.learner!r} plays games with a text view; {self.game!r} has none "
-                                  f"(games with one: {', '.join(sorted(TEXT_VIEWS))} and TextArena's, ta:ID)")
-        if self.learner == "text_mmd":
-            if not self.game.startswith("spiel:"):
-                raise ConfigError(f"learner 'text_mmd' reads OpenSpiel game trees; {self.game!r} is not a spiel: game "
-                                  f"(use learner 'text_ppo')")
-            if not self.text_lm.play.prompt.response_prefix:
-                raise ConfigError("learner 'text_mmd' reads the answer at the response's first token: it needs "
-                                  "text_lm.play.prompt.response_prefix (e.g. '[')")
-        if self.learner == "text_exit":
-            from ludus.league.learners.text_lm import EXIT_GAMES
-
-            if self.game not in EXIT_GAMES:
-                raise ConfigError(f"learner 'text_exit' searches positions rebuilt from the observation: games "
-                                  f"{', '.join(EXIT_GAMES)}, not {self.game!r} (use learner 'text_ppo')")
-        for learner, block in (("text_ppo", "ppo"), ("text_mmd", "mmd"), ("text_exit", "exit")):
-            changed = _changed_keys(getattr(self.text_lm, block))
-            if self.learner in TEXT_LM_LEARNERS and self.learner != learner and changed:
-                raise ConfigError(f"learner {self.learner!r} does not use text_lm.{block}.{changed[0]} (its settings "
-                                  f"are text_lm.{TEXT_LM_LEARNERS[self.learner]}.*); drop it")
-        if self.learner in ("mappo", "ippo"):
-            from ludus.league.learners.mappo import PPO_KEYS_MAPPO_READS
-
-            # e.g. ppo.minibatch_size: MAPPO splits each update into ppo.num_minibatches
-            unread = _changed_keys(self.ppo, read=PPO_KEYS_MAPPO_READS)
-            if unread:
-                raise ConfigError(f"learner {self.learner!r} does not use ppo.{unread[0]} (it reads ppo."
-                                  f"{', ppo.'.join(sorted(PPO_KEYS_MAPPO_READS))}); drop it or use learner 'ppo'")
-        if self.learner == "sdcfr":
-            if not self.game.startswith("spiel:"):
-                raise ConfigError(f"learner 'sdcfr' traverses OpenSpiel game trees; {self.game!r} is not a spiel: game")
-            if any(role.reset_every_snapshots for role in self.roles):
-                raise ConfigError("learner 'sdcfr' does not reset to a snapshot (CFR's iterates build on all earlier "
-                                  "ones); set reset_every_snapshots 0")
-            changed = _changed_keys(self.ppo)
-            if changed:
-                raise ConfigError(f"learner 'sdcfr' does not use ppo.{changed[0]} (its settings are cfr.*); drop it")
+            if self.learner_backend.ranks > 1 and not kind.data_parallel:
+                ranked = [k.name for k in learner_kinds() if k.data_parallel]
+                raise ConfigError(f"learner_backend.ranks > 1 trains learner{'s' * (len(ranked) > 1)} {spoken(ranked)} "
+                                  f"on data-parallel ranks, not {self.learner!r}; set learner_backend.ranks=1")
+        kind.validate(self)  # the kind's own checks (league/learners/kinds.py)
         # One spelling of bots everywhere: `bot:random` is the anchor `random` (member anchor:random).
         from ludus.agents.bots.builtin import BOT_PREFIX
 
         object.__setattr__(self, "anchors", tuple(a.removeprefix(BOT_PREFIX) for a in self.anchors))
-        if "base" in self.anchors and self.learner not in TEXT_LM_LEARNERS:
+        if "base" in self.anchors and not kind.text_lm:
             raise ConfigError(f"anchor 'base' (the untrained base LM) needs an LM learner: "
-                              f"{', '.join(TEXT_LM_LEARNERS)}")
+                              f"{', '.join(text_lm_learners())}")
         if self.backend != "ray" and self.ray_address is not None:
             raise ConfigError("config key 'ray_address' needs backend 'ray'")
         if self.output_policy != "newest" and self.psro_role is not None:
@@ -391,38 +355,25 @@ class LeagueConfig:
                               f"output of this league; drop output_policy or the role's meta_nash")
 
 
-def _changed_keys(settings: Any, read: frozenset[str] = frozenset()) -> list[str]:
-    """The keys of a settings dataclass (e.g. `ppo`) set away from their defaults that a learner
-    reading only `read` ignores."""
-    default = type(settings)()
-    return [f.name for f in fields(settings) if f.name not in read and getattr(settings, f.name) != getattr(default, f.name)]
-
-
 # Config by sections (issue 75): `ludus config show` prints the common keys and the blocks this
-# config's learner, optimizer backend and game read. The learner rules below move to the
-# learner-kinds table (league/learners/) when it lands: each kind will name its own blocks there.
-_LEARNER_SECTIONS: dict[str, tuple[str, ...]] = {
-    "ppo": ("net", "ppo"),
-    "mappo": ("net", "ppo", "critic"),
-    "ippo": ("net", "ppo", "critic"),
-    "sdcfr": ("net", "cfr"),
-    "token_ppo": ("dialogue",),
-    **{name: ("text_lm.model", "text_lm.play", f"text_lm.{block}") for name, block in TEXT_LM_LEARNERS.items()},
-}
-"""The blocks each learner reads (dotted prefixes of the config tree)."""
-
-_DEEPSPEED_LEARNERS = ("ppo", "text_ppo")
-"""The learners `learner_backend.backend` 'deepspeed' trains (the others update with torch's Adam)."""
+# config's learner kind (league/learners/kinds.py), optimizer backend and game read.
+def _learner_sections(config: LeagueConfig) -> tuple[str, ...]:
+    """The blocks the config's learner kind reads (dotted prefixes of the config tree): a text-LM
+    kind reads the model, the play settings and its own block of `text_lm`."""
+    kind = learner_kind(config.learner)
+    if kind.text_lm:
+        return ("text_lm.model", "text_lm.play", f"text_lm.{kind.text_lm}")
+    return tuple(block for block in kind.settings if block != "learner_backend")
 
 
 def sections_for(config: LeagueConfig) -> set[str]:
     """The blocks of the config tree that `config` reads beyond the common keys, as dotted prefixes
     ('ppo', 'text_lm.play', 'learner_backend.backend'), decided from `config.learner`,
-    `config.learner_backend.backend` and the game. Moves to the learner-kinds table (league/learners/)."""
-    sections = {"roles", "log", *_LEARNER_SECTIONS.get(config.learner, ())}
+    `config.learner_backend.backend` and the game."""
+    sections = {"roles", "log", *_learner_sections(config)}
     if config.learner_backend.backend != "torch":
         sections.add("learner_backend")  # DeepSpeed's ZeRO stage, precision, ranks
-    elif config.learner in _DEEPSPEED_LEARNERS:
+    elif learner_kind(config.learner).deepspeed:
         sections.add("learner_backend.backend")
     return sections
 
@@ -452,7 +403,7 @@ def _inert_keys(config: LeagueConfig) -> set[str]:
     for prefix, net in nets:
         if net.kind != "conv":
             inert.add(f"{prefix}.channels")
-        if config.learner != "sdcfr":
+        if not learner_kind(config.learner).net_head:
             inert.add(f"{prefix}.head")
     if len(config.roles) == 1:
         inert.add(f"roles.{config.roles[0].name}.learner_share")  # shares are normalised: one role plays every match

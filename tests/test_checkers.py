@@ -1,8 +1,8 @@
 """The seams' conformance checkers, run over every implementation Ludus ships.
 
 `check_game` runs over every game in tests/test_check_game.py; here `check_policy` runs over every
-bot and every kind of net policy, `check_learner` over every league learner (and the DeepSpeed
-update backend), and `check_backend` over the process backend (Ray: tests/test_ray_backend.py).
+bot and every kind of net policy, `check_learner` over every league learner (every row of the table of
+learner kinds, and the DeepSpeed update backend), and `check_backend` over the process backend (Ray: tests/test_ray_backend.py).
 Each checker is also shown to catch a planted fault, so none of them passes vacuously.
 """
 
@@ -20,6 +20,7 @@ from ludus.agents.torch_policy import TorchPolicy
 from ludus.games.registry import spec as game_spec
 from ludus.league.check import BackendCheckError, LearnerCheckError, check_backend, check_learner
 from ludus.league.config import load_config
+from ludus.league.learners.kinds import learner_kind, learner_kinds
 
 QUIET = ["log.progress=false", "log.wandb=disabled", "log.tensorboard=false"]
 TINY_PPO = ["game=tic_tac_toe", "num_envs=8", "net.hidden=[16]", "ppo.num_minibatches=2", "ppo.update_epochs=2", *QUIET]
@@ -136,14 +137,48 @@ def test_check_policy_catches_an_illegal_move_and_a_policy_that_ignores_its_seed
         check_policy(Unseeded(), "connect_four", num_games=1)
 
 
-@pytest.mark.parametrize("preset,overrides", [
-    ("quickstart", TINY_PPO),
-    ("negotiation", TINY_NEGOTIATION),
-    ("quickstart", [*TINY_PPO, "learner_backend.backend=deepspeed", "ppo.minibatch_size=16"]),
-    ("leduc_poker", TINY_SDCFR),
-], ids=["ppo", "token_ppo", "ppo-deepspeed", "sdcfr"])
-def test_every_learner_resumes_exactly_from_its_state_dict(preset, overrides):
-    report = check_learner(load_config(preset, overrides))
+def _lm_overrides(base) -> list[str]:
+    return [f"text_lm.model.base={base}", "iterations=2", "matches_per_iteration=12", "num_envs=12", *QUIET]
+
+
+TINY_KINDS = {
+    "ppo": lambda bases: load_config("quickstart", TINY_PPO),
+    "mappo": lambda bases: load_config("simple_spread", [*QUIET, "num_envs=4", "learner=mappo"]),
+    "ippo": lambda bases: load_config("simple_spread", [*QUIET, "num_envs=4", "learner=ippo"]),
+    "token_ppo": lambda bases: load_config("negotiation", TINY_NEGOTIATION),
+    "text_ppo": lambda bases: load_config("llm_kuhn_poker", [*_lm_overrides(bases[0]), "learner=text_ppo",
+                                                             "text_lm.ppo.minibatch_size=64",
+                                                             "text_lm.ppo.micro_batch_size=32"]),
+    "text_mmd": lambda bases: load_config("llm_kuhn_poker", [*_lm_overrides(bases[0]), "text_lm.mmd.distill_steps=2"]),
+    "text_exit": lambda bases: load_config("llm_tic_tac_toe", [*_lm_overrides(bases[0]), "text_lm.exit.steps=2",
+                                                               "text_lm.exit.simulations=50",
+                                                               "num_envs=4"]),
+    "sdcfr": lambda bases: load_config("leduc_poker", TINY_SDCFR),
+}
+"""A tiny config of every learner kind Ludus ships (the LM kinds on the tests' tiny random Llama)."""
+
+
+SHIPPED_KINDS = [kind.name for kind in learner_kinds()]
+"""The table's rows at collection (a test that adds a toy kind restores the table after it)."""
+
+
+def test_every_shipped_learner_kind_has_a_tiny_config():
+    assert sorted(SHIPPED_KINDS) == sorted(TINY_KINDS)
+
+
+@pytest.mark.parametrize("name", SHIPPED_KINDS)
+def test_every_learner_kind_resumes_exactly_from_its_state_dict(name, request):
+    """`check_learner` over every row of the table of learner kinds (league/learners/kinds.py)."""
+    bases = request.getfixturevalue("tiny_bases") if learner_kind(name).text_lm else None
+    config = TINY_KINDS[name](bases)
+    assert config.learner == name
+    report = check_learner(config)
+    assert report.learner == name and report.tensors > 0
+
+
+def test_the_deepspeed_ppo_learner_resumes_exactly_from_its_state_dict():
+    report = check_learner(load_config("quickstart", [*TINY_PPO, "learner_backend.backend=deepspeed",
+                                                      "ppo.minibatch_size=16"]))
     assert report.tensors > 0 and report.rows > 0
 
 

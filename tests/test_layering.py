@@ -34,7 +34,6 @@ KNOWN_CYCLES = {
     ("ludus.arena.sandbox.isolation", "ludus.arena.sandbox.process"),
     ("ludus.arena.match", "ludus.arena.submission"),
     ("ludus.league.play.backends", "ludus.league.play.ray_backend"),
-    ("ludus.league.learners.learning", "ludus.league.learners.ranks"),
 }
 
 

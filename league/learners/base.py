@@ -4,7 +4,7 @@ The manager only needs a learner to (1) ship its policy weights to runners with 
 (2) take an update from the trajectories the runners recorded, (3) freeze itself into a
 snapshot, (4) checkpoint and restore exactly, and (5) reset to a snapshot (exploiters).
 Runners rebuild a learner's policy from its `PolicyArchitecture` record + weights. Token PPO's
-learner and architecture live in league/learners/dialogue.py; `ludus.league.learners.learning.make_learner` picks one.
+learner and architecture live in league/learners/dialogue.py; `ludus.league.learners.kinds` is the table of kinds.
 """
 
 from __future__ import annotations
@@ -138,3 +138,18 @@ class PPOLeagueLearner:
         updates = self.ppo.updates
         self.ppo = PPOLearner(net, self.ppo_config, seed=seed, backend=self._backend(net))
         self.ppo.updates = updates  # versions keep increasing: runners key weights by version
+
+
+def make_ppo_learner(spec: GameSpec, config: Any, role_index: int, seed: int, init_seed: int) -> PPOLeagueLearner:
+    """Learner kind 'ppo' in this process: role `role_index`'s `PPOLeagueLearner` of a `LeagueConfig`,
+    updating through DeepSpeed when `learner_backend.backend` says so (the data-parallel helper
+    ranks of league/learners/ranks.py build their replicas with it too)."""
+    backend_factory = None
+    if config.learner_backend.backend == "deepspeed":
+        from ludus.agents.deepspeed_backend import make_update_backend
+
+        def deepspeed_backend(net):
+            return make_update_backend(net, config.ppo, config.learner_backend)
+
+        backend_factory = deepspeed_backend
+    return PPOLeagueLearner(spec, config.role_net(role_index), config.ppo, seed, init_seed, backend_factory)

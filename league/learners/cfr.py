@@ -14,6 +14,7 @@ strategy (Steinberger 2019).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -23,13 +24,12 @@ from ludus.agents.nets import ActorCritic, NetConfig
 from ludus.agents.rollout import RolloutBatch
 from ludus.agents.snapshot import Lineage, SnapshotRef
 from ludus.games.core import GameSpec
-from ludus.league.config import LeagueConfig
 from ludus.league.learners.base import ActorCriticArchitecture
 from ludus.league.seeds import rng_from_tensor, rng_to_tensor
 
 
 class SDCFRLeagueLearner:
-    def __init__(self, spec: GameSpec, config: LeagueConfig, net: NetConfig, seed: int, init_seed: int):
+    def __init__(self, spec: GameSpec, config: Any, net: NetConfig, seed: int, init_seed: int):
         from ludus.games.adapters.spiel import spiel_game_for, spiel_observation, spiel_observation_kind
 
         game = spiel_game_for(config.game)

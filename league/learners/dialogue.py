@@ -12,7 +12,7 @@ connects them to the league:
   observation is a causal prefix of everything it has seen, so its last observation plus its last
   token is the whole dialogue from its side, and the token it emitted at each decision sits right
   after that decision's observation.
-* `TokenPPOLeagueLearner` is the `LeagueLearner` of `config.learner == "token_ppo"`: before any
+* `TokenPPOLeagueLearner` is the `LeagueLearner` of learner kind 'token_ppo' (league/learners/kinds.py): before any
   league RL it behaviour-clones scripted dialogues (Lewis et al. 2017, "Deal or No Deal?", §3: a
   supervised model first, then RL); the imitation model is its first snapshot (`main@0`) and the
   frozen reference of the KL penalty (Ziegler et al. 2019, eq. 2); one imitation batch every

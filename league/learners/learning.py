@@ -17,9 +17,10 @@ import numpy as np
 from ludus.agents.rollout import RolloutBatch
 from ludus.agents.snapshot import Lineage
 from ludus.league.checkpoint import LearnerState
-from ludus.league.config import TEXT_LM_LEARNERS, LeagueConfig, RoleConfig
+from ludus.league.config import LeagueConfig, RoleConfig
 from ludus.games.core import GameSpec
-from ludus.league.learners.base import LeagueLearner, PPOLeagueLearner, module_weights
+from ludus.league.learners.base import LeagueLearner, module_weights
+from ludus.league.learners.kinds import learner_kind
 from ludus.league.records.matchmaking import snapshot_due
 from ludus.league.records.population import Member
 from ludus.league.play.runner import LearnerWeights, PlayResult
@@ -75,67 +76,16 @@ class LearnReport:
 
 def make_learner(spec: GameSpec, config: LeagueConfig, role_index: int, seed: int, init_seed: int,
                  ranks=None) -> LeagueLearner:
-    """The learner of role `role_index` that `config.learner` names (a validated Literal); with
-    `ranks` (a `ludus.league.learners.ranks.RankGroup`), on data-parallel ranks: this process and the group's."""
-    if config.learner == "text_ppo":
-        from ludus.league.learners.text_lm import TextLMLeagueLearner
-
-        return TextLMLeagueLearner(spec, config, role_index, seed, init_seed)
-    if config.learner == "text_mmd":
-        from ludus.league.learners.text_lm import TextMMDLeagueLearner
-
-        return TextMMDLeagueLearner(spec, config, role_index, seed, init_seed)
-    if config.learner == "text_exit":
-        from ludus.league.learners.text_lm import TextExItLeagueLearner
-
-        return TextExItLeagueLearner(spec, config, role_index, seed, init_seed)
-    if config.learner == "token_ppo":
-        from ludus.league.learners.dialogue import TokenPPOLeagueLearner
-
-        return TokenPPOLeagueLearner(spec, config, role_index, seed, init_seed)
-    if config.learner in ("mappo", "ippo"):
-        from ludus.league.learners.mappo import MAPPOLeagueLearner
-
-        return MAPPOLeagueLearner(spec, config, config.role_net(role_index), seed, init_seed)
-    if config.learner == "sdcfr":
-        from ludus.league.learners.cfr import SDCFRLeagueLearner
-
-        return SDCFRLeagueLearner(spec, config, config.role_net(role_index), seed, init_seed)
-    backend_factory = None
-    if config.learner_backend.backend == "deepspeed":
-        from ludus.agents.deepspeed_backend import make_update_backend
-
-        def deepspeed_backend(net):
-            return make_update_backend(net, config.ppo, config.learner_backend)
-
-        backend_factory = deepspeed_backend
-    if ranks is not None:
-        from ludus.league.learners.ranks import RankedLearner
-
-        return RankedLearner(ranks, role_index, seed, init_seed, lambda: PPOLeagueLearner(
-            spec, config.role_net(role_index), config.ppo, seed, init_seed, backend_factory))
-    return PPOLeagueLearner(spec, config.role_net(role_index), config.ppo, seed, init_seed, backend_factory)
+    """The learner of role `role_index` of the kind `config.learner` names (`ludus.league.learners.kinds`);
+    with `ranks` (a `ludus.league.learners.ranks.RankGroup`), on data-parallel ranks: this process and the group's."""
+    return learner_kind(config.learner).make(spec, config, role_index, seed, init_seed, ranks)
 
 
 def make_learner_architecture(config: LeagueConfig):
     """The `PolicyArchitecture` of `config.learner`'s policies with the league's `net`, without
     building a learner: an evaluation plays a run's frozen members with it (each loads from its own
     manifest, so a role with its own `net` needs nothing more; LM members load onto its `lm_base`)."""
-    if config.learner in TEXT_LM_LEARNERS:
-        from ludus.league.learners.text_lm import TextLMArchitecture
-
-        return TextLMArchitecture(config.text_lm.model, config.text_lm.play)
-    if config.learner == "token_ppo":
-        from ludus.league.learners.dialogue import LMArchitecture
-
-        return LMArchitecture(config.dialogue.lm)
-    if config.learner in ("mappo", "ippo"):
-        from ludus.league.learners.mappo import MAPPOArchitecture, mappo_config
-
-        return MAPPOArchitecture(config.net, mappo_config(config))
-    from ludus.league.learners.base import ActorCriticArchitecture
-
-    return ActorCriticArchitecture(config.net)
+    return learner_kind(config.learner).architecture(config)
 
 
 def learn(learners: Mapping[str, Learner], results: list[PlayResult], max_policy_lag: int,

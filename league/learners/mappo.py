@@ -46,12 +46,13 @@ PPO_KEYS_MAPPO_READS = frozenset(MAPPO_FROM_PPO.values())
 """The `ppo.*` keys that `mappo_config` passes on; the league config refuses the others when set."""
 
 
-def mappo_config(config: Any) -> MAPPOConfig:
-    """The `MAPPOConfig` of a league config's learner 'mappo' / 'ippo': PPO's shared settings from
-    `config.ppo` (`MAPPO_FROM_PPO`), the critic's from `config.critic`."""
+def mappo_config(config: Any, critic_input: str = "global") -> MAPPOConfig:
+    """The `MAPPOConfig` of a league config's learner 'mappo' (`critic_input` 'global') / 'ippo'
+    ('local': league/learners/kinds.py passes it): PPO's shared settings from `config.ppo`
+    (`MAPPO_FROM_PPO`), the critic's from `config.critic`."""
     ppo, critic = config.ppo, config.critic
     return MAPPOConfig(
-        critic_input="global" if config.learner == "mappo" else "local",
+        critic_input=critic_input,
         **{field: getattr(ppo, key) for field, key in MAPPO_FROM_PPO.items()},
         critic_learning_rate=critic.learning_rate, value_loss_coef=1.0,
         use_huber_loss=critic.huber_delta is not None,
@@ -77,11 +78,13 @@ class MAPPOArchitecture:
 class MAPPOLeagueLearner:
     """A `ludus.league.learners.base.LeagueLearner`: one role's side, MAPPO (or IPPO) updates."""
 
-    def __init__(self, spec: GameSpec, config: Any, net: NetConfig, seed: int, init_seed: int):
-        """`net`: the actor's architecture (the role's, `LeagueConfig.role_net`)."""
+    def __init__(self, spec: GameSpec, config: Any, net: NetConfig, seed: int, init_seed: int,
+                 critic_input: str = "global"):
+        """`net`: the actor's architecture (the role's, `LeagueConfig.role_net`); `critic_input`:
+        'global' (MAPPO) or 'local' (IPPO)."""
         self.spec = spec
         self.net_config = net
-        self.mappo = mappo_config(config)
+        self.mappo = mappo_config(config, critic_input)
         self.architecture = MAPPOArchitecture(net, self.mappo)
         self.learner = self._new_learner(seed, init_seed, actor_state=None)
 

@@ -39,7 +39,7 @@ def _helper(config, rank: int, world_size: int, port: int, connection) -> None:
     os.environ.update(loopback_rank_environment(rank, world_size, port))
     torch.set_num_threads(1)
     from ludus.games.registry import spec as game_spec
-    from ludus.league.learners.learning import make_learner
+    from ludus.league.learners.base import make_ppo_learner
 
     spec = game_spec(config.game)
     learners: dict[int, Any] = {}
@@ -56,7 +56,7 @@ def _helper(config, rank: int, world_size: int, port: int, connection) -> None:
                 return
             if kind == "create":
                 _, index, seed, init_seed = message
-                learners[index] = make_learner(spec, config, index, seed, init_seed, ranks=None)
+                learners[index] = make_ppo_learner(spec, config, index, seed, init_seed)  # ranks train kind 'ppo' only
             elif kind == "update":
                 _, index, batch, shard, progress = message
                 learners[index].update(batch, progress, shard=shard)
