@@ -13,7 +13,8 @@ the league, arena or evaluation (tests/test_layering.py).
 * `ludus.agents.bots`: reference bots (`builtin`: random, MCTS, perfect tic-tac-toe, scripted),
   connect four's compiled MCTS, MPE's scripted policies, scripted negotiators.
 
-The sub-packages build on the base. Where the base still reaches up into one (the snapshot format
-loads LM and bot policies; mixtures and play build bots; the optimizer backends serve PPO and
-token PPO) the import is lazy, inside a function; issue 75 phase B replaces those with tables.
+The sub-packages build on the base. The snapshot format reaches the kinds' loaders through one
+table (`ludus.agents.snapshot.SNAPSHOT_KINDS`; the "lm_adapter" loader by module path). Where the
+base still reaches up into one (the snapshot format loads the "lm" model; mixtures and play build
+bots; the optimizer backends serve PPO and token PPO) the import is lazy, inside a function.
 """

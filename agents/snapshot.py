@@ -6,7 +6,8 @@ Layout (format version 1) — a directory holding
     - ``format_version``: 1
     - ``game``: the `GameSpec` (``GameSpec.to_json()``) the agent plays
     - ``game_id``: the registry id of that game (equal to ``game["id"]``)
-    - ``kind``: what the weights are; ``"actor_critic"`` (a `ludus.agents.nets.ActorCritic`) or ``"lm"``
+    - ``kind``: what the weights are, a name in `SNAPSHOT_KINDS` (the one table of kinds:
+      `register_snapshot_kind` adds one); ``"actor_critic"`` (a `ludus.agents.nets.ActorCritic`) or ``"lm"``
       (a causal language model with a value head, `ludus.agents.lm.model.LMWithValueHead`; see `save_lm_snapshot`)
     - ``architecture``: how to rebuild the net (``NetConfig.to_json()`` for actor_critic, the
       ``ludus.agents.lm.model`` architecture record for lm)
@@ -41,7 +42,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -49,6 +50,7 @@ from ludus.agents.nets import ActorCritic, NetConfig, shape_mismatch
 from ludus.agents.policy import Policy
 from ludus.agents.torch_policy import TorchPolicy
 from ludus.games.core import GameSpec
+from ludus.games.registry import Lazy
 from ludus.errors import UserError
 
 FORMAT_VERSION = 1
@@ -349,10 +351,11 @@ def _architecture_mismatch(spec: GameSpec, config: NetConfig, shapes: Mapping[st
     return shape_mismatch(expected, shapes)
 
 
-def _read_kind(path: str | os.PathLike, expect_game: str | None, kind: str,
-               weights: str) -> tuple[Path, SnapshotManifest, bytes]:
+def _read_kind(path: str | os.PathLike, expect_game: str | None,
+               kind: str) -> tuple[Path, SnapshotManifest, bytes]:
     """The manifest of the snapshot at `path`, refused (one line) unless it plays `expect_game`
-    (when given), holds a `kind` model and lists the file `weights`."""
+    (when given), holds a `kind` model and lists that kind's weights file."""
+    weights = snapshot_kind(kind).weights
     directory = Path(path)
     manifest, manifest_bytes = read_manifest(directory)
     if expect_game is not None and manifest.game_id != expect_game:
@@ -381,7 +384,7 @@ def load_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> Lo
 
     `expect_game`: refuse a snapshot of any other game id.
     """
-    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_ACTOR_CRITIC, WEIGHTS_NAME)
+    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_ACTOR_CRITIC)
     ref, weights_bytes = _check_files(directory, manifest, manifest_bytes, keep=WEIGHTS_NAME)
     try:
         config = NetConfig.from_json(manifest.architecture)
@@ -411,19 +414,85 @@ def load_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> Lo
     return LoadedSnapshot(ref, manifest, config, net)
 
 
+def read_verified(path: str | os.PathLike, kind: str,
+                  expect_game: str | None = None) -> tuple[SnapshotRef, SnapshotManifest, bytes]:
+    """The ref, manifest and weights bytes of a snapshot of `kind` (every file re-hashed; the bytes
+    returned are the bytes hashed): the start of a `SnapshotKind.policy` loader written outside."""
+    directory, manifest, manifest_bytes = _read_kind(path, expect_game, kind)
+    ref, data = _check_files(directory, manifest, manifest_bytes, keep=snapshot_kind(kind).weights)
+    return ref, manifest, data
+
+
 def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None, lm_base: Any | None = None) -> Policy:
-    """The Policy of any snapshot: a TorchPolicy for kind "actor_critic", a `ludus.agents.lm.model.LMPolicy`
-    for kind "lm" (token games: it reads the game's token ids, padding id 0)."""
+    """The Policy of any snapshot, by its manifest's kind (`SNAPSHOT_KINDS`): a TorchPolicy for
+    "actor_critic", a `ludus.agents.lm.model.LMPolicy` for "lm" (token games: it reads the game's
+    token ids, padding id 0), a `ludus.agents.lm.text_policy.TextLMPolicy` for "lm_adapter"."""
     manifest, _ = read_manifest(path)
-    if manifest.kind == KIND_LM:
-        from ludus.agents.lm.model import LMPolicy
+    return snapshot_kind(manifest.kind, path).policy(path, expect_game, lm_base)
 
-        return LMPolicy(load_lm_snapshot(path, expect_game).lm.model, pad_id=0)
-    if manifest.kind == KIND_LM_ADAPTER:
-        from ludus.agents.lm.text_policy import text_policy_from_snapshot
 
-        return text_policy_from_snapshot(path, expect_game, lm_base)
+def _actor_critic_policy(path: str | os.PathLike, expect_game: str | None, lm_base: Any | None) -> Policy:
     return TorchPolicy(load_snapshot(path, expect_game).net)
+
+
+def _lm_policy(path: str | os.PathLike, expect_game: str | None, lm_base: Any | None) -> Policy:
+    from ludus.agents.lm.model import LMPolicy
+
+    return LMPolicy(load_lm_snapshot(path, expect_game).lm.model, pad_id=0)
+
+
+# --------------------------------------------------------------------------------------- kinds
+
+
+@dataclass(frozen=True)
+class SnapshotKind:
+    """What a manifest's ``kind`` means: which file holds the weights and how they become a
+    `Policy`. One record per kind in `SNAPSHOT_KINDS`, looked up by the stored name."""
+
+    name: str
+    """The manifest's ``kind`` value, as stored ("actor_critic"): never renamed, or stored
+    snapshots stop loading."""
+    weights: str
+    """The file the manifest must list for this kind (its tensors, safetensors)."""
+    policy: Callable[[str | os.PathLike, str | None, Any], Policy]
+    """policy(path, expect_game, lm_base) -> the snapshot's Policy, verified (one-line
+    SnapshotError for anything wrong); `lm_base` only matters to kinds on a pretrained base."""
+    summary: str = ""
+    """One line: what the weights are, for errors and docs."""
+
+
+SNAPSHOT_KINDS: dict[str, SnapshotKind] = {}
+"""The snapshot kinds by stored name. `register_snapshot_kind` adds one."""
+
+
+def register_snapshot_kind(kind: SnapshotKind) -> None:
+    """Add a snapshot kind at run time (a plugin's policy format, a test's toy); refuses a name taken."""
+    if not isinstance(kind, SnapshotKind):
+        raise SnapshotError(f"register_snapshot_kind takes a SnapshotKind, got {type(kind).__name__}")
+    if kind.name in SNAPSHOT_KINDS or not _FILE_NAME_RE.match(kind.weights):
+        raise SnapshotError(f"snapshot kind {kind.name!r} is already registered or its weights file "
+                            f"{kind.weights!r} is no plain file name")
+    SNAPSHOT_KINDS[kind.name] = kind
+
+
+def snapshot_kind(name: str, path: str | os.PathLike | None = None) -> SnapshotKind:
+    """The record of kind `name`; a one-line SnapshotError naming the known kinds."""
+    if name not in SNAPSHOT_KINDS:
+        what = f"snapshot {path} holds a {name!r} model" if path is not None else f"unknown snapshot kind {name!r}"
+        raise SnapshotError(f"{what}: this Ludus loads the kinds {', '.join(SNAPSHOT_KINDS)}")
+    return SNAPSHOT_KINDS[name]
+
+
+for _kind in (
+    SnapshotKind(KIND_ACTOR_CRITIC, WEIGHTS_NAME, _actor_critic_policy,
+                 "a `ludus.agents.nets.ActorCritic`; the architecture is its NetConfig"),
+    SnapshotKind(KIND_LM, WEIGHTS_NAME, _lm_policy,
+                 "a causal language model with a value head playing token games (`save_lm_snapshot`)"),
+    SnapshotKind(KIND_LM_ADAPTER, ADAPTER_WEIGHTS_NAME, Lazy("ludus.agents.lm.text_policy:text_policy_from_snapshot"),
+                 "LoRA adapters and a value head on a pretrained base, playing text games (`save_adapter_snapshot`)"),
+):
+    register_snapshot_kind(_kind)
+del _kind
 
 
 # ------------------------------------------------------------------------------- "lm" snapshots
@@ -475,7 +544,7 @@ def load_lm_snapshot(path: str | os.PathLike, expect_game: str | None = None) ->
     JSON/text only, never pickle). `expect_game`: refuse a snapshot of any other game id."""
     from ludus.agents.lm.model import LMError, lm_from_snapshot_files
 
-    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM, WEIGHTS_NAME)
+    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM)
     # Re-hash every file, keeping the bytes that were hashed (the weights and the tokenizer files).
     hashes = {MANIFEST_NAME: sha256_hex(manifest_bytes)}
     contents: dict[str, bytes] = {}
@@ -574,7 +643,7 @@ def read_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
     from ludus.agents.lm.pretrained import (ADAPTER_FORMAT, BASE_MODELS, LoRAConfig, PretrainedLMConfig, base_content_hash,
                                    base_model_dir)
 
-    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM_ADAPTER, ADAPTER_WEIGHTS_NAME)
+    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM_ADAPTER)
     ref, data = _check_files(directory, manifest, manifest_bytes, keep=ADAPTER_WEIGHTS_NAME)
     architecture = manifest.architecture
     try:

@@ -10,6 +10,8 @@ Rule: the bottom family. It imports nothing of Ludus but `ludus.errors`, `ludus.
   signalling, simple_tag, teams).
 
 Adapters and built-in games import the base and never each other. The base reaches them by
-module path ("ludus.games.builtin.native:CONNECT_FOUR_ENTRY") or by a lazy import in the
-registry, the text views and the CLI (issue 75 phase B turns that into one table of adapters).
+module path only: built-in games by entry point ("ludus.games.builtin.native:CONNECT_FOUR_ENTRY"),
+adapters through the one table of `GameAdapter` records in `ludus.games.registry.ADAPTERS`, whose
+hooks ("ludus.games.adapters.spiel:make_spiel_game") are imported on first call; the text views
+and the CLI ask the record, never the prefix.
 """

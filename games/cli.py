@@ -108,42 +108,20 @@ def describe(game_id: str) -> str:
     if entry is not None:
         lines += [entry.summary, *(entry.layout or "observation and actions: see the game's module").splitlines()]
     else:
-        lines += _adapter_layout(game)
+        lines += _adapter_layout(game_id, game)
     vocab = getattr(game, "vocab", None)
     if vocab is not None:
         lines.append("vocabulary (token id word): " + ", ".join(f"{i} {w}" for i, w in enumerate(vocab.words)))
     return "\n".join(lines)
 
 
-def _adapter_layout(game) -> list[str]:
-    from ludus.games.adapters.spiel import SpielGame
-    from ludus.games.adapters.textarena import TextArenaGame
+def _adapter_layout(game_id: str, game) -> list[str]:
+    """The adapter record's `layout` lines, or the generic text of adapted environments."""
+    from ludus.games import registry
 
-    if isinstance(game, TextArenaGame):
-        return [f"observation: the seat's TextArena observation text as UTF-8 bytes, zero-padded to "
-                f"{game.max_bytes} (a longer text keeps its head and tail around '[...]')",
-                "actions: the answers " + ", ".join(f"{i} [{m}]" for i, m in enumerate(game.facts.moves))
-                + "; those TextArena would reject now are masked"]
-
-    if isinstance(game, SpielGame):
-        import pyspiel
-
-        tensor = "information_state_tensor" if game.kind == "information_state" else "observation_tensor"
-        # named at the first decision (chance resolved by its first outcome): many games name
-        # actions only in a state (Kuhn's 0 and 1 are Pass and Bet)
-        state = game.game.new_initial_state()
-        while state.is_chance_node():
-            state.apply_action(state.chance_outcomes()[0][0])
-        player = 0 if state.is_simultaneous_node() else state.current_player()
-        names = []
-        for action in range(game.spec.num_actions):
-            try:
-                names.append(f"{action} {state.action_to_string(player, action)}")
-            except pyspiel.SpielError:  # an action some games cannot name here
-                names.append(f"{action} ?")
-        return [f"observation: pyspiel's {tensor}(seat) of {game.spec.spiel_name!r}, reshaped to "
-                f"{list(game.spec.observation_shape)} (OpenSpiel's documentation of the game lists its entries)",
-                "actions: pyspiel action ids" + (": " + ", ".join(names) if names else "")]
+    adapter = registry.adapter_for(game_id)
+    if adapter is not None and adapter.layout is not None:
+        return adapter.layout(game)
     return ["observation: the adapted environment's observation space, flattened to float32 and zero-padded "
             "to the largest seat's (docs/games.md, Adapters)",
             "actions: the environment's Discrete action ids; illegal ones are masked"]

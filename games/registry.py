@@ -8,6 +8,9 @@ or an adapter prefix followed by the foreign name:
 * ``gym:<Gymnasium env id>`` e.g. ``gym:CartPole-v1``
 * ``ta:<TextArena env id>`` e.g. ``ta:TicTacToe-v0`` (games/adapters/textarena.py: the games with a move list)
 
+Each prefix is one `GameAdapter` record in `ADAPTERS` (the adapter modules are named by module
+path and imported on first use); `register_adapter` adds one from outside the package.
+
 Native names may take parameters the same way: ``negotiation(max_utterances=4)``.
 """
 
@@ -36,8 +39,95 @@ class GameEntry:
     authors of arena agents; `ludus games --describe ID` prints it)."""
 
 
+@dataclass(frozen=True)
+class Lazy:
+    """A callable named by module path ("module:attr"), imported on its first call: the tables
+    below reach the adapters' and kinds' modules this way, so importing the table imports none of
+    them (pyspiel, PettingZoo, TextArena load only for the ids that need them) and no module of
+    the table's family imports back into it."""
+
+    target: str
+    """"package.module:function"."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _load(self.target)(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class GameAdapter:
+    """One adapter prefix: how ``prefix:rest`` ids reach another library's games (OpenSpiel's
+    ``pyspiel.registered_names`` is the model: one record per kind, one table, looked up by name).
+    Every hook takes the id's `rest` (the part after ``prefix:``) or a game the adapter built."""
+
+    prefix: str
+    """What an id starts with, before the colon ("spiel")."""
+    form: str
+    """How an id of this adapter is written, for error messages and help ("spiel:NAME")."""
+    reaches: str
+    """The library the adapter reaches, as people name it ("OpenSpiel")."""
+    make: Callable[[str], Game]
+    """Builds one game from `rest`; raises GameError with a one-line message on a bad name."""
+    summary: str = ""
+    """One line for `ludus games` and docs: what `rest` names."""
+    make_vector: Callable[[str, int, int], VectorGame] | None = None
+    """make_vector(rest, num_games, seed): natively batched games; None to loop over `make`."""
+    spec: Callable[[str], GameSpec] | None = None
+    """The facts of `rest` without a game to step; None builds one with `make` and reads its spec."""
+    resolves_by_import: bool = False
+    """Whether `rest` is a module path the adapter imports (PettingZoo modules, Gymnasium's
+    ``module:Env``): such ids are the operator's to name, never a stranger's submission
+    (arena/submission.py). False where the library looks names up in a table it already has."""
+    text_view: Callable[[str], Any] | None = None
+    """text_view(rest) -> the `ludus.games.text.TextView` of every game of this adapter (TextArena's
+    games are text already); None when none has one (`ludus.games.text.TEXT_VIEWS` may still list
+    single ids such as ``spiel:kuhn_poker``)."""
+    layout: Callable[[Game], list[str]] | None = None
+    """Lines for `ludus games --describe`: what the observation holds and what each action number
+    means, read from the built game; None for the generic text of adapted environments."""
+    examples: tuple[str, ...] = ()
+    """Full ids `ludus games` lists and the conformance tests run over."""
+
+
+ADAPTERS: dict[str, GameAdapter] = {}
+"""The adapters by prefix: the only place a prefix is looked up. `register_adapter` adds one."""
+
+
+def register_adapter(adapter: GameAdapter) -> None:
+    """Add a game adapter at run time (a test's toy game, a plugin's library); its ids are
+    ``adapter.prefix:rest`` everywhere a game id is taken. Refuses a prefix already taken."""
+    if not isinstance(adapter, GameAdapter):
+        raise GameError(f"register_adapter takes a GameAdapter, got {type(adapter).__name__}")
+    if not adapter.prefix.isidentifier() or adapter.prefix in ADAPTERS:
+        raise GameError(f"game adapter prefix {adapter.prefix!r} is taken or not a plain name "
+                        f"(taken: {', '.join(ADAPTERS)})")
+    ADAPTERS[adapter.prefix] = adapter
+
+
+for _adapter in (
+    GameAdapter("spiel", "spiel:NAME", "OpenSpiel", Lazy("ludus.games.adapters.spiel:make_spiel_game"),
+                summary="any OpenSpiel game by its pyspiel game string, e.g. spiel:goofspiel(num_cards=4)",
+                layout=Lazy("ludus.games.adapters.spiel:describe_layout"),
+                examples=("spiel:tic_tac_toe", "spiel:connect_four", "spiel:kuhn_poker", "spiel:leduc_poker",
+                          "spiel:goofspiel(num_cards=4)", "spiel:kuhn_poker(players=3)")),
+    GameAdapter("pz", "pz:MODULE", "PettingZoo", Lazy("ludus.games.adapters.pz:make_pettingzoo_game"),
+                summary="a PettingZoo environment by module path, e.g. pz:pettingzoo.classic.connect_four_v3",
+                resolves_by_import=True,
+                examples=("pz:pettingzoo.classic.tictactoe_v3", "pz:pettingzoo.classic.texas_holdem_v4",
+                          "pz:mpe2.simple_spread_v3")),
+    GameAdapter("gym", "gym:ID", "Gymnasium", Lazy("ludus.games.adapters.gym:make_gym_game"),
+                summary="a single-agent Gymnasium environment by id, e.g. gym:CartPole-v1",
+                resolves_by_import=True, examples=("gym:CartPole-v1",)),
+    GameAdapter("ta", "ta:ID", "TextArena", Lazy("ludus.games.adapters.textarena:make_textarena_game"),
+                summary="a TextArena game with a move list by env id, e.g. ta:TicTacToe-v0",
+                text_view=Lazy("ludus.games.adapters.textarena:textarena_view"),
+                layout=Lazy("ludus.games.adapters.textarena:describe_layout"),
+                examples=("ta:TicTacToe-v0", "ta:KuhnPoker-v0")),
+):
+    register_adapter(_adapter)
+del _adapter
+
+
 _NATIVE: dict[str, GameEntry] = {}
-_PREFIXES = ("spiel", "pz", "gym", "ta")
 _ID_RE = re.compile(r"^(?P<name>[A-Za-z_][\w\-.]*)(\((?P<params>.*)\))?$")
 
 
@@ -137,13 +227,22 @@ def _split(game_id: str) -> tuple[str | None, str]:
         raise GameError("empty game id: try `ludus games` for the list")
     prefix, sep, rest = game_id.partition(":")
     if sep and "(" not in prefix:  # a colon inside parameters belongs to them: teams(game=spiel:kuhn_poker)
-        if prefix not in _PREFIXES:
-            raise GameError(f"unknown game prefix {prefix!r} in {game_id!r}: use one of "
-                            f"{', '.join(p + ':' for p in _PREFIXES)} or a native name")
+        if prefix not in ADAPTERS:
+            close = difflib.get_close_matches(prefix, list(ADAPTERS), n=1, cutoff=0.5)
+            hint = f" (did you mean {close[0]}:?)" if close else ""
+            raise GameError(f"unknown game prefix {prefix!r} in {game_id!r}{hint}: use one of "
+                            f"{', '.join(p + ':' for p in ADAPTERS)} or a native name")
         if not rest:
             raise GameError(f"game id {game_id!r} names no game after {prefix!r}")
         return prefix, rest
     return None, game_id
+
+
+def adapter_for(game_id: str) -> GameAdapter | None:
+    """The adapter record of an adapter id (``spiel:kuhn_poker``), None for a native id; a one-line
+    GameError for an unknown prefix."""
+    prefix, _ = _split(game_id)
+    return None if prefix is None else ADAPTERS[prefix]
 
 
 def resolves_by_import(game_id: str) -> bool:
@@ -154,29 +253,15 @@ def resolves_by_import(game_id: str) -> bool:
     submission (arena/submission.py). Native, ``spiel:`` and ``ta:`` ids resolve among games the
     host already has (pyspiel looks its games up in its own compiled table, TextArena in its
     registry, and games/adapters/textarena.py adapts only the families it lists)."""
-    prefix, _ = _split(game_id)
-    return prefix in ("pz", "gym")
+    adapter = adapter_for(game_id)
+    return adapter is not None and adapter.resolves_by_import
 
 
 def make(game_id: str) -> Game:
     """Build one game from its id; raises GameError with a one-line message on a bad id."""
     prefix, rest = _split(game_id)
-    if prefix == "spiel":
-        from ludus.games.adapters.spiel import make_spiel_game
-
-        return make_spiel_game(rest)
-    if prefix == "pz":
-        from ludus.games.adapters.pz import make_pettingzoo_game
-
-        return make_pettingzoo_game(rest)
-    if prefix == "gym":
-        from ludus.games.adapters.gym import make_gym_game
-
-        return make_gym_game(rest)
-    if prefix == "ta":
-        from ludus.games.adapters.textarena import make_textarena_game
-
-        return make_textarena_game(rest)
+    if prefix is not None:
+        return ADAPTERS[prefix].make(rest)
     entry, params = _native(rest)
     try:
         return entry.make(**params)
@@ -194,11 +279,16 @@ def make_vector(game_id: str, num_games: int, seed: int = 0) -> VectorGame:
                 return entry.make_vector(num_games=num_games, seed=seed, **params)
             except TypeError as exc:
                 raise GameError(f"bad parameters for game {entry.name!r}: {exc}") from None
+    elif ADAPTERS[prefix].make_vector is not None:
+        return ADAPTERS[prefix].make_vector(rest, num_games, seed)
     make(game_id)  # fail on a bad id before building B copies
     return LoopVectorGame(lambda: make(game_id), num_games, seed=seed)
 
 
 def spec(game_id: str) -> GameSpec:
+    prefix, rest = _split(game_id)
+    if prefix is not None and ADAPTERS[prefix].spec is not None:
+        return ADAPTERS[prefix].spec(rest)
     return make(game_id).spec
 
 
@@ -213,9 +303,15 @@ def _native(text: str) -> tuple[GameEntry, dict[str, Any]]:
         if not close and _is_spiel_name(name):
             close = [f"spiel:{name}"]
         hint = f"; did you mean {', '.join(close)}?" if close else ""
+        forms, libraries = [a.form for a in ADAPTERS.values()], [a.reaches for a in ADAPTERS.values()]
         raise GameError(f"unknown game {name!r}{hint} (`ludus games` lists them; "
-                        f"spiel:NAME, pz:MODULE, gym:ID and ta:ID reach OpenSpiel, PettingZoo, Gymnasium and TextArena)")
+                        f"{_and(forms)} reach {_and(libraries)})")
     return _NATIVE[name], parse_params(match.group("params") or "", text)
+
+
+def _and(words: list[str]) -> str:
+    """"a, b and c"."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _is_spiel_name(name: str) -> bool:
@@ -224,23 +320,11 @@ def _is_spiel_name(name: str) -> bool:
     return name in pyspiel.registered_names()
 
 
-# Games `ludus games` lists beyond the native ones, and the set check_game is run over in tests.
-EXAMPLE_IDS: tuple[str, ...] = (
-    "spiel:tic_tac_toe",
-    "spiel:connect_four",
-    "spiel:kuhn_poker",
-    "spiel:leduc_poker",
-    "spiel:goofspiel(num_cards=4)",
-    "spiel:kuhn_poker(players=3)",
-    "pz:pettingzoo.classic.tictactoe_v3",
-    "pz:pettingzoo.classic.texas_holdem_v4",
-    "pz:mpe2.simple_spread_v3",
-    "gym:CartPole-v1",
-    "ta:TicTacToe-v0",
-    "ta:KuhnPoker-v0",
-)
+EXAMPLE_IDS: tuple[str, ...] = tuple(game_id for adapter in ADAPTERS.values() for game_id in adapter.examples)
+"""Games `ludus games` lists beyond the native ones (the built-in adapters' examples), and the set
+check_game is run over in tests."""
 
 
 def listed_ids() -> list[str]:
-    """Every id `ludus games` shows: native games, then the adapter examples."""
-    return native_names() + list(EXAMPLE_IDS)
+    """Every id `ludus games` shows: native games, then the examples of every registered adapter."""
+    return native_names() + [game_id for adapter in ADAPTERS.values() for game_id in adapter.examples]

@@ -314,46 +314,6 @@ class NegotiationTextView:
 _ITEM_COUNTS = re.compile(r"(\d+)\s*(book|hat|ball)(?:e?s)?\b")
 
 
-# --------------------------------------------------------------------------------- TextArena
-
-
-@dataclass(frozen=True)
-class TextArenaView:
-    """A ``ta:`` game (games/adapters/textarena.py) told as TextArena tells it: the observation is
-    TextArena's own text, so the view only adds the legal moves and maps answers to actions."""
-
-    game_id: str
-    title: str
-    moves: tuple[str, ...]
-    """The game's move list: action i is the answer ``[moves[i]]``."""
-
-    def rules(self) -> str:
-        return (f"You are playing {self.title} from TextArena. The game's messages follow. Answer with "
-                f"exactly one move in square brackets, chosen from your legal moves.")
-
-    def role(self, seat: int) -> str:
-        return f"You are Player {seat}."
-
-    def state(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> str:
-        from ludus.games.adapters.textarena import decode_text
-
-        legal = " ".join(f"[{self.moves[a]}]" for a in np.flatnonzero(mask))
-        return f"{decode_text(obs).strip()}\nYour legal moves: {legal}"
-
-    def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
-        return {normal_answer(self.moves[a]): int(a) for a in np.flatnonzero(mask)}
-
-    def normal_form(self, answer: str) -> str:
-        return answer
-
-
-def _textarena_view(game_id: str) -> TextArenaView:
-    from ludus.games.registry import make
-
-    game = make(game_id)  # the id's facts (and a one-line error for an unadapted env)
-    return TextArenaView(game.spec.id, game.env_id, game.facts.moves)
-
-
 # ----------------------------------------------------------------------------------- registry
 
 TEXT_VIEWS: dict[str, Callable[[], TextView]] = {
@@ -362,20 +322,37 @@ TEXT_VIEWS: dict[str, Callable[[], TextView]] = {
     "spiel:kuhn_poker": KuhnTextView,
     "negotiation_turns": NegotiationTextView,
 }
-"""Ludus's own games with a text view, by registry id; every ``ta:`` game has one as well."""
+"""Ludus's own games with a text view, by registry id; every game of an adapter with a `text_view`
+hook (``ta:``) has one as well."""
+
+
+def _adapter_view(game_id: str):
+    """The `text_view` hook of `game_id`'s adapter (``ta:`` games have one), None if it has none."""
+    from ludus.games.core import GameError
+    from ludus.games.registry import adapter_for
+
+    try:
+        adapter = adapter_for(game_id)
+    except GameError:  # an empty id or an unknown prefix: no view
+        return None
+    return None if adapter is None else adapter.text_view
 
 
 def has_text_view(game_id: str) -> bool:
-    return game_id in TEXT_VIEWS or game_id.startswith("ta:")
+    return game_id in TEXT_VIEWS or _adapter_view(game_id) is not None
 
 
 def text_view(game_id: str) -> TextView:
     """The text view of `game_id`; a one-line error naming the games that have one."""
-    if game_id.startswith("ta:"):
-        return _textarena_view(game_id)
+    hook = None if game_id in TEXT_VIEWS else _adapter_view(game_id)
+    if hook is not None:
+        return hook(game_id.partition(":")[2])
     if game_id not in TEXT_VIEWS:
-        raise GameError(f"game {game_id!r} has no text view; games with one: {', '.join(sorted(TEXT_VIEWS))} "
-                        f"and TextArena's (ta:ID)")
+        from ludus.games.registry import ADAPTERS
+
+        others = "".join(f" and {a.reaches}'s ({a.form})" for a in ADAPTERS.values() if a.text_view is not None)
+        raise GameError(f"game {game_id!r} has no text view; games with one: {', '.join(sorted(TEXT_VIEWS))}"
+                        f"{others}")
     return TEXT_VIEWS[game_id]()
 
 

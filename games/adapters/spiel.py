@@ -300,3 +300,24 @@ def make_spiel_game(text: str) -> SpielGame:
     """``spiel:<text>``: e.g. ``make_spiel_game("goofspiel(num_cards=4)")`` or
     ``make_spiel_game("leduc_poker[observation]")``."""
     return SpielGame(text)
+
+
+def describe_layout(game: SpielGame) -> list[str]:
+    """`ludus games --describe` lines of a ``spiel:`` game (the adapter record's `layout` hook):
+    the tensor the seat reads and pyspiel's name of every action."""
+    tensor = "information_state_tensor" if game.kind == "information_state" else "observation_tensor"
+    # named at the first decision (chance resolved by its first outcome): many games name
+    # actions only in a state (Kuhn's 0 and 1 are Pass and Bet)
+    state = game.game.new_initial_state()
+    while state.is_chance_node():
+        state.apply_action(state.chance_outcomes()[0][0])
+    player = 0 if state.is_simultaneous_node() else state.current_player()
+    names = []
+    for action in range(game.spec.num_actions):
+        try:
+            names.append(f"{action} {state.action_to_string(player, action)}")
+        except pyspiel.SpielError:  # an action some games cannot name here
+            names.append(f"{action} ?")
+    return [f"observation: pyspiel's {tensor}(seat) of {game.spec.spiel_name!r}, reshaped to "
+            f"{list(game.spec.observation_shape)} (OpenSpiel's documentation of the game lists its entries)",
+            "actions: pyspiel action ids" + (": " + ", ".join(names) if names else "")]

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ludus.games.core import GameError, GameSpec
+from ludus.games.text import normal_answer
 
 DEFAULT_MAX_BYTES = 8192
 _CUT = "\n[...]\n"
@@ -270,3 +271,45 @@ class TextArenaGame:
 
 def make_textarena_game(text: str) -> TextArenaGame:
     return TextArenaGame(text)
+
+
+def describe_layout(game: TextArenaGame) -> list[str]:
+    """`ludus games --describe` lines of a ``ta:`` game (the adapter record's `layout` hook)."""
+    return [f"observation: the seat's TextArena observation text as UTF-8 bytes, zero-padded to "
+            f"{game.max_bytes} (a longer text keeps its head and tail around '[...]')",
+            "actions: the answers " + ", ".join(f"{i} [{m}]" for i, m in enumerate(game.facts.moves))
+            + "; those TextArena would reject now are masked"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TextArenaView:
+    """A ``ta:`` game told as TextArena tells it: the observation is TextArena's own text, so the
+    view only adds the legal moves and maps answers to actions (a `ludus.games.text.TextView`)."""
+
+    game_id: str
+    title: str
+    moves: tuple[str, ...]
+    """The game's move list: action i is the answer ``[moves[i]]``."""
+
+    def rules(self) -> str:
+        return (f"You are playing {self.title} from TextArena. The game's messages follow. Answer with "
+                f"exactly one move in square brackets, chosen from your legal moves.")
+
+    def role(self, seat: int) -> str:
+        return f"You are Player {seat}."
+
+    def state(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> str:
+        legal = " ".join(f"[{self.moves[a]}]" for a in np.flatnonzero(mask))
+        return f"{decode_text(obs).strip()}\nYour legal moves: {legal}"
+
+    def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
+        return {normal_answer(self.moves[a]): int(a) for a in np.flatnonzero(mask)}
+
+    def normal_form(self, answer: str) -> str:
+        return answer
+
+
+def textarena_view(text: str) -> TextArenaView:
+    """The text view of the ``ta:`` id ``ta:<text>`` (the adapter record's `text_view` hook)."""
+    game = make_textarena_game(text)  # the id's facts (and a one-line error for an unadapted env)
+    return TextArenaView(game.spec.id, game.env_id, game.facts.moves)
