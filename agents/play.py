@@ -123,6 +123,8 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
         print_fn(f"the mixture plays {opponent.start_game(rng)} this game")
     if is_text_game(game):
         return _play_text_dialogue(game, opponent, human_seat, rng, input_fn, print_fn)
+    if spec.text_moves:
+        return _play_text_moves(game, opponent, human_seat, rng, input_fn, print_fn)
     view = text_view(game_id) if has_text_view(game_id) else None
     print_fn(f"{game_id}: you are seat {human_seat} of {spec.num_players}. "
              f"Type {'an answer or ' if view is not None else ''}a move number; Ctrl-D quits.")
@@ -152,6 +154,42 @@ def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, see
             for seat in sorted(s for s in actions if s != human_seat):
                 print_fn(f"seat {seat} plays {said[seat]}")
             game.step(actions)
+    except EOFError:
+        return _result(game, human_seat, print_fn, finished=False)
+    return _result(game, human_seat, print_fn, finished=True)
+
+
+def _play_text_moves(game, opponent: Policy, human_seat: int, rng: np.random.Generator,
+                     input_fn: Callable[[str], str], print_fn: Callable[..., None]) -> PlayResult:
+    """A text-move game (`GameSpec.text_moves`, e.g. TextArena's): the person reads what the game
+    tells its seat and types moves as text, which the game judges; a language model's whole
+    response (its reasoning included) is shown beside the move it played."""
+    from ludus.agents.policy import ActBatch
+    from ludus.games.adapters.textarena import decode_text
+
+    print_fn(f"{game.spec.id}: you are seat {human_seat}. Type your move as the game asks; Ctrl-D quits.")
+    shown = ""
+    try:
+        while not is_over(game):
+            seat = game.to_move()[0]
+            if seat == human_seat:
+                told = decode_text(game.observation(human_seat))
+                print_fn(told[len(shown):].strip() if told.startswith(shown) else told.strip())
+                shown = told
+                line = input_fn("your move> ")
+                game.step_text({seat: line})
+                continue
+            mask = game.legal_mask(seat)
+            out = opponent.act(ActBatch(game.observation(seat)[None], mask[None], np.array([seat])), rng)
+            turns = getattr(opponent, "last_turns", None)  # a language model: what it wrote
+            if out.texts is not None and out.texts[0] is not None:
+                move = out.texts[0]
+                game.step_text({seat: move})
+            else:
+                move = game.move_text(seat, int(out.actions[0]))
+                game.step({seat: int(out.actions[0])})
+            wrote = f' (it wrote "{turns.texts[0]}")' if turns is not None and turns.texts[0].strip() != move else ""
+            print_fn(f"seat {seat} plays {move!r}{wrote}")
     except EOFError:
         return _result(game, human_seat, print_fn, finished=False)
     return _result(game, human_seat, print_fn, finished=True)

@@ -53,6 +53,12 @@ class ActOutput:
     forfeits: np.ndarray | None = None
     """[N] bool: the row's seat gives up the match instead of moving (a text agent none of whose
     responses named a legal action, configured to forfeit); its action is then not played. None: no forfeits."""
+    texts: Sequence[str | None] | None = None
+    """Text agents in text-move games (`GameSpec.text_moves`): per row, the move as text, which the
+    game judges and plays instead of the row's action (None in a row: play the action). None: no texts."""
+    invalid_answers: np.ndarray | None = None
+    """[N] int: responses of the row's turn that the agent itself found invalid before it answered
+    (retried with feedback); the ledger records them per seat. None: none counted."""
 
 
 @runtime_checkable

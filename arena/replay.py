@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ludus.league.records.ledger import MatchResult
 from ludus.text import printable
-from ludus.league.records.replay import ReplayError, replay_moves, replay_prefix
+from ludus.league.records.replay import ReplayError, recorded_texts, replay_moves, replay_prefix
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,13 @@ def replay_match(match: MatchResult) -> ArenaReplay:
     game = registry.make(match.game_id)
     faulted = [s for s in match.seats if s.status != "ok"]
     if not faulted:
-        returns, transcript = replay_moves(game, match.seed, moves, header="\n".join(header))
+        returns, transcript = replay_moves(game, match.seed, moves, header="\n".join(header),
+                                           texts=recorded_texts(match))
         replayed = tuple(float(r) for r in returns)
         verdict = ("replay check: the moves reproduce the recorded returns" if replayed == recorded
                    else f"replay check FAILED: recorded returns {list(recorded)}, replayed {list(replayed)}")
         return ArenaReplay(match.match_id, printable(f"{transcript}\n{verdict}"), recorded, replayed)
-    lines = header + replay_prefix(game, match.seed, moves)[0]
+    lines = header + replay_prefix(game, match.seed, moves, texts=recorded_texts(match))[0]
     for seat in faulted:
         lines.append(f"seat {seat.seat} ({seat.player_id}) forfeits: {seat.status}: {seat.error}")
         tail = seat.metadata.get("stderr", "")

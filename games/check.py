@@ -18,7 +18,11 @@ It plays seeded random legal games and asserts, with a message naming the seed a
   increasing slot order;
 * `global_state()` has `spec.state_shape` where set, and the vector game's `global_states()`
   equals the single games' states;
-* `render()` returns text.
+* `render()` returns text;
+* text-move games (`spec.text_moves`) are also played by text: legal answers as text, bracketed
+  phrases the observation shows, and junk the game must judge invalid, never raise on; the
+  record lists every move's text, and a fresh game replaying those texts from the seed reaches
+  the same returns.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from typing import Sequence
 import numpy as np
 
 from ludus.games import registry
-from ludus.games.core import Game, GameSpec, GlobalStateGame, TimeStep, counter_seed_source, is_over
+import re
+
+from ludus.games.core import Game, GameSpec, GlobalStateGame, TextMoveGame, TimeStep, counter_seed_source, is_over
 
 REWARD_TOLERANCE = 1e-4
 """Absolute tolerance when comparing sums of float32 rewards with returns."""
@@ -146,6 +152,25 @@ def _random_action(mask: np.ndarray, rng: np.random.Generator) -> int:
     return int(legal[rng.integers(len(legal))])
 
 
+_PHRASE = re.compile(r"\[[^\[\]\n]{1,60}\]")
+_JUNK = ("", "[zzz]", "hello", "[ ]", "[[]]", "\u202e[0]", "[" + "9" * 40 + "]")
+
+
+def _text_move(game: TextMoveGame, seat: int, mask: np.ndarray, rng: np.random.Generator) -> tuple[int, str | None]:
+    """What the checker's text agent plays: (action, None) to play an action, or (-1, text)."""
+    roll = rng.random()
+    if game.lists_moves() and roll < 0.6:
+        return _random_action(mask, rng), None
+    if game.lists_moves() and roll < 0.85:
+        return -1, game.move_text(seat, _random_action(mask, rng))
+    if roll < 0.9:
+        return -1, _JUNK[int(rng.integers(len(_JUNK)))]
+    from ludus.games.adapters.textarena import decode_text  # the observation is text
+
+    seen = _PHRASE.findall(decode_text(game.observation(seat))) or list(_JUNK)
+    return -1, seen[int(rng.integers(len(seen)))]
+
+
 def _play(game_id: str, game: Game, seed: int, rng: np.random.Generator) -> _Trajectory:
     """Play one random legal game, checking every step."""
     spec = game.spec
@@ -189,6 +214,7 @@ def _play(game_id: str, game: Game, seed: int, rng: np.random.Generator) -> _Tra
             if np.shape(state) != spec.state_shape:
                 raise fail(step, f"global_state() has shape {np.shape(state)}, spec.state_shape is {spec.state_shape}")
         actions: dict[int, int] = {}
+        texts: dict[int, str] = {}
         for seat in movers:
             obs = game.observation(seat)
             mask = game.legal_mask(seat)
@@ -207,8 +233,17 @@ def _play(game_id: str, game: Game, seed: int, rng: np.random.Generator) -> _Tra
             kept.append((mask, mask.copy()))
             traj.observations.append(obs.copy())
             traj.masks.append(mask.copy())
-            actions[seat] = _random_action(mask, rng)
-        rewards = game.step(actions)
+            if spec.text_moves:
+                actions[seat], text = _text_move(game, seat, mask, rng)  # type: ignore[arg-type]
+                if text is not None:
+                    texts[seat] = text
+            else:
+                actions[seat] = _random_action(mask, rng)
+        try:
+            rewards = game.step_text(texts) if texts else game.step(actions)  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise fail(step, f"{'step_text' if texts else 'step'}() raised {type(exc).__name__}: {exc}; "
+                             f"a game judges its moves and never raises on one") from None
         step += 1
         if not isinstance(rewards, np.ndarray) or rewards.shape != (num_players,):
             raise fail(step, f"step() must return rewards of shape ({num_players},), got {rewards!r}")
@@ -222,6 +257,8 @@ def _play(game_id: str, game: Game, seed: int, rng: np.random.Generator) -> _Tra
         traj.rewards.append(np.array(rewards, copy=True))
     if game.history() != tuple(applied):
         raise fail(step, f"history() {game.history()} != actions applied {tuple(applied)}")
+    if spec.text_moves:
+        _check_record(game_id, game, seed, step, fail)  # type: ignore[arg-type]
     for handed_out, copy in kept:
         if not np.array_equal(handed_out, copy):
             raise fail(step, "an observation or mask returned earlier was modified later; "
@@ -240,6 +277,24 @@ def _play(game_id: str, game: Game, seed: int, rng: np.random.Generator) -> _Tra
     traj.terminal = game.is_terminal()
     traj.truncated = game.is_truncated()
     return traj
+
+
+def _check_record(game_id: str, game: TextMoveGame, seed: int, steps: int, fail) -> None:
+    """The record of a finished text-move game lists every move, and replays from the seed."""
+    record = game.record()
+    if len(record.texts) != steps:
+        raise fail(steps, f"record() lists {len(record.texts)} move texts for {steps} steps")
+    if len(record.invalid) != game.spec.num_players or sum(record.invalid) > steps:
+        raise fail(steps, f"record().invalid {record.invalid} is not one count per seat within {steps} steps")
+    replay = registry.make(game_id)
+    replay.reset(seed)
+    for text in record.texts:
+        if is_over(replay):
+            raise fail(steps, "replaying the recorded texts from the seed ends the game early")
+        replay.step_text({replay.to_move()[0]: text})  # type: ignore[attr-defined]
+    if not np.array_equal(replay.returns(), game.returns()) or replay.record() != record:
+        raise fail(steps, f"replaying the recorded texts from the seed gives returns {replay.returns()} and a "
+                          f"different record, not {game.returns()}")
 
 
 def _same(a: _Trajectory, b: _Trajectory) -> str | None:

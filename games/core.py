@@ -75,6 +75,11 @@ class GameSpec:
     binary_observations: bool = False
     """Every observation entry is exactly 0 or 1 (boards as planes): trajectories store them as
     uint8, a quarter of float32's memory traffic."""
+    text_moves: bool = False
+    """Moves are text that the game itself judges (`TextMoveGame`): a text agent may answer in free
+    text, and the game says when a move is invalid. Action ``a`` is then the game's listed answer
+    ``move_text(seat, a)`` (what nets, bots and the random mover play), and a game with no list
+    (free talk, offers) has one action, which only a text agent can fill."""
 
     def __post_init__(self) -> None:
         if self.num_players < 1:
@@ -189,6 +194,46 @@ class GlobalStateGame(Game, Protocol):
         ...
 
 
+@runtime_checkable
+class TextMoveGame(Game, Protocol):
+    """A game whose moves are text judged by the game (`spec.text_moves`), as TextArena's are
+    (Guertler et al. 2025): the game parses a move, applies its own rule to an invalid one (tell
+    the seat why and let it move again, or end the match) and records every move's text, so a
+    seeded game replays from its transcript."""
+
+    def move_text(self, seat: int, action: int) -> str:
+        """The text of listed action `action` for `seat` now; GameError when the game lists no
+        moves (free text) or `action` is not legal."""
+        ...
+
+    def lists_moves(self) -> bool:
+        """True when the state yields its legal moves (actions are then listed answers)."""
+        ...
+
+    def step_text(self, moves: dict[int, str]) -> np.ndarray:
+        """Apply one text move per acting seat (judged by the game); returns this step's rewards.
+        An invalid move is recorded and handled by the game's own rule, never raised."""
+        ...
+
+    def record(self) -> "TextGameRecord":
+        """What this game has played so far: every move's text, invalid moves per seat, and the
+        error that ended it, if the game itself failed."""
+        ...
+
+
+@dataclass(frozen=True)
+class TextGameRecord:
+    """The transcript of a text-move game (`TextMoveGame.record`)."""
+
+    texts: tuple[str, ...] = ()
+    """Every move's text, in the order played (invalid ones included: with the seed they replay it)."""
+    invalid: tuple[int, ...] = ()
+    """Per seat, the moves the game judged invalid."""
+    error: str = ""
+    """Why the game itself failed (an exception inside it): the match then ends with status
+    'error' for every seat and no result; '' when it did not."""
+
+
 def is_over(game: Game) -> bool:
     return game.is_terminal() or game.is_truncated()
 
@@ -247,6 +292,9 @@ class TimeStep:
     """[B, P] float32 final returns of games that ended (zeros elsewhere)."""
     final_lengths: np.ndarray
     """[B] int64 number of steps of games that ended (zeros elsewhere)."""
+    final_records: tuple["TextGameRecord | None", ...] | None = None
+    """Text-move games only (`spec.text_moves`): per slot, the record of the game that ended in
+    the last step (None in slots where none ended); None for other games."""
 
 
 SeedSource = Callable[[int], np.ndarray]
@@ -274,8 +322,10 @@ class VectorGame(Protocol):
 
     def reset(self, seeds: Sequence[int] | np.ndarray) -> TimeStep: ...
 
-    def step(self, actions: np.ndarray) -> TimeStep:
-        """actions: [B, P] int; entries of seats that do not act are ignored."""
+    def step(self, actions: np.ndarray, texts: np.ndarray | None = None) -> TimeStep:
+        """actions: [B, P] int; entries of seats that do not act are ignored. texts: text-move
+        games only, an optional [B, P] object array of move texts; a seat's text, where given,
+        is played instead of its action."""
         ...
 
     def history(self, b: int) -> tuple[int, ...]:
@@ -338,13 +388,20 @@ class LoopVectorGame:
             self._fill(ts, b)
         return ts
 
-    def step(self, actions: np.ndarray) -> TimeStep:
+    def step(self, actions: np.ndarray, texts: np.ndarray | None = None) -> TimeStep:
         actions = np.asarray(actions)
+        if texts is not None and not self.spec.text_moves:
+            raise GameError(f"{self.spec.id} takes actions, not text moves")
         ts = self._empty()
+        records: list[TextGameRecord | None] | None = [None] * self.num_games if self.spec.text_moves else None
         ended: list[int] = []
         for b, game in enumerate(self.games):
             movers = game.to_move()
-            ts.rewards[b] = game.step({s: int(actions[b, s]) for s in movers})
+            if texts is not None and any(texts[b, s] is not None for s in movers):
+                ts.rewards[b] = game.step_text({s: (texts[b, s] if texts[b, s] is not None
+                                                    else game.move_text(s, int(actions[b, s]))) for s in movers})
+            else:
+                ts.rewards[b] = game.step({s: int(actions[b, s]) for s in movers})
             self._lengths[b] += 1
             if is_over(game):
                 ended.append(b)
@@ -352,6 +409,10 @@ class LoopVectorGame:
                 ts.truncated[b] = game.is_truncated() and not game.is_terminal()
                 ts.final_returns[b] = game.returns()
                 ts.final_lengths[b] = self._lengths[b]
+                if records is not None:
+                    records[b] = game.record()
+        if records is not None:
+            ts = dataclasses.replace(ts, final_records=tuple(records))
         if ended:
             seeds = self.seed_source(len(ended))
             for b, seed in zip(ended, seeds):
@@ -363,6 +424,10 @@ class LoopVectorGame:
 
     def history(self, b: int) -> tuple[int, ...]:
         return self.games[b].history()
+
+    def record(self, b: int) -> TextGameRecord:
+        """The record so far of the text-move game in slot b (a match that ends by forfeit)."""
+        return self.games[b].record()
 
     def render(self, b: int) -> str:
         return self.games[b].render()

@@ -6,7 +6,7 @@ or an adapter prefix followed by the foreign name:
 * ``spiel:<pyspiel game string>`` e.g. ``spiel:goofspiel(num_cards=4)``
 * ``pz:<module path of a PettingZoo env>`` e.g. ``pz:pettingzoo.classic.connect_four_v3``
 * ``gym:<Gymnasium env id>`` e.g. ``gym:CartPole-v1``
-* ``ta:<TextArena env id>`` e.g. ``ta:TicTacToe-v0`` (games/adapters/textarena.py: the games with a move list)
+* ``ta:<TextArena env id>`` e.g. ``ta:SimpleNegotiation-v0`` (games/adapters/textarena.py: every two-player game)
 
 Each prefix is one `GameAdapter` record in `ADAPTERS` (the adapter modules are named by module
 path and imported on first use); `register_adapter` adds one from outside the package.
@@ -118,10 +118,10 @@ for _adapter in (
                 summary="a single-agent Gymnasium environment by id, e.g. gym:CartPole-v1",
                 resolves_by_import=True, examples=("gym:CartPole-v1",)),
     GameAdapter("ta", "ta:ID", "TextArena", Lazy("ludus.games.adapters.textarena:make_textarena_game"),
-                summary="a TextArena game with a move list by env id, e.g. ta:TicTacToe-v0",
+                summary="a two-player TextArena game by env id (free-text moves judged by the game), e.g. ta:SimpleNegotiation-v0",
                 text_view=Lazy("ludus.games.adapters.textarena:textarena_view"),
                 layout=Lazy("ludus.games.adapters.textarena:describe_layout"),
-                examples=("ta:TicTacToe-v0", "ta:KuhnPoker-v0")),
+                examples=("ta:TicTacToe-v0", "ta:KuhnPoker-v0", "ta:SimpleNegotiation-v0")),
 ):
     register_adapter(_adapter)
 del _adapter

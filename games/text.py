@@ -77,18 +77,36 @@ def normal_answer(text: str) -> str:
 
 
 def parse_response(view: TextView, response: str, obs: np.ndarray, seat: int, mask: np.ndarray,
-                   last: bool = True) -> ParsedResponse:
-    """The action of `response`: its last bracketed answer (the first with `last=False`: a response
-    that was opened with "[" for the LM answers first), looked up in the view's answers."""
-    found = _ANSWER.findall(response)
+                   last: bool = True, pattern: "re.Pattern[str] | None" = None) -> ParsedResponse:
+    """The action of `response`: its last answer (the first with `last=False`: a response that
+    was opened with "[" for the LM answers first), looked up in the view's answers. `pattern`: how
+    an answer is written, a regex whose first group is the answer (default: in square brackets)."""
+    found = (pattern or _ANSWER).findall(response)
     if not found:
         return ParsedResponse(None, "no answer")
-    answer = view.normal_form(normal_answer(found[-1 if last else 0]))
+    answer = found[-1 if last else 0]
+    answer = view.normal_form(normal_answer(answer[0] if isinstance(answer, tuple) else answer))
     accepted = view.answers(obs, seat, mask)
     if answer in accepted:
         return ParsedResponse(accepted[answer], "", answer)
     return ParsedResponse(None, "illegal answer" if answer in view.answers(obs, seat, np.ones_like(mask))
                           else "unknown answer", answer)
+
+
+def answer_pattern(text: str) -> "re.Pattern[str]":
+    """`text` compiled as an answer pattern (a regex with one group, the answer), or GameError."""
+    try:
+        compiled = re.compile(text)
+    except re.error as exc:
+        raise GameError(f"answer pattern {text!r} is not a regular expression ({exc})") from None
+    if compiled.groups != 1:
+        raise GameError(f"answer pattern {text!r} must have exactly one group (the answer), has {compiled.groups}")
+    return compiled
+
+
+def is_free_text(view: TextView) -> bool:
+    """True when `view` lists no answers: a response's answer is the move, judged by the game."""
+    return bool(getattr(view, "free_text", False))
 
 
 def canonical_answer(view: TextView, obs: np.ndarray, seat: int, mask: np.ndarray, action: int) -> str:

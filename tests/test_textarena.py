@@ -90,7 +90,10 @@ def test_long_texts_keep_their_head_and_tail():
 
 
 @pytest.mark.parametrize("game_id, message", [
-    ("ta:SimpleNegotiation-v0", "no move list"),
+    ("ta:Taboo-v0", "not a two-player game"),
+    ("ta:Chess-v0", "does not parse on this Python"),
+    ("ta:Debate-v0", "remote LLM"),
+    ("ta:SimpleNegotiation-v0(max_steps=0)", "max_steps must be"),
     ("ta:TicTacTo-v0", "did you mean ta:TicTacToe-v0"),
     ("ta:TicTacToe-v0(max_bytes=10)", "max_bytes must be"),
     ("ta:TicTacToe-v0(depth=2)", "unknown parameter"),

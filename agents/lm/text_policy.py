@@ -30,7 +30,8 @@ import torch
 
 from ludus.agents.lm.model import BaseReadings, LMError, LMPolicy, LMWithValueHead, PromptStore, base_readings
 from ludus.agents.policy import ActBatch, ActOutput, sample_legal_uniform
-from ludus.games.text import ParsedResponse, TextView, normal_answer, parse_response
+from ludus.games.core import GameError
+from ludus.games.text import ParsedResponse, TextView, answer_pattern, is_free_text, normal_answer, parse_response
 from ludus.bounds import bounds, range_problem
 
 
@@ -57,6 +58,13 @@ class PromptFormat:
     response_prefix: str = "["
     """Text the response starts with, written for the LM (prefilled): "[" puts a small model straight
     into the answer format; "" leaves the whole response to it (with `think`, it must be "")."""
+    answer_pattern: str = r"\[([^\[\]\n]{1,80})\]"
+    """How the final answer is written, a regular expression whose one group is the answer: square
+    brackets (TextArena's convention) by default; e.g. ``\\boxed\{([^{}]{1,80})\}`` for SPIRAL's.
+    Only the answer is parsed; the whole response is generated and trained."""
+    reasoning_end: str = "</think>"
+    """With `think`: where the reasoning ends. In a free-text game the text after it is the move
+    the opponent hears (the reasoning stays private); a response without it plays its last answer."""
 
     def messages(self, view: TextView, obs: np.ndarray, seat: int, mask: np.ndarray) -> list[dict[str, str]]:
         instruction = self.think_instruction if self.think else self.answer_instruction
@@ -68,6 +76,10 @@ class PromptFormat:
     def __post_init__(self) -> None:
         if self.think and self.response_prefix:
             raise LMError("prompt.think needs prompt.response_prefix '' (the response starts with the reasoning)")
+        try:
+            answer_pattern(self.answer_pattern)
+        except GameError as exc:
+            raise LMError(f"prompt.{exc}") from None
         for name in ("system", "user"):
             problem = template_problem(getattr(self, name))
             if problem:
@@ -85,6 +97,10 @@ class InvalidResponses:
     game's worst return for it); False plays a uniformly random legal action instead."""
     penalty: float = field(default=1.0, metadata=bounds(0, 1000))
     """The learner scores a turn whose first response did not count as -penalty (not the game's result)."""
+    feedback: bool = True
+    """Each retry is told why the answer before it did not count (as Kaggle's game harness does:
+    the response, then the game's message and the legal answers, then a new answer); False
+    samples again from the same prompt."""
 
     def __post_init__(self) -> None:
         if self.retries < 0:
@@ -217,6 +233,16 @@ class PromptEncoder:
             self.cache[key] = ids
         return ids
 
+    def retry(self, obs: np.ndarray, seat: int, mask: np.ndarray, response: str, problem: str) -> list[int]:
+        """The prompt of a retry: the turn's messages, the response that did not count, and the
+        game's message saying why, with the legal answers (not memoised: each retry is its own)."""
+        legal = " ".join(f"[{a}]" for a in self.view.answers(obs, seat, mask))
+        feedback = f"That answer does not count ({problem}). Your legal moves: {legal}. Answer again."
+        messages = self.prompt.messages(self.view, obs, seat, mask) + [
+            {"role": "assistant", "content": response}, {"role": "user", "content": feedback}]
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer(text + self.prompt.response_prefix, add_special_tokens=False)["input_ids"]
+
 
 @dataclass(frozen=True)
 class TextTurns:
@@ -231,6 +257,10 @@ class TextTurns:
     fallback: np.ndarray
     """[N] bool: no response counted (the turn failed): a random legal action was played, or the
     seat forfeits (`InvalidResponses.forfeit`)."""
+    all_texts: tuple[tuple[str, ...], ...] = ()
+    """Every response of each row, retries included, in order."""
+    moves: tuple[str | None, ...] = ()
+    """Free-text games: the move each row plays (what the game judges); None elsewhere."""
 
 
 class TextLMPolicy:
@@ -254,6 +284,8 @@ class TextLMPolicy:
         # Opened with "[", a response is over at its closing bracket: every token holding "]" stops it.
         self.stop_tokens = [self.stop_token] + (closing_bracket_tokens(tokenizer) if play.prompt.response_prefix else [])
         self.first_answer = bool(play.prompt.response_prefix)
+        self.pattern = answer_pattern(play.prompt.answer_pattern)
+        self.free_text = is_free_text(view)
         self.generator = LMPolicy(model, pad_id=self.stop_token)
         # the prompts' readings by one set of adapters (a frozen snapshot's, or a runner copy's until
         # its next weights), kept for one task; activated adapters read the base's instead, kept for
@@ -305,7 +337,19 @@ class TextLMPolicy:
     def parse(self, text: str, obs: np.ndarray, seat: int, mask: np.ndarray) -> ParsedResponse:
         """What a response means: the first bracketed answer when the response was opened with
         "[", else the last (after the LM's reasoning)."""
-        return parse_response(self.view, text, obs, seat, mask, last=not self.first_answer)
+        return parse_response(self.view, text, obs, seat, mask, last=not self.first_answer, pattern=self.pattern)
+
+    def move_text(self, response: str) -> str:
+        """The move a response plays in a free-text game, as the game reads it: the response itself,
+        or with `think`, what follows the reasoning (else its last answer, in brackets as
+        TextArena's moves are); the reasoning itself is never said to the opponent."""
+        prompt = self.play.prompt
+        if not prompt.think:
+            return response.strip()
+        if prompt.reasoning_end and prompt.reasoning_end in response:
+            return response.rsplit(prompt.reasoning_end, 1)[1].strip()
+        found = self.pattern.findall(response)
+        return f"[{found[-1].strip()}]" if found else ""
 
     def _generate(self, prompts: list[list[int]], rng: np.random.Generator, greedy: bool):
         gen = self.generator.generate(prompts, self.play.max_new_tokens, rng, stop_token=self.stop_tokens,
@@ -318,18 +362,34 @@ class TextLMPolicy:
         n, width = len(mask), self.play.max_new_tokens
         prompts = [self.encode(obs[i], int(seats[i]), mask[i]) for i in range(n)]
         gen, texts = self._generate(prompts, rng, greedy)
-        parsed = [self.parse(texts[i], obs[i], int(seats[i]), mask[i]) for i in range(n)]
-        actions = np.array([-1 if p.action is None else p.action for p in parsed], dtype=np.int64)
+        all_texts = [[t] for t in texts]
         attempts = np.ones(n, dtype=np.int64)
-        for _ in range(self.play.invalid.retries):
-            failed = np.flatnonzero(actions < 0)
-            if len(failed) == 0:
-                break
-            _, retry_texts = self._generate([prompts[i] for i in failed], rng, greedy=False)
-            attempts[failed] += 1
-            for i, text in zip(failed.tolist(), retry_texts):
-                action = self.parse(text, obs[i], int(seats[i]), mask[i]).action
-                actions[i] = -1 if action is None else action
+        if self.free_text:
+            # The game judges the move (and applies its own rule to an invalid one): every row plays.
+            moves = tuple(self.move_text(t) for t in texts)
+            parsed = [self.parse(t, obs[i], int(seats[i]), mask[i]) for i, t in enumerate(texts)]
+            actions = np.zeros(n, dtype=np.int64)
+        else:
+            moves = ()
+            parsed = [self.parse(texts[i], obs[i], int(seats[i]), mask[i]) for i in range(n)]
+            actions = np.array([-1 if p.action is None else p.action for p in parsed], dtype=np.int64)
+            last, last_parsed = list(texts), list(parsed)
+            for _ in range(self.play.invalid.retries):
+                failed = np.flatnonzero(actions < 0)
+                if len(failed) == 0:
+                    break
+                if self.play.invalid.feedback:
+                    retry_prompts = [self.encode.retry(obs[i], int(seats[i]), mask[i], last[i],
+                                                       last_parsed[i].problem) for i in failed.tolist()]
+                else:
+                    retry_prompts = [prompts[i] for i in failed.tolist()]
+                _, retry_texts = self._generate(retry_prompts, rng, greedy=False)
+                attempts[failed] += 1
+                for i, text in zip(failed.tolist(), retry_texts):
+                    all_texts[i].append(text)
+                    last[i] = text
+                    last_parsed[i] = self.parse(text, obs[i], int(seats[i]), mask[i])
+                    actions[i] = -1 if last_parsed[i].action is None else last_parsed[i].action
         fallback = actions < 0
         if fallback.any():
             # under `forfeit` the action is not part of the match (the runner ends it), but it is legal
@@ -337,7 +397,8 @@ class TextLMPolicy:
         steps = np.arange(width)[None, :] < gen.lengths[:, None]
         responses = np.where(steps, gen.tokens, -1)
         token_log_probs = np.where(steps, gen.log_probs, 0.0).astype(np.float32)
-        self.last_turns = TextTurns(tuple(texts), tuple(parsed), attempts, fallback)
+        self.last_turns = TextTurns(tuple(texts), tuple(parsed), attempts, fallback,
+                                    tuple(tuple(t) for t in all_texts), moves)
         self.counts["turns"] += n
         self.counts["first_valid"] += sum(p.action is not None for p in parsed)
         self.counts["fallback"] += int(fallback.sum())
@@ -345,7 +406,9 @@ class TextLMPolicy:
         # response's first token (the state the turn was decided in).
         return ActOutput(actions, token_log_probs.sum(axis=1).astype(np.float32), gen.values[:, 0].copy(),
                          responses.astype(np.int64), token_log_probs,
-                         forfeits=fallback.copy() if self.play.invalid.forfeit else None)
+                         forfeits=fallback.copy() if self.play.invalid.forfeit and not self.free_text else None,
+                         texts=list(moves) if self.free_text else None,
+                         invalid_answers=(attempts - 1 + fallback).astype(np.int64))
 
 
 def text_policy_from_snapshot(path: Any, expect_game: str | None = None, base: Any | None = None) -> TextLMPolicy:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ludus.agents.policy import ActBatch, KeepsReadings, Policy, act_in_order
 from ludus.agents.rollout import RolloutBatch, SeatTrajectoryBuilder, side_critic_inputs, stable_order, take_rows
-from ludus.games.core import VectorGame, forfeit_returns
+from ludus.games.core import TextGameRecord, VectorGame, forfeit_returns
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,13 @@ class PlayedMatch:
     forfeited: tuple[int, ...] = ()
     """Seats that gave up the match (`ActOutput.forfeits`): it ended there, `moves` is the prefix
     played, and `returns` follow `ludus.games.core.forfeit_returns`."""
+    text: TextGameRecord | None = None
+    """Text-move games: every move's text (with the seed, the replay), invalid moves per seat as
+    the game judged them, and the game's own error if it failed."""
+    turns: tuple[int, ...] = ()
+    """Text agents' games: per seat, turns taken (each answered by one or more responses)."""
+    invalid_answers: tuple[int, ...] = ()
+    """Per seat, responses its agent found invalid and answered again (`ActOutput.invalid_answers`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,6 +138,17 @@ class PlayedMatches(Sequence[PlayedMatch]):
     """[M] bool: the game hit its step limit."""
     forfeited: np.ndarray
     """[M, P] bool: the seat gave up the match."""
+    texts: tuple[TextGameRecord | None, ...] | None = None
+    """Text-move games: per match, its `TextGameRecord`; None for other games."""
+    turns: np.ndarray | None = None
+    """[M, P] int64 turns each seat took, where text agents played (None otherwise)."""
+    invalid_answers: np.ndarray | None = None
+    """[M, P] int64 responses each seat's agent found invalid (None where none were counted)."""
+
+    def _text_fields(self, i: int) -> dict:
+        return dict(text=None if self.texts is None else self.texts[i],
+                    turns=() if self.turns is None else tuple(self.turns[i].tolist()),
+                    invalid_answers=() if self.invalid_answers is None else tuple(self.invalid_answers[i].tolist()))
 
     def __len__(self) -> int:
         return len(self.assignments)
@@ -143,7 +161,7 @@ class PlayedMatches(Sequence[PlayedMatch]):
             assignment=self.assignments[i], returns=tuple(self.returns[i].tolist()), length=int(self.lengths[i]),
             moves=tuple(self.moves[self.move_starts[i]:self.move_starts[i + 1]].tolist()),
             player_versions=tuple(self.player_versions[i].tolist()), truncated=bool(self.truncated[i]),
-            forfeited=tuple(np.flatnonzero(self.forfeited[i]).tolist()))
+            forfeited=tuple(np.flatnonzero(self.forfeited[i]).tolist()), **self._text_fields(i))
 
     def __iter__(self) -> Iterator[PlayedMatch]:
         # Each column converted once (per-record numpy calls would cost more than the records).
@@ -153,9 +171,10 @@ class PlayedMatches(Sequence[PlayedMatch]):
         for i, (assignment, returns, length, versions, cut) in enumerate(zip(
                 self.assignments, map(tuple, self.returns.tolist()), self.lengths.tolist(),
                 map(tuple, self.player_versions.tolist()), self.truncated.tolist())):
+            extra = self._text_fields(i) if (self.texts is not None or self.turns is not None) else {}
             yield PlayedMatch(assignment=assignment, returns=returns, length=length,
                               moves=tuple(moves[starts[i]:starts[i + 1]]), player_versions=versions,
-                              truncated=cut, forfeited=forfeits.get(i, ()))
+                              truncated=cut, forfeited=forfeits.get(i, ()), **extra)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, (PlayedMatches, tuple, list)):
@@ -276,6 +295,16 @@ class Runner:
         match_truncated = np.zeros(num_matches, dtype=bool)
         match_forfeited = np.zeros((num_matches, num_players), dtype=bool)
         finished = np.zeros(num_matches, dtype=bool)
+        # Text agents and text-move games: each seat's turns and invalid answers, per slot while
+        # its match runs and per match once it ends; the text moves of this step; each match's record.
+        text_moves = spec.text_moves
+        texts_now = np.full((num_slots, num_players), None, dtype=object) if text_moves else None
+        counting = False  # set once a text agent reports invalid answers or a text-move game is played
+        slot_turns = np.zeros((num_slots, num_players), dtype=np.int64)
+        slot_invalid = np.zeros((num_slots, num_players), dtype=np.int64)
+        match_turns = np.zeros((num_matches, num_players), dtype=np.int64)
+        match_invalid = np.zeros((num_matches, num_players), dtype=np.int64)
+        match_records: list[TextGameRecord | None] = [None] * num_matches
         move_chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         env_steps = 0
         learner_steps = {pid: 0 for pid, _ in learner_codes.values()}
@@ -283,7 +312,7 @@ class Runner:
         live_slots_count = int((slot_match >= 0).sum())
 
         def finish(rows: np.ndarray, returns: np.ndarray, lengths: np.ndarray, truncated: np.ndarray,
-                   forfeited: np.ndarray | None = None) -> None:
+                   forfeited: np.ndarray | None = None, records: Sequence[TextGameRecord | None] | None = None) -> None:
             # The matches these slots play are over (by the game's rules, or a forfeit): their
             # columns are written, and their moves taken from the log in one array pass (a task
             # ends ~10^4 matches; per-slot numpy calls were a tenth of its time).
@@ -298,6 +327,13 @@ class Runner:
             match_versions[places] = code_version[seat_codes[rows]]
             if forfeited is not None:
                 match_forfeited[places] = forfeited
+            match_turns[places] = slot_turns[rows]
+            match_invalid[places] = slot_invalid[rows]
+            slot_turns[rows] = 0
+            slot_invalid[rows] = 0
+            if records is not None:
+                for place, record in zip(places.tolist(), records):
+                    match_records[place] = record
             finished[places] = True
 
         # (a slot whose match was forfeited idles until its game ends, then takes the next match)
@@ -339,6 +375,14 @@ class Runner:
                                                   histories, critic_rows), code in greedy_codes))
             for (code, lo, hi), out in zip(groups, act_in_order(requests, rng)):
                 acts[lo:hi], lps[lo:hi], vals[lo:hi] = out.actions, out.log_probs, out.values
+                if out.texts is not None and text_moves:
+                    for row, text in zip(range(lo, hi), out.texts):
+                        texts_now[slots_sorted[row], seats_sorted[row]] = text
+                if out.invalid_answers is not None or out.texts is not None:
+                    counting = True
+                    slot_turns[slots_sorted[lo:hi], seats_sorted[lo:hi]] += 1
+                    if out.invalid_answers is not None:
+                        slot_invalid[slots_sorted[lo:hi], seats_sorted[lo:hi]] += out.invalid_answers
                 if out.forfeits is not None and out.forfeits.any():
                     quit_rows = np.flatnonzero(out.forfeits) + lo
                     gave_up[slots_sorted[quit_rows], seats_sorted[quit_rows]] = True
@@ -366,7 +410,8 @@ class Runner:
                 # idles, as slots past the end of the queue do) and the slot then takes the next match.
                 quit_slots = np.flatnonzero(gave_up.any(axis=1)).tolist()
                 quit_returns = [forfeit_returns(spec, gave_up[slot].tolist()) for slot in quit_slots]
-                finish(np.array(quit_slots), np.array(quit_returns), move_count[quit_slots], False, gave_up[quit_slots])
+                finish(np.array(quit_slots), np.array(quit_returns), move_count[quit_slots], False, gave_up[quit_slots],
+                       [vec.record(slot) for slot in quit_slots] if text_moves else None)
                 for slot, returns in zip(quit_slots, quit_returns):
                     for builder in builders.values():
                         builder.end_game(slot, np.asarray(returns) - rewarded[slot])
@@ -382,7 +427,12 @@ class Runner:
             env_steps += len(seats_flat)
 
             started.clear()
-            ts = vec.step(actions)
+            if text_moves:
+                given = texts_now if any(t is not None for t in texts_now.flat) else None
+                ts = vec.step(actions, given)
+                texts_now[:] = None
+            else:
+                ts = vec.step(actions)
             for builder in builders.values():
                 builder.record_outcome(ts)
             rewarded += ts.rewards
@@ -394,7 +444,8 @@ class Runner:
             was_live = slot_match[ended] >= 0
             over = ended[was_live]
             if len(over):
-                finish(over, ts.final_returns[over], ts.final_lengths[over], ts.truncated[over])
+                finish(over, ts.final_returns[over], ts.final_lengths[over], ts.truncated[over], None,
+                       [ts.final_records[b] for b in over.tolist()] if text_moves else None)
             new = np.array(started, dtype=np.int64)
             slot_match[ended] = new
             seat_codes[ended] = np.where((new >= 0)[:, None], match_codes[np.maximum(new, 0)], -1)
@@ -422,6 +473,9 @@ class Runner:
             assignments=tuple(queue[i] for i in by_id.tolist()), returns=match_returns[by_id],
             lengths=match_lengths[by_id], move_starts=move_starts, moves=moves[gather],
             player_versions=match_versions[by_id], truncated=match_truncated[by_id],
-            forfeited=match_forfeited[by_id])
+            forfeited=match_forfeited[by_id],
+            texts=tuple(match_records[i] for i in by_id.tolist()) if text_moves else None,
+            turns=match_turns[by_id] if counting or text_moves else None,
+            invalid_answers=match_invalid[by_id] if counting or text_moves else None)
         return PlayResult(task.task_id, matches, rollouts, env_steps, learner_steps, time.perf_counter() - start,
                           inference)

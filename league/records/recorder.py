@@ -103,14 +103,18 @@ class Recorder:
         a = played.assignment
         teams = self.spec.team_of_seat
         outcomes = outcomes_from_returns(played.returns, teams)
+        failed = played.text is not None and bool(played.text.error)
         seats = tuple(
             SeatResult(seat=s, team=teams[s], player_id=pid, episode_return=played.returns[s], outcome=outcomes[s],
                        player_version=self._version_label(pid, played.player_versions[s], learners),
-                       status="invalid" if s in played.forfeited else "ok",
-                       error="forfeited: gave no legal move" if s in played.forfeited else "")
+                       status="error" if failed else "invalid" if s in played.forfeited else "ok",
+                       error=played.text.error if failed else
+                       "forfeited: gave no legal move" if s in played.forfeited else "",
+                       metadata=answer_counts(played, s))
             for s, pid in enumerate(a.players))
         return MatchResult(match_id=a.match_id, kind=a.kind, game_id=self.spec.id, seed=a.seed, seats=seats,
                            length=played.length, started_at=started_at, duration_s=duration,
+                           metadata={"texts": list(played.text.texts)} if played.text is not None else {},
                            moves=tuple(played.moves), truncated=played.truncated)
 
     def _version_label(self, player_id: str, version: int, learners: Mapping[str, Learner]) -> str:
@@ -148,3 +152,14 @@ class Recorder:
                 learner.count_return(s.episode_return)
             break  # one row per match for the learner (its other seats are the same team)
         return pairs
+
+
+def answer_counts(played: PlayedMatch, seat: int) -> dict[str, int]:
+    """A seat's text-play counts for the ledger's seat metadata: its turns and its invalid answers
+    (those its agent answered again, and the moves the game judged invalid); {} where no text agent
+    played and the game takes no text moves."""
+    if not played.turns and played.text is None:
+        return {}
+    invalid = (played.invalid_answers[seat] if played.invalid_answers else 0) + \
+        (played.text.invalid[seat] if played.text is not None and played.text.invalid else 0)
+    return {"turns": int(played.turns[seat]) if played.turns else 0, "invalid": int(invalid)}

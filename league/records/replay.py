@@ -1,7 +1,8 @@
 """Re-simulating a recorded match: seed + moves -> the same game, step by step.
 
 The ledger stores a match's moves as its history: the actions applied, in order, with the
-acting seats of a simultaneous step in seat order. Chance follows from the seed.
+acting seats of a simultaneous step in seat order. Chance follows from the seed. A text-move
+game's match also stores every move's text (match metadata "texts"): it replays from those.
 """
 
 from __future__ import annotations
@@ -30,9 +31,21 @@ def check_match_id(match_id: int) -> int:
     return match_id
 
 
-def replay_moves(game: Game, seed: int, moves: Sequence[int], header: str = "") -> tuple[np.ndarray, str]:
-    """Play `moves` in `game` from `seed`; returns (final returns, a text transcript with boards)."""
-    lines, position = replay_prefix(game, seed, moves, stop_when_over=True)
+def recorded_texts(match) -> list[str] | None:
+    """The move texts a recorded match (`MatchResult`) of a text-move game stores, else None."""
+    texts = match.metadata.get("texts") if isinstance(match.metadata, dict) else None
+    if texts is None:
+        return None
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise ReplayError(f"match {match.match_id}: its recorded move texts are not a list of strings")
+    return texts
+
+
+def replay_moves(game: Game, seed: int, moves: Sequence[int], header: str = "",
+                 texts: Sequence[str] | None = None) -> tuple[np.ndarray, str]:
+    """Play `moves` in `game` from `seed` (a text-move game: `texts`, every move's text); returns
+    (final returns, a text transcript with boards)."""
+    lines, position = replay_prefix(game, seed, moves, stop_when_over=True, texts=texts)
     if not is_over(game):
         raise ReplayError(f"the recorded moves end after {position} actions but the game is not over")
     if position != len(moves):
@@ -42,23 +55,30 @@ def replay_moves(game: Game, seed: int, moves: Sequence[int], header: str = "") 
     return returns, "\n".join(([header] if header else []) + lines)
 
 
-def replay_prefix(game: Game, seed: int, moves: Sequence[int], stop_when_over: bool = False) -> tuple[list[str], int]:
+def replay_prefix(game: Game, seed: int, moves: Sequence[int], stop_when_over: bool = False,
+                  texts: Sequence[str] | None = None) -> tuple[list[str], int]:
     """Apply recorded moves from `seed` (all of them, or until the game is over): the boards after
     each step as text lines, and how many moves were applied. Every move is checked for legality.
     A match cut short (a forfeit in the arena) replays its prefix with this."""
     lines: list[str] = []
     position = 0
-    for actions, board, position in replayed_steps(game, seed, moves, stop_when_over):
+    for actions, board, position in replayed_steps(game, seed, moves, stop_when_over, texts):
         if actions:
-            lines.append(f"-- {', '.join(f'seat {s} plays {a}' for s, a in actions.items())}")
+            lines.append(f"-- {', '.join(f'seat {s} plays {a!r}' if isinstance(a, str) else f'seat {s} plays {a}' for s, a in actions.items())}")
         lines.append(board)
     return lines, position
 
 
-def replayed_steps(game: Game, seed: int, moves: Sequence[int],
-                   stop_when_over: bool = False) -> Iterator[tuple[dict[int, int], str, int]]:
+def replayed_steps(game: Game, seed: int, moves: Sequence[int], stop_when_over: bool = False,
+                   texts: Sequence[str] | None = None) -> Iterator[tuple[dict[int, int | str], str, int]]:
     """(actions of the step, the board after it, moves applied so far) for the start ({}) and every
-    step the recorded moves make from `seed`; each move is checked for legality."""
+    step the recorded moves make from `seed`; each move is checked for legality. A text-move game
+    with `texts` replays every move's text (the game judges it again, as it did)."""
+    if texts is not None:
+        if not game.spec.text_moves:
+            raise ReplayError(f"{game.spec.id} takes actions, but the match records move texts")
+        if len(texts) != len(moves):
+            raise ReplayError(f"the match records {len(texts)} move texts for {len(moves)} moves")
     game.reset(int(seed))
     position = 0
     yield {}, game.render(), position
@@ -68,6 +88,12 @@ def replayed_steps(game: Game, seed: int, moves: Sequence[int],
             raise ReplayError(f"the game ended after {position} of {len(moves)} recorded actions")
         if position + len(movers) > len(moves):
             raise ReplayError(f"the recorded moves end inside a step after {position} actions")
+        if texts is not None:
+            said = {seat: str(texts[position + i]) for i, seat in enumerate(movers)}
+            position += len(movers)
+            game.step_text(said)  # type: ignore[attr-defined]
+            yield dict(said), game.render(), position
+            continue
         actions = {}
         for seat in movers:
             action = int(moves[position])
@@ -80,10 +106,10 @@ def replayed_steps(game: Game, seed: int, moves: Sequence[int],
 
 
 def replay_forfeit(game: Game, seed: int, moves: Sequence[int], forfeited: Sequence[bool],
-                   header: str = "") -> tuple[tuple[float, ...], str]:
+                   header: str = "", texts: Sequence[str] | None = None) -> tuple[tuple[float, ...], str]:
     """Replay a match that ended by forfeit (`forfeited`: per seat): its moves are the prefix of a
     game that is not over; returns (the returns the forfeit rule gives, a transcript)."""
-    lines, _ = replay_prefix(game, seed, moves)
+    lines, _ = replay_prefix(game, seed, moves, texts=texts)
     if is_over(game):
         raise ReplayError(f"the match is recorded as a forfeit but its {len(moves)} moves finish the game")
     returns = forfeit_returns(game.spec, forfeited)
@@ -103,9 +129,10 @@ def match_episode(match) -> dict:
     from ludus.games import registry
     from ludus.text import printable
 
-    steps = [{"actions": [[seat, action] for seat, action in actions.items()], "board": printable(board)}
+    steps = [{"actions": [[seat, printable(action) if isinstance(action, str) else action]
+                          for seat, action in actions.items()], "board": printable(board)}
              for actions, board, _ in replayed_steps(registry.make(match.game_id), match.seed, match.moves or (),
-                                                     stop_when_over=True)]
+                                                     stop_when_over=True, texts=recorded_texts(match))]
     return {
         "format": "ludus-episode-1", "id": match.match_id, "kind": match.kind, "game": match.game_id,
         "seed": match.seed, "players": [s.player_id for s in match.seats], "teams": [s.team for s in match.seats],
