@@ -59,6 +59,14 @@ def _accepted(fn: Callable, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if n in params and params[n].kind != inspect.Parameter.POSITIONAL_ONLY)
 
 
+def answer_line(value: Any, text_moves: bool) -> bytes:
+    """The protocol line answering ``act``: in a text-move game a str is a text move, anything
+    else goes through `action_line`."""
+    if text_moves and isinstance(value, str):
+        return protocol.encode_move(value[:protocol.MAX_MOVE_CHARS])
+    return action_line(value)
+
+
 def action_line(value: Any) -> bytes:
     """The protocol line answering ``act`` with what an agent's ``act()`` returned.
 
@@ -134,7 +142,10 @@ class PolicyPlayer:
         mask[0, legal] = True
         obs = observation.astype(self.spec.observation_dtype, copy=False)[None]
         batch = ActBatch(obs, mask, np.array([extras["seat"]]))
-        return int(self.policy.act(batch, extras["rng"]).actions[0])
+        out = self.policy.act(batch, extras["rng"])
+        if out.texts is not None and out.texts[0] is not None:
+            return out.texts[0]  # a text agent's move in a text-move game
+        return int(out.actions[0])
 
     def end(self, returns: tuple[float, ...], seat: int) -> None:
         pass
@@ -212,7 +223,8 @@ def serve(args: argparse.Namespace) -> int:
         if isinstance(message, protocol.Act):
             observation = np.asarray(message.observation).reshape(shape)
             extras = {"seat": seat, "rng": rng, "time_left_s": message.time_left_s, "match": message.match}
-            writer.write(action_line(player.act(observation, list(message.legal_actions), extras)))
+            writer.write(answer_line(player.act(observation, list(message.legal_actions), extras),
+                                     hello.text_moves))
         elif isinstance(message, protocol.Start):
             seat, rng, match = message.seat, np.random.default_rng(message.seed), message.match
             player.start(seat, message.seed)

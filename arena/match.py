@@ -18,7 +18,7 @@ import numpy as np
 from ludus.arena import protocol
 from ludus.arena.sandbox.isolation import MIB, Isolation, SandboxConfig, SandboxError
 from ludus.arena.sandbox.process import SandboxLimits, SandboxProcess, describe_exit
-from ludus.games.core import forfeit_returns
+from ludus.games.core import TextGameRecord, forfeit_returns
 from ludus.text import printable, safe_file_name
 
 if TYPE_CHECKING:
@@ -83,6 +83,8 @@ class MoveRecord:
     seat: int
     action: int
     think_s: float
+    text: str | None = None
+    """A text-move game's move as the agent said it (None: the action was played)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class MatchRecord:
     duration_s: float
     stderr_tails: tuple[str, ...]
     """Each sandboxed seat's stderr during this match (tail); '' for in-process seats."""
+    text: "TextGameRecord | None" = None
+    """Text-move games: every move's text, the invalid moves the game judged, its own error."""
 
     @property
     def forfeit(self) -> bool:
@@ -374,7 +378,7 @@ class SandboxedAgent:
         self._running = True
         self._next_rss_check = time.monotonic() + self.limits.rss_poll_interval_s
         hello = protocol.Hello(self.game_id, seat, seed, limits.time_per_move_s, limits.overage_s,
-                               self.spec.num_actions, self.spec.observation_shape)
+                               self.spec.num_actions, self.spec.observation_shape, self.spec.text_moves)
         fault = self._write(protocol.encode_hello(hello), deadline, "at startup")
         if fault is not None:
             return fault
@@ -418,14 +422,19 @@ class SandboxedAgent:
         line = protocol.encode_act(match_id, observation.tolist(), legal_actions, time_left_s)
         return self._write(line, time.monotonic() + time_left_s, "during its move")
 
-    def receive_action(self, deadline: float, legal_mask: np.ndarray) -> int | AgentFault:
+    def receive_action(self, deadline: float, legal_mask: np.ndarray) -> int | str | AgentFault:
+        """The agent's answer: an action, or (text-move games) its move as text, or its fault."""
         line = self._read_line(deadline, "during its move")
         if isinstance(line, AgentFault):
             return line
         try:
-            message = protocol.decode_agent_line(line, self.spec.num_actions)
+            message = protocol.decode_agent_line(line, self.spec.num_actions, self.spec.text_moves)
         except protocol.ProtocolError as exc:
             return self._fault(MatchStatus.INVALID, f"malformed action: {exc}")
+        if isinstance(message, protocol.Move):  # the game judges it (its own rule for invalid moves)
+            self._match_moves += 1
+            self.last_answer_at = time.monotonic()
+            return message.text
         if not isinstance(message, protocol.Action):
             return self._fault(MatchStatus.INVALID, "sent 'ready' when an action was asked for")
         if not legal_mask[message.action]:
@@ -560,6 +569,7 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
         movers = game.to_move()
         masks = {seat: game.legal_mask(seat) for seat in movers}
         actions: dict[int, int] = {}
+        texts: dict[int, str] = {}  # text-move games: moves said as text
         asked: dict[int, float] = {}
         move_think: dict[int, float] = {}
         for seat in movers:  # ask every sandboxed mover first, so they think in parallel
@@ -581,23 +591,33 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
                     banks[seat] -= max(0.0, elapsed - limits.time_per_move_s)
                     if isinstance(result, AgentFault):
                         faults[seat] = result
+                    elif isinstance(result, str):
+                        actions[seat], texts[seat] = -1, result
                     else:
                         actions[seat] = result
             else:
                 t0 = time.monotonic()
                 batch = ActBatch(game.observation(seat)[None], masks[seat][None], np.array([seat]),
                                  [game.history()] if agent.needs_history else None)
-                action = int(agent.act(batch, rngs[seat], greedy=greedy).actions[0])
+                out = agent.act(batch, rngs[seat], greedy=greedy)
+                action = int(out.actions[0])
                 move_think[seat] = time.monotonic() - t0
                 think[seat] += move_think[seat]
+                if spec.text_moves and out.texts is not None and out.texts[0] is not None:
+                    actions[seat], texts[seat] = -1, str(out.texts[0])
+                    continue
                 if not masks[seat][action]:
                     raise SandboxError(f"in-process policy {type(agent).__name__} chose illegal action {action}")
                 actions[seat] = action
         if any(faults):
             break
-        game.step(actions)
+        if texts:
+            game.step_text({seat: texts[seat] if seat in texts else game.move_text(seat, actions[seat])
+                            for seat in movers})
+        else:
+            game.step(actions)
         for seat in movers:
-            moves.append(MoveRecord(seat, actions[seat], move_think[seat]))
+            moves.append(MoveRecord(seat, actions[seat], move_think[seat], texts.get(seat)))
 
     # Each seat listens settle_s from its own last answer (in practice only the last mover
     # waits), and one shared window after `end`: a match waits about 2 x settle_s, not per seat.
@@ -625,4 +645,5 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
     names = tuple(a.name if isinstance(a, SandboxedAgent) else type(a).__name__ for a in agents)
     return MatchRecord(match_id, game_id, seed, names, returns, statuses, tuple(faults), tuple(moves),
                        bool(game.is_truncated() and not game.is_terminal()), tuple(think),
-                       time.monotonic() - started, tuple(tails))
+                       time.monotonic() - started, tuple(tails),
+                       game.record() if spec.text_moves else None)

@@ -10,9 +10,15 @@ process lives for a whole tournament and plays many matches:
     arena -> agent  {"type":"start","match":M,"seat":s,"seed":n,"time_per_move_s":T,"overage_s":O}
     per move:
     arena -> agent  {"type":"act","match":M,"observation":[...],"legal_actions":[...],"time_left_s":t}
-    agent -> arena  {"type":"action","action":k}
+    agent -> arena  {"type":"action","action":k}   or, in a text-move game,   {"type":"move","text":S}
     arena -> agent  {"type":"end","match":M,"returns":[...],"seat":s}
     arena -> agent  {"type":"shutdown"}
+
+A game whose moves are text (TextArena's) adds ``"text_moves":true`` to ``hello`` (other games'
+hello lines are unchanged): its observation is the seat's text as UTF-8 bytes, zero-padded, and
+an agent may answer ``act`` with a ``move`` holding its move as text (at most
+`MAX_MOVE_CHARS` characters), which the game judges; an ``action`` plays one of the game's
+listed answers as before.
 
 The agent speaks only when spoken to: exactly one ``ready`` after ``hello`` and exactly one
 ``action`` after each ``act``. The arena writes compact JSON (no spaces, keys in the order above)
@@ -41,6 +47,8 @@ MAX_ARENA_LINE_BYTES = 16 * 1024 * 1024
 """Longest line the arena sends (an observation of 2M floats); agents may rely on it."""
 MAX_NAME_CHARS = 100
 """Longest agent name accepted in ``ready``."""
+MAX_MOVE_CHARS = 8192
+"""Longest text move accepted in ``move`` (text-move games)."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
@@ -71,6 +79,8 @@ class Hello:
     """Size of the action space; actions are 0..num_actions-1."""
     observation_shape: tuple[int, ...]
     """Shape of the observation; ``act`` sends it as a nested list of that shape."""
+    text_moves: bool = False
+    """The game's moves are text (``move`` answers; the observation is the seat's text as bytes)."""
 
 
 @dataclass(frozen=True)
@@ -126,8 +136,15 @@ class Action:
     action: int
 
 
+@dataclass(frozen=True)
+class Move:
+    """The agent's answer to ``act`` in a text-move game: its move as text, judged by the game."""
+
+    text: str
+
+
 ArenaMessage = Union[Hello, Start, Act, End, Shutdown]
-AgentMessage = Union[Ready, Action]
+AgentMessage = Union[Ready, Action, Move]
 
 
 # ------------------------------------------------------------------------------------ encoding
@@ -138,9 +155,12 @@ def _line(obj: dict) -> bytes:
 
 
 def encode_hello(msg: Hello) -> bytes:
-    return _line({"type": "hello", "protocol": PROTOCOL_VERSION, "game": msg.game, "seat": msg.seat,
-                  "seed": msg.seed, "time_per_move_s": msg.time_per_move_s, "overage_s": msg.overage_s,
-                  "num_actions": msg.num_actions, "observation_shape": list(msg.observation_shape)})
+    hello = {"type": "hello", "protocol": PROTOCOL_VERSION, "game": msg.game, "seat": msg.seat,
+             "seed": msg.seed, "time_per_move_s": msg.time_per_move_s, "overage_s": msg.overage_s,
+             "num_actions": msg.num_actions, "observation_shape": list(msg.observation_shape)}
+    if msg.text_moves:
+        hello["text_moves"] = True
+    return _line(hello)
 
 
 def encode_start(msg: Start) -> bytes:
@@ -168,6 +188,10 @@ def encode_ready(name: str) -> bytes:
 
 def encode_action(action: int) -> bytes:
     return b'{"type":"action","action":%d}\n' % action
+
+
+def encode_move(text: str) -> bytes:
+    return _line({"type": "move", "text": text})
 
 
 # ------------------------------------------------------------------------------------ decoding
@@ -255,17 +279,30 @@ _READY_KEYS = frozenset({"type", "name"})
 _ACTION_KEYS = frozenset({"type", "action"})
 
 
-def decode_agent_line(line: bytes, num_actions: int) -> AgentMessage:
-    """Parse and validate one line from an agent (newline included or not)."""
+_MOVE_KEYS = frozenset({"type", "text"})
+
+
+def decode_agent_line(line: bytes, num_actions: int, text_moves: bool = False) -> AgentMessage:
+    """Parse and validate one line from an agent (newline included or not); ``move`` only in a
+    game whose moves are text."""
     obj = _parse_object(line, MAX_AGENT_LINE_BYTES)
     kind = obj.get("type")
     if kind == "action":
         _keys(obj, "action", _ACTION_KEYS)
         return Action(_int(obj, "action", "action", 0, num_actions - 1))
+    if kind == "move":
+        if not text_moves:
+            raise ProtocolError("'move' message in a game whose moves are actions: send 'action'")
+        _keys(obj, "move", _MOVE_KEYS)
+        text = _str(obj, "text", "move", MAX_MOVE_CHARS)
+        if "\0" in text:
+            raise ProtocolError("'move' message: text holds a NUL character")
+        return Move(text)
     if kind == "ready":
         _keys(obj, "ready", _READY_KEYS)
         return Ready(_str(obj, "name", "ready", MAX_NAME_CHARS))
-    raise ProtocolError(f"unknown agent message type {kind!r}: agents send 'ready' or 'action'")
+    raise ProtocolError(f"unknown agent message type {kind!r}: agents send 'ready', 'action' or (text-move "
+                        f"games) 'move'")
 
 
 _ARENA_KEYS = {
@@ -284,7 +321,8 @@ def decode_arena_line(line: bytes) -> ArenaMessage:
     kind = obj.get("type")
     if kind not in _ARENA_KEYS:
         raise ProtocolError(f"unknown arena message type {kind!r}")
-    _keys(obj, kind, _ARENA_KEYS[kind])
+    text_moves = kind == "hello" and obj.get("text_moves") is True
+    _keys({k: v for k, v in obj.items() if not (text_moves and k == "text_moves")}, kind, _ARENA_KEYS[kind])
     if kind == "act":
         legal = obj["legal_actions"]
         if not isinstance(legal, list) or not legal or not all(
@@ -311,5 +349,5 @@ def decode_arena_line(line: bytes) -> ArenaMessage:
             raise ProtocolError("'hello' message: observation_shape must be a list of sizes")
         return Hello(_str(obj, "game", kind, 500), _int(obj, "seat", kind, 0), _int(obj, "seed", kind, 0),
                      _float(obj, "time_per_move_s", kind), _float(obj, "overage_s", kind),
-                     _int(obj, "num_actions", kind, 1), tuple(shape))
+                     _int(obj, "num_actions", kind, 1), tuple(shape), text_moves)
     return Shutdown()

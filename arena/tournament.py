@@ -248,6 +248,8 @@ def match_result(record: MatchRecord, pairing: Pairing, spec: "GameSpec", versio
             extras["stderr"] = tail[-settings.stderr_bytes:]
         if fault is not None and fault.exit_code is not None:
             extras["exit_code"] = fault.exit_code
+        if record.text is not None:  # the moves the game judged invalid
+            extras["invalid"] = int(record.text.invalid[s])
         seats.append(SeatResult(
             seat=s, team=teams[s], player_id=player_id, episode_return=float(record.returns[s]),
             outcome=0.0 if fault is not None else outcomes[s], player_version=versions[player_id],
@@ -255,6 +257,8 @@ def match_result(record: MatchRecord, pairing: Pairing, spec: "GameSpec", versio
     metadata = {"think_ms": [round(m.think_s * 1000, 2) for m in record.moves], "forfeit": record.forfeit,
                 "tournament": tournament, "format": settings.format, "round": pairing.round,
                 "time_per_move_s": settings.limits.time_per_move_s, "overage_s": settings.limits.overage_s}
+    if record.text is not None:  # a text-move game: every move's text replays it
+        metadata["texts"] = list(record.text.texts)
     return MatchResult(match_id=pairing.match_id, kind=MATCH_KIND, game_id=settings.game, seed=pairing.seed,
                        seats=tuple(seats), length=len(record.moves), started_at=started_at,
                        duration_s=record.duration_s, metadata=metadata,
