@@ -77,6 +77,9 @@ class CheckReport:
     """Wall time of the check."""
     checks: tuple[str, ...] = field(default=())
     """The properties that held."""
+    num_failed: int = 0
+    """Text-move games that the game itself ended with an error (it raised or hung): recorded,
+    never a crash, but a game that fails every time is not really played."""
 
     def summary(self) -> str:
         lines = [
@@ -116,6 +119,8 @@ class _Trajectory:
     returns: np.ndarray | None = None
     terminal: bool = False
     truncated: bool = False
+    failed: bool = False
+    """A text-move game that ended with its own error (`TextGameRecord.error`)."""
 
 
 def _fail(game_id: str, where: str, problem: str) -> GameCheckError:
@@ -157,13 +162,17 @@ _JUNK = ("", "[zzz]", "hello", "[ ]", "[[]]", "\u202e[0]", "[" + "9" * 40 + "]")
 
 
 def _text_move(game: TextMoveGame, seat: int, mask: np.ndarray, rng: np.random.Generator) -> tuple[int, str | None]:
-    """What the checker's text agent plays: (action, None) to play an action, or (-1, text)."""
+    """What the checker's text agent plays: (action, None) to play an action, or (-1, text): a
+    listed answer as text, a bracketed phrase the seat's text shows (games state their move
+    formats so), or junk the game must judge invalid."""
     roll = rng.random()
-    if game.lists_moves() and roll < 0.6:
-        return _random_action(mask, rng), None
-    if game.lists_moves() and roll < 0.85:
-        return -1, game.move_text(seat, _random_action(mask, rng))
-    if roll < 0.9:
+    if game.lists_moves():
+        if roll < 0.6:
+            return _random_action(mask, rng), None
+        if roll < 0.9:
+            return -1, game.move_text(seat, _random_action(mask, rng))
+        return -1, _JUNK[int(rng.integers(len(_JUNK)))]
+    if roll < 0.1:
         return -1, _JUNK[int(rng.integers(len(_JUNK)))]
     from ludus.games.adapters.textarena import decode_text  # the observation is text
 
@@ -276,6 +285,7 @@ def _play(game_id: str, game: Game, seed: int, rng: np.random.Generator) -> _Tra
     traj.returns = returns
     traj.terminal = game.is_terminal()
     traj.truncated = game.is_truncated()
+    traj.failed = bool(spec.text_moves and game.record().error)  # type: ignore[attr-defined]
     return traj
 
 
@@ -480,4 +490,5 @@ def check_game(game_id: str, num_games: int = 100, seeds: Sequence[int] | None =
         vector_resets=vector_resets,
         seconds=time.perf_counter() - started,
         checks=CHECKS,
+        num_failed=sum(t.failed for t in trajectories),
     )

@@ -249,3 +249,21 @@ def test_the_protocol_takes_text_moves_only_where_the_game_says_so():
         protocol.decode_agent_line(answer_line("4", text_moves=False), 9)  # never coerced into an action
     with pytest.raises(protocol.ProtocolError, match="NUL"):
         protocol.decode_agent_line(b'{"type":"move","text":"a\\u0000b"}\n', 1, text_moves=True)
+
+
+def test_the_ranking_shows_each_text_agents_invalid_answer_rate():
+    from ludus.league.records.ledger import MatchResult, SeatResult
+    from ludus.league.records.ranking import format_views, ledger_records, ranking_views
+
+    def match(i, a, b, score_a, invalid_a):
+        seats = (SeatResult(0, 0, a, 1.0 if score_a else -1.0, float(score_a), metadata={"turns": 4, "invalid": invalid_a}),
+                 SeatResult(1, 1, b, -1.0 if score_a else 1.0, 1.0 - score_a, metadata={"turns": 4, "invalid": 0}))
+        return MatchResult(i, "rating", NEGOTIATION, i, seats, 8, 0.0, 0.0)
+
+    matches = [match(i, "lm", "base", i % 3 != 0, 1) for i in range(12)]
+    views = ranking_views(ledger_records(matches), rounds=20)
+    assert views.answers == {"lm": (48, 12), "base": (48, 0)}
+    rows = {r["player"]: r for r in views.rows()}
+    assert rows["lm"]["invalid_answer_rate"] == pytest.approx(0.25) and rows["base"]["invalid_answer_rate"] == 0.0
+    text = "\n".join(format_views(views))
+    assert "invalid answers" in text and "25.0%  (12 in 48 turns)" in text

@@ -32,6 +32,8 @@ import copy
 import dataclasses
 import io
 import random
+import signal
+import threading
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -39,6 +41,9 @@ import numpy as np
 from ludus.games.core import GameError, GameSpec, TextGameRecord
 from ludus.games.text import normal_answer
 
+STEP_SECONDS = 10.0
+"""Longest a TextArena call may take before the game ends with an error: a game that loops
+forever (MarketEntryGame's turn rotation once every seat is eliminated) would hang its runner."""
 DEFAULT_MAX_BYTES = 8192
 DEFAULT_MAX_STEPS = 400
 """Most moves (invalid ones included) a ``ta:`` game may take before it is truncated, where the
@@ -169,6 +174,31 @@ def _offline() -> Iterator[None]:
             nltk.download = saved
 
 
+class StepTimeout(Exception):
+    """A TextArena call ran past `STEP_SECONDS`."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float = STEP_SECONDS) -> Iterator[None]:
+    """Raise `StepTimeout` inside the block after `seconds` (a SIGALRM timer). Only the main
+    thread receives signals and only one timer exists per process: elsewhere, or with a timer
+    already set by someone else, the block runs unguarded."""
+    if threading.current_thread() is not threading.main_thread() or signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise StepTimeout(f"the game did not answer within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _refusal(env_id: str, exc: BaseException) -> GameError:
     """One line naming what a TextArena env lacks to be played here by two seats."""
     text = " ".join(str(exc).split())
@@ -276,7 +306,7 @@ class TextArenaGame:
             self._current = None
             return
         try:
-            with self._own_random():
+            with self._own_random(), _deadline():
                 player, text = self._env.get_observation()
         except Exception as exc:
             self._fail(exc)
@@ -370,7 +400,7 @@ class TextArenaGame:
         seat = self._current
         rewards = np.zeros(2, dtype=np.float32)
         try:
-            with self._own_random():
+            with self._own_random(), _deadline():
                 errors_before, _ = self._state_errors()
                 done, _ = self._env.step(text)
                 errors_after, lost_by_invalid = self._state_errors()

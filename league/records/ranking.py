@@ -23,8 +23,8 @@ stability and rule-breaking apart from skill (issue 78). Pure compute on lists o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import numpy as np
 from scipy import sparse
@@ -499,6 +499,9 @@ class LedgerRecords:
     matches: tuple[Match, ...]
     skipped: int
     """Matches left out: every seat failed (nothing about skill), or no pair of listed players."""
+    answers: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Text agents: player -> (turns, invalid answers) over every match, from the seats' ledger
+    metadata (`ludus.league.records.recorder.answer_counts`); players with no text turns absent."""
 
 
 def ledger_records(matches, players=None) -> LedgerRecords:
@@ -513,9 +516,15 @@ def ledger_records(matches, players=None) -> LedgerRecords:
 
     keep = None if players is None else set(players)
     games, records, skipped = [], [], 0
+    answers: dict[str, list[int]] = {}
     for match in matches:
         status: dict[str, str] = {}
         for seat in match.seats:
+            turns = seat.metadata.get("turns") if isinstance(seat.metadata, Mapping) else None
+            if isinstance(turns, int) and turns > 0 and (keep is None or seat.player_id in keep):
+                counts = answers.setdefault(seat.player_id, [0, 0])
+                counts[0] += turns
+                counts[1] += int(seat.metadata.get("invalid", 0) or 0)
             if status.get(seat.player_id, "ok") == "ok":
                 status[seat.player_id] = seat.status
         pairs = [(a, b, s) for a, b, s in pair_results((match,)) if keep is None or (a in keep and b in keep)]
@@ -525,7 +534,7 @@ def ledger_records(matches, players=None) -> LedgerRecords:
             faulty = a if status[a] != "ok" else b if status[b] != "ok" else None
             games.append(Game(a, b, score, game=match.game_id))
             records.append(Match(a, b, score, "ok" if faulty is None else status[faulty], faulty, match.game_id))
-    return LedgerRecords(tuple(games), tuple(records), skipped)
+    return LedgerRecords(tuple(games), tuple(records), skipped, {p: (t, k) for p, (t, k) in answers.items()})
 
 
 # ----------------------------------------------------------------------------- all views at once
@@ -574,6 +583,8 @@ class RankingViews:
     seed: int
     slow_games: int
     """Games the intervals, Nash averaging, stability and per-game boards were computed on."""
+    answers: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Text agents: player -> (turns, invalid answers) (`LedgerRecords.answers`)."""
 
     @property
     def ratings(self) -> Ratings:
@@ -631,6 +642,7 @@ class RankingViews:
                 "error_rate": None if f is None else f.error_rate,
                 "timeout_rate": None if f is None else f.timeout_rate,
                 "invalid_rate": None if f is None else f.invalid_rate,
+                "invalid_answer_rate": (self.answers[p][1] / self.answers[p][0]) if p in self.answers else None,
                 **({"per_game": per_game} if self.multi_game else {})})
         return out
 
@@ -700,7 +712,7 @@ def ranking_views(records: LedgerRecords, *, rounds: int = BOOTSTRAP_ROUNDS, see
         with_, without = ratings_without_forfeits(records.matches, alpha=alpha)
         warnings = rank_moves(with_, without)
     return RankingViews(board, nash, stable, top, forfeits, without, warnings, tuple(per_game), rounds, seed,
-                        len(games) if slow else 0)
+                        len(games) if slow else 0, dict(records.answers))
 
 
 def format_views(views: RankingViews, trueskill=None, label: str = "player") -> list[str]:
@@ -734,6 +746,11 @@ def format_views(views: RankingViews, trueskill=None, label: str = "player") -> 
             clean = views.without_forfeits
             lines.append("without forfeited matches: " + ", ".join(
                 f"{clean.players[i]} {clean.rating[i]:.0f}" for i in clean.order()))
+    if views.answers:
+        lines.append("invalid answers (responses that did not count, retries and moves the game refused "
+                     "included, per turn):")
+        for p, (turns, invalid) in sorted(views.answers.items()):
+            lines.append(f"  {p:<{width}} {invalid / turns:6.1%}  ({invalid} in {turns} turns)")
     for w in views.warnings:
         lines.append(f"warning: {w.text}")
     if views.multi_game:
