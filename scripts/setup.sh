@@ -31,6 +31,15 @@ if ! command -v c++ >/dev/null 2>&1; then
         echo "setup: no C++ compiler: self-play will use the slower baddbmm stack (apt-get install g++)" >&2
     fi
 fi
+# Debian's English word list: the NLTK "words" corpus that TextArena's word games read is built
+# from it (games/adapters/textarena.py; Ludus downloads nothing at run time).
+if [[ ! -f /usr/share/dict/american-english ]]; then
+    if [[ $(id -u) -eq 0 ]]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wamerican >/dev/null
+    else
+        echo "setup: no /usr/share/dict/american-english: TextArena's word games are refused (apt-get install wamerican)" >&2
+    fi
+fi
 if [[ "${1:-}" == "--test" ]] && ! command -v chromium >/dev/null 2>&1; then
     if [[ $(id -u) -eq 0 ]]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null

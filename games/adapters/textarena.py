@@ -20,6 +20,8 @@ text-move game (`ludus.games.core.TextMoveGame`):
   (each move is tried on a copy of the game), so nets, bots and the random mover play it too.
   Every other game has one action, the empty move (which TextArena judges invalid): only a
   text agent plays such a game.
+* **Returns**: who won, +1 and -1, or 0 each for a draw (TextArena's rewards, read by their order:
+  a few games reward scores, e.g. Poker's chip counts).
 * **Randomness**: TextArena draws from Python's global `random`, seeded in ``reset``. Each game
   here keeps its own generator state and swaps it in around every call, so games stepped side by
   side do not draw from each other's stream and a seed and the move texts replay the same game.
@@ -154,6 +156,30 @@ def textarena_facts(env_id: str, max_steps: int = DEFAULT_MAX_STEPS) -> TextAren
     return _free_text(max_steps)
 
 
+WORD_LIST = "/usr/share/dict/american-english"
+"""Debian's English word list (package wamerican; scripts/setup.sh installs it)."""
+
+
+def _words_corpus() -> str | None:
+    """A directory holding NLTK's "words" corpus built from `WORD_LIST` (one word per line,
+    ASCII as NLTK reads it), in Ludus's cache: what TextArena's word games (WordChains,
+    LetterAuction) read, without the download they would attempt. None without the word list."""
+    import os
+
+    from ludus.files import atomic_write_bytes, cache_root
+
+    root = cache_root() / "nltk_data"
+    target = root / "corpora" / "words" / "en"
+    if not target.exists():
+        if not os.path.exists(WORD_LIST):
+            return None
+        with open(WORD_LIST, encoding="utf-8", errors="ignore") as source:
+            words = sorted({w.strip() for w in source if w.strip().isascii() and "'" not in w and w.strip()})
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, ("\n".join(words) + "\n").encode("ascii"))  # concurrent runners: all or none
+    return str(root)
+
+
 @contextlib.contextmanager
 def _offline() -> Iterator[None]:
     """No downloads and no chatter while TextArena builds a game: some envs fetch NLTK corpora
@@ -166,6 +192,9 @@ def _offline() -> Iterator[None]:
     saved = nltk.download if nltk is not None else None
     if nltk is not None:
         nltk.download = lambda *args, **kwargs: False
+        corpus = _words_corpus()
+        if corpus is not None and corpus not in nltk.data.path:
+            nltk.data.path.insert(0, corpus)
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             yield
@@ -205,6 +234,10 @@ def _refusal(env_id: str, exc: BaseException) -> GameError:
     if isinstance(exc, SyntaxError):
         return GameError(f"ta:{env_id}: TextArena's source of this game does not parse on this Python "
                          f"({exc.msg}; it needs Python 3.12's f-strings)")
+    if isinstance(exc, OSError) and "nltk_data" in text:  # a file of a corpus we built only in part
+        resource = text.rsplit("nltk_data/", 1)[-1].strip("'\" ")
+        return GameError(f"ta:{env_id}: needs the NLTK data {resource}, which is not on this machine "
+                         f"(Ludus builds words/en from Debian's word list and downloads nothing)")
     if isinstance(exc, LookupError) and "nltk" in text.lower():
         resource = next((w.strip("'\"") for w in text.split() if w.startswith(("'", '"'))), "a corpus")
         return GameError(f"ta:{env_id}: needs the NLTK data {resource}, which is not installed "
@@ -416,7 +449,10 @@ class TextArenaGame:
         if errors_after > errors_before or lost_by_invalid:
             self._invalid[seat] += 1
         if done:
-            rewards = np.array([float(final.get(0, 0.0)), float(final.get(1, 0.0))], dtype=np.float32)
+            # Who won, as +1/-1 (0 each for a draw): TextArena's rewards are exactly that in most
+            # games, but a few give scores (Poker's chips), which would break the zero-sum spec.
+            margin = float((final or {}).get(0, 0.0)) - float((final or {}).get(1, 0.0))
+            rewards = np.array([np.sign(margin), -np.sign(margin)], dtype=np.float32)
             self._returns += rewards
             self._done = True
         elif len(self._history) >= self.spec.max_length:
