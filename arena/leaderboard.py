@@ -431,6 +431,11 @@ def ranking_section(board: Leaderboard) -> str:
         parts.append('<table id="forfeits"><tr><th class="name">entrant</th><th>forfeit</th><th>error</th>'
                      "<th>timeout</th><th>invalid</th><th>BT (rank)</th><th>BT without forfeited matches (rank)</th>"
                      f"</tr>{body}</table>")
+    if views.answers:  # text agents: responses that did not count, retries and refused moves included
+        body = "".join(f'<tr><td class="name">{_e(p)}</td><td>{k / t:.1%}</td><td>{k}</td><td>{t}</td></tr>'
+                       for p, (t, k) in sorted(views.answers.items()))
+        parts.append('<table id="invalid-answers"><tr><th class="name">entrant</th><th>invalid answers</th>'
+                     f"<th>invalid</th><th>turns</th></tr>{body}</table>")
     for w in views.warnings:
         parts.append(f'<p class="warning fault">warning: {_e(w.text)}</p>')
     if views.multi_game:

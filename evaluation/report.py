@@ -469,6 +469,11 @@ def _leaderboard(report: RunReport) -> str:
             clean = views.without_forfeits
             parts.append('<p class="meta" id="bt-clean">Bradley-Terry without forfeited matches: ' + ", ".join(
                 f"{_e(clean.players[i])} {clean.rating[i]:.0f}" for i in clean.order()) + "</p>")
+        if views.answers:
+            body = "".join(f'<tr><td class="name">{_e(p)}</td><td>{k / t:.1%}</td><td>{k}</td><td>{t}</td></tr>'
+                           for p, (t, k) in sorted(views.answers.items()))
+            parts.append('<table id="invalid-answers"><tr><th class="name">text agent</th><th>invalid answers</th>'
+                         f"<th>invalid</th><th>turns</th></tr>{body}</table>")
         parts += [f'<p class="warning">warning: {_e(w.text)}</p>' for w in views.warnings]
         if views.multi_game:
             kinds = [b.game for b in views.per_game]
