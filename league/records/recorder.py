@@ -156,10 +156,11 @@ class Recorder:
 
 def answer_counts(played: PlayedMatch, seat: int) -> dict[str, int]:
     """A seat's text-play counts for the ledger's seat metadata: its turns and its invalid answers
-    (those its agent answered again, and the moves the game judged invalid); {} where no text agent
-    played and the game takes no text moves."""
+    (those its agent answered again, and the moves the game judged invalid); {} for a seat with
+    neither (no text agent played it and the game refused none of its moves)."""
     if not played.turns and played.text is None:
         return {}
     invalid = (played.invalid_answers[seat] if played.invalid_answers else 0) + \
         (played.text.invalid[seat] if played.text is not None and played.text.invalid else 0)
-    return {"turns": int(played.turns[seat]) if played.turns else 0, "invalid": int(invalid)}
+    turns = int(played.turns[seat]) if played.turns else 0
+    return {"turns": turns, "invalid": int(invalid)} if turns or invalid else {}
