@@ -3,6 +3,8 @@ before the answer, retries with feedback, and the transcript in the ledger, repl
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -161,11 +163,14 @@ def _league_config(base, *extra):
 
 
 def test_a_free_text_textarena_league_records_replays_and_resumes_exactly(tiny_bases, tmp_path):
+    """With reasoning before the answer (SPIRAL's boxed format): the whole response is trained."""
     from ludus.league.api import League, replay_match
     from ludus.league.check import resumed_fingerprint, run_fingerprint
     from ludus.league.records.ledger import Store
 
-    config = _league_config(tiny_bases[0])
+    config = _league_config(tiny_bases[0], "text_lm.play.prompt.think=true",
+                            r"text_lm.play.prompt.answer_pattern=\\boxed\{([^{}]{1,80})\}")
+    assert config.text_lm.play.prompt.think
     league = League.create(config, tmp_path / "whole")
     league.run()
     league.close()
@@ -176,6 +181,8 @@ def test_a_free_text_textarena_league_records_replays_and_resumes_exactly(tiny_b
     assert lm_seats and all(s.metadata["turns"] >= 1 for s in lm_seats)
     replay = replay_match(tmp_path / "whole", matches[-1].match_id)
     assert replay.matches and "plays '" in replay.transcript
+    metrics = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert sum("losses/main/valid_response_rate" in m for m in metrics) == 2  # an update each iteration
     assert run_fingerprint(tmp_path / "whole") == resumed_fingerprint(config, tmp_path / "half")
 
 
