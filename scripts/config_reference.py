@@ -38,34 +38,25 @@ def _value(value: object) -> str:
 
 
 def render() -> str:
-    """The whole page as text."""
+    """The whole page as text: the top-level keys first, then each section in the config's order."""
     rows = describe(LeagueConfig)
     valid = ranges(LeagueConfig)
-    lines = [HEADER]
-    section = None
-    for key, value, doc in rows:
-        if key == "roles":  # the list itself; its items' keys follow as roles.main.*
-            lines += ["", "## roles", "", doc or "", "",
-                      f"Default: `{_value(value)}`. Each role's keys:", ""]
-            section = "roles"
-            continue
-        if value == "":  # a section heading (a nested dataclass)
-            if "." not in key:
-                lines += ["", f"## {key}", ""]
-            else:
-                lines += ["", f"### {key}", ""]
-            if doc:
-                lines += [doc, ""]
-            section = key
-            continue
-        if "." not in key and section is not None:
-            lines += ["", "## top level (continued)", ""]
-            section = None
-        elif section is None and not any(line == "## top level" for line in lines):
-            lines += ["", "## top level", ""]
+
+    def line(key: str, value: object, doc: str) -> str:
         shown = key.replace("roles.main.", "roles.NAME.", 1) if key.startswith("roles.main.") else key
         bound = f" {valid[key]}" if key in valid else ""
-        lines.append(f"- `{shown}` = `{_value(value)}`{bound}: {doc or '(undocumented)'}")
+        return f"- `{shown}` = `{_value(value)}`{bound}: {doc or '(undocumented)'}"
+
+    sections = {key for key, value, _ in rows if value == ""} | {"roles"}
+    lines = [HEADER, "## top level", ""]
+    lines += [line(key, value, doc) for key, value, doc in rows if "." not in key and key not in sections]
+    for key, value, doc in rows:
+        if key == "roles":  # the list itself; its items' keys follow as roles.main.*
+            lines += ["", "## roles", "", doc, "", f"Default: `{_value(value)}`. Each role's keys:", ""]
+        elif value == "":  # a section heading (a nested dataclass)
+            lines += ["", f"{'##' if '.' not in key else '###'} {key}", ""] + ([doc, ""] if doc else [])
+        elif "." in key:
+            lines.append(line(key, value, doc))
     return "\n".join(lines).replace("\n\n\n", "\n\n").rstrip() + "\n"
 
 

@@ -127,7 +127,7 @@ def test_every_command_of_the_tour_prints_what_the_readme_says(readme, tmp_path)
         elif key == "report":
             assert (run / "report.html").is_file() and "wrote" in out
         elif key == "arena submit":
-            assert re.search(r"^entered \S+ \(.*\) in the tic_tac_toe arena arena$", out, re.M), out
+            assert re.search(r"^entered \S+ \(.*\) in the tic_tac_toe arena my_arena$", out, re.M), out
         elif key == "arena run":
             assert re.search(r"^round 1: ", out, re.M), out
             assert _table_header(out, "entrant")[:6] == ["entrant", "games", "W", "D", "L", "starts"]
