@@ -96,6 +96,7 @@ class Population:
 def with_absolute_paths(members: Iterable[Member], run_dir: str | os.PathLike) -> list[Member]:
     """The members with snapshot paths made absolute (a run stores its own ones relative to its
     directory; runners, readers and evaluators may work from anywhere)."""
+    run_dir = os.path.abspath(run_dir)  # a relative run directory would be joined twice by readers
     return [replace(m, snapshot_path=os.path.join(run_dir, m.snapshot_path))
             if m.snapshot_path and not os.path.isabs(m.snapshot_path) else m for m in members]
 
