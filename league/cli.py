@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+import time
 from pathlib import Path
 
 
@@ -15,11 +18,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=["serial", "process", "ray"], default=None,
                    help="shortcut for --set backend=...")
     p.add_argument("--ray-address", default=None, help="shortcut for --set ray_address=... (backend ray)")
+    p.add_argument("--time-budget", type=duration, default=None, metavar="DURATION",
+                   help="stop at the iteration boundary after which the next iteration would overrun this wall "
+                        "clock (e.g. 90s, 30m, 2h, 1h30m); `ludus resume RUN` goes on")
     p.set_defaults(run=_train)
 
     p = sub.add_parser("resume", help="continue a run from its last checkpoint")
     p.add_argument("run_dir")
     p.add_argument("--iterations", type=int, default=None, help="run until this many iterations in total")
+    p.add_argument("--time-budget", type=duration, default=None, metavar="DURATION",
+                   help="stop at an iteration boundary within this wall clock, as `ludus train --time-budget`")
     p.set_defaults(run=_resume)
 
     p = sub.add_parser("status", help="population table of a run (works while it trains)")
@@ -63,7 +71,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_replay)
 
 
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def duration(text: str) -> float:
+    """Seconds of a DURATION: `90`, `90s`, `30m`, `2h`, `1h30m`, `1m30s` (argparse type)."""
+    found = _DURATION.fullmatch(text.strip().lower())
+    if not text.strip() or found is None or not any(found.groups()):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use e.g. 90s, 30m, 2h or 1h30m")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in found.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be more than 0 seconds")
+    return total
+
+
+def _announce(config, run_dir, verb: str) -> None:
+    """A line before the league is built: a language model's weights can take minutes to load."""
+    if config.log.progress:
+        lm = " (loading a language model's weights can take minutes)" if "text" in config.learner else ""
+        print(f"ludus: {verb} {run_dir}: building the {config.learner} learners for {config.game}{lm}",
+              file=sys.stderr, flush=True)
+
+
 def _train(args) -> int:
+    started = time.monotonic()  # the time budget counts from here: loading weights is part of the run
     from ludus.league import api
 
     overrides = list(args.overrides)
@@ -73,43 +105,50 @@ def _train(args) -> int:
         overrides.append(f"ray_address={args.ray_address}")
     config = api.load_config(args.config, overrides)
     run_dir = args.run_dir or api.default_run_dir(args.config, config)
+    _announce(config, run_dir, "creating")
     league = api.League.create(config, run_dir)
     league.on_population_change.extend(args.league_hooks(config))
     try:
-        league.run()
+        league.run(time_budget=args.time_budget, started=started)
     finally:
         league.close()
     print(api.format_status(api.status(run_dir)))
-    print(next_commands(run_dir, config.game))
+    print(next_commands(run_dir, config.game, stopped=league.stopped_by_budget))
     return 0
 
 
-def next_commands(run_dir: str, game: str) -> str:
-    """What a user does with a finished run, ready to paste."""
+def next_commands(run_dir: str, game: str, stopped: bool = False) -> str:
+    """What a user does with a finished run (or one stopped by its time budget), ready to paste."""
     import shlex
 
     run = shlex.quote(str(run_dir))
     # a run directory stands for its output policy, or its newest main snapshot before a learner's
     # second snapshot writes one (ludus.agents.mixture.run_checkpoint)
-    return "\n".join([
-        "next:",
+    lines = ["next:"]
+    if stopped:
+        lines.append(f"  ludus resume {run}   # the time budget stopped it: go on to its last iteration")
+    lines += [
         f"  ludus report {run} --html {shlex.quote(str(Path(run_dir) / 'report.html'))}   # the run's page",
+        f"  ludus matches {run}   # its matches, one a line (ludus replay {run} ID shows one)",
         f"  ludus evaluate {run} --against {run}   # its output policy against the population",
-        f"  ludus play {shlex.quote(game)} --against {run}   # play it yourself",
-        f"  ludus resume {run} --iterations N   # train on"])
+        f"  ludus play {shlex.quote(game)} --against {run}   # play it yourself"]
+    if not stopped:
+        lines.append(f"  ludus resume {run} --iterations N   # train on")
+    return "\n".join(lines)
 
 
 def _resume(args) -> int:
+    started = time.monotonic()
     from ludus.league import api
 
     league = api.League.resume(args.run_dir)
     league.on_population_change.extend(args.league_hooks(league.config))
     try:
-        league.run(until_iteration=args.iterations)
+        league.run(until_iteration=args.iterations, time_budget=args.time_budget, started=started)
     finally:
         league.close()
     print(api.format_status(api.status(args.run_dir)))
-    print(next_commands(args.run_dir, league.config.game))
+    print(next_commands(args.run_dir, league.config.game, stopped=league.stopped_by_budget))
     return 0
 
 

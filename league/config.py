@@ -94,8 +94,10 @@ class RoleConfig:
 class LogConfig:
     """Where metrics go."""
 
-    wandb: Literal["offline", "online", "disabled"] = "offline"
-    """wandb mode; 'offline' writes under the run directory and needs no key."""
+    wandb: Literal["offline", "online", "disabled"] = "disabled"
+    """wandb mode, the same default for every preset: 'disabled'; 'offline' writes under
+    <run>/wandb and needs no key, 'online' uploads (WANDB_API_KEY); either says where in one line
+    when the run starts, and wandb itself prints nothing (WANDB_MODE overrides this key)."""
     wandb_project: str = "ludus"
     """wandb project name."""
     tensorboard: bool = True

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -80,6 +81,8 @@ class League:
         self.closing_rated = False
         """Whether the run's closing rating round is recorded (`_closing_round`)."""
         self._in_flight: PendingPlay | None = None
+        self.stopped_by_budget = False
+        """Whether the last `run` stopped on its time budget before its last iteration."""
         self.ranks = None
         """The helper ranks of data-parallel learners (learner_backend.ranks > 1; league/learners/ranks.py)."""
         if config.learner_backend.ranks > 1:
@@ -162,8 +165,9 @@ class League:
         (a run on a wall clock ends with a shorter iteration: benchmarks/lm_training.py)."""
         if matches is not None and pending is not None:
             raise RunError("an iteration whose matches were planned already cannot be resized")
-        clock = PhaseClock()
+        clock = PhaseClock(on_enter=lambda phase: self.metrics.phase(phase, self.iteration + 1, self.config.iterations))
         if self.backend is None:
+            self.metrics.phase("start", self.iteration + 1, self.config.iterations)
             self.backend = self._make_backend()
         if pending is None:
             with clock("matchmaking"):
@@ -204,13 +208,22 @@ class League:
             callback(summary)
         return summary, nxt
 
-    def run(self, until_iteration: int | None = None) -> list[IterationSummary]:
+    def run(self, until_iteration: int | None = None, time_budget: float | None = None,
+            started: float | None = None) -> list[IterationSummary]:
         """Run iterations until `until_iteration` (default: config.iterations).
 
         A higher `until_iteration` than the config's is written to config.json once the first
-        iteration of this call has been checkpointed (a refused or failed resume changes nothing)."""
+        iteration of this call has been checkpointed (a refused or failed resume changes nothing).
+        `time_budget` (seconds of wall clock from `started`, a `time.monotonic()` reading, default
+        now): stop at the end of the iteration after which the next one (as long as the mean so far)
+        would not finish in it; at least one iteration runs.
+        The stop is a checkpoint like any other (`stopped_by_budget` is set; `ludus resume` goes on)."""
         if until_iteration is not None and until_iteration < 1:
             raise RunError(f"--iterations must be >= 1, got {until_iteration}")
+        if time_budget is not None and not time_budget > 0:
+            raise RunError(f"--time-budget must be > 0 seconds, got {time_budget}")
+        began = time.monotonic() if started is None else started
+        self.stopped_by_budget = False
         until = min(until_iteration or self.config.iterations, self.config.iterations)
         extend = until_iteration is not None and until_iteration > self.config.iterations
         if extend:
@@ -231,7 +244,17 @@ class League:
                 atomic_write_json(self.run_dir / CONFIG_FILE, config_to_dict(self.config))
                 extend = False
                 self.closing_rated = False  # the extended run ends with its own closing round
+            spent = time.monotonic() - began
+            per_iteration = sum(s.seconds for s in summaries) / len(summaries)
+            if time_budget is not None and self.iteration < until and spent + per_iteration > time_budget:
+                self.stopped_by_budget = True
+                self.metrics.note(f"ludus: stopped at iteration {self.iteration}/{self.config.iterations} by the "
+                                  f"time budget ({spent:.0f} s of {time_budget:.0f} s spent, an iteration takes "
+                                  f"{per_iteration:.0f} s); `ludus resume {self.run_dir}` goes on")
+                log.info("stopped by the time budget at iteration %d", self.iteration)
+                break
         if self.iteration >= self.config.iterations and not self.closing_rated:
+            self.metrics.phase("closing", self.iteration, self.config.iterations)
             self._closing_round()
         self.metrics.end_progress()
         return summaries
