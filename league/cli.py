@@ -62,12 +62,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=_ratings)
 
+    p = sub.add_parser("matches", help="a run's or an arena's matches, one a line, with filters")
+    p.add_argument("run_dir", nargs="?", default=None, metavar="RUN", help="run directory (or give --arena DIR)")
+    p.add_argument("--arena", dest="arena_dir", default=None, metavar="DIR", help="an arena directory instead")
+    p.add_argument("--player", default=None, help="only matches of this player id (e.g. main, main@3, anchor:random)")
+    p.add_argument("--status", default=None, help="only matches with a seat of this status (ok, error, timeout, "
+                                                  "invalid)")
+    p.add_argument("--kind", default=None, help="only matches of this kind (training, rating, evaluation, arena)")
+    p.add_argument("--iteration", type=int, default=None,
+                   help="only matches of this iteration (1-based; in an arena, this tournament)")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=int, default=None, help="show the newest N that pass (default 50)")
+    shown.add_argument("--all", action="store_true", help="show every match that passes")
+    p.set_defaults(run=_matches)
+
     p = sub.add_parser("replay", help="re-simulate a match of a run from the ledger and check its returns")
     p.add_argument("run_dir")
     p.add_argument("match", type=int, help="match id")
     p.add_argument("--quiet", action="store_true", help="print only the verdict")
-    p.add_argument("--html", metavar="FILE", help="also write the match's replay player (a self-contained page)")
-    p.add_argument("--json", metavar="FILE", help="also write the match as episode JSON (steps with boards)")
+    p.add_argument("--html", metavar="FILE", help="write the match's replay player (a self-contained page) instead "
+                                                  "of printing its boards")
+    p.add_argument("--json", metavar="FILE", help="write the match as episode JSON (steps with boards) instead of "
+                                                  "printing its boards")
     p.set_defaults(run=_replay)
 
 
@@ -214,11 +230,33 @@ def _ratings(args) -> int:
     return 0
 
 
+def _matches(args) -> int:
+    from ludus.errors import UserError
+    from ludus.league.matchlist import DEFAULT_LIMIT, MatchFilter, format_listing, list_matches
+
+    if (args.run_dir is None) == (args.arena_dir is None):
+        raise UserError("give a run directory or --arena DIR (not both): `ludus matches RUN` or "
+                        "`ludus matches --arena DIR`")
+    directory = args.run_dir or args.arena_dir
+    if args.arena_dir is not None:
+        from ludus.arena.api import Arena
+
+        Arena.open(directory).info()  # one line if it is no arena
+    else:
+        from ludus.league.rundata import read_run
+
+        read_run(directory)  # one line if it is no run
+    which = MatchFilter(args.player, args.status, args.kind, args.iteration)
+    listing = list_matches(directory, which, None if args.all else args.limit or DEFAULT_LIMIT)
+    print(format_listing(listing, directory, arena=args.arena_dir is not None))
+    return 0
+
+
 def _replay(args) -> int:
     from ludus.league import api
 
     replay = api.replay_match(args.run_dir, args.match)
-    if not args.quiet:
+    if not args.quiet and not args.html and not args.json:  # with a file to write, only the verdict and the file
         print(replay.transcript)
     print(f"match {args.match}: recorded returns {list(replay.recorded_returns)}, replayed "
           f"{list(replay.replayed_returns)}: {'OK' if replay.matches else 'MISMATCH'}")

@@ -184,7 +184,7 @@ class League:
                 nxt = self._submit(tasks)
             self._in_flight = nxt[0]  # kept in the checkpoint: a resume replays exactly these tasks
         with clock("record"):
-            recorded = self.recorder.record(results, self.learners, self._checkpoint_seq)
+            recorded = self.recorder.record(results, self.learners, self._checkpoint_seq, self.iteration + 1)
         with clock("learn"):
             learned = learn(self.learners, results, self.config.max_policy_lag, self.iteration / self.config.iterations)
         with clock("snapshot"):
@@ -271,7 +271,7 @@ class League:
         if plan.tasks:
             self.next_match_id = plan.next_match_id
             results = self.backend.collect(self._submit(list(plan.tasks))[1])
-            recorded = self.recorder.record(results, self.learners, self._checkpoint_seq)
+            recorded = self.recorder.record(results, self.learners, self._checkpoint_seq, self.iteration)
             self.total_env_steps += sum(r.env_steps for r in results)
             self.total_matches += recorded.rating
             log.info("closing round: %d rating matches rate the last iteration's snapshots", recorded.rating)
