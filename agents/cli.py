@@ -17,19 +17,31 @@ def _run_play(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from ludus.agents.export import MIXTURE_FORMAT, ExportError, export_mixture, export_snapshot
-    from ludus.agents.mixture import is_mixture, run_checkpoint
+    from pathlib import Path
+
+    from ludus.agents.export import TOLERANCE, MIXTURE_FORMAT, ExportError, export_mixture, export_snapshot
+    from ludus.agents.mixture import component_paths, is_mixture, read_mixture, run_checkpoint
 
     args.snapshot = run_checkpoint(args.snapshot)  # a run directory stands for its output policy
     if is_mixture(args.snapshot):
-        files = export_mixture(args.snapshot, args.format, args.out)
-        print("\n".join(f"wrote {path}" for path in files))
-        return 0
+        mixture = read_mixture(args.snapshot)
+        paths = component_paths(args.snapshot, mixture)
+        if args.format != MIXTURE_FORMAT and len(paths) == 1 and paths[0] is not None:
+            args.snapshot = paths[0]  # a policy of one snapshot (a run's newest main): its net, to one file
+        else:
+            if Path(args.out).suffix in (".onnx", ".pt", ".ts"):
+                raise ExportError(f"{args.snapshot} is a mixture of {len(paths)} members: --out names a new "
+                                  f"directory for each member's file and members.json, not {args.out}")
+            files = export_mixture(args.snapshot, args.format, args.out)
+            print("\n".join(f"wrote {path}" for path in files))
+            if args.format != MIXTURE_FORMAT:
+                print(f"(each member checked against its torch net: max |diff| <= {TOLERANCE:g})")
+            return 0
     if args.format == MIXTURE_FORMAT:
         raise ExportError(f"{args.snapshot} is not a mixture checkpoint (no mixture.json): --format mixture "
                           f"exports a league's output policy, e.g. runs/x/output_policy")
     report = export_snapshot(args.snapshot, args.format, args.out)
-    print(f"wrote {report.path} ({report.format}); max |diff| vs the torch net: "
+    print(f"wrote {report.path} ({report.format}, one file); checked on random inputs, max |diff| vs the torch net: "
           f"logits {report.max_abs_diff_logits:.1e}, value {report.max_abs_diff_value:.1e}")
     return 0
 
