@@ -31,7 +31,7 @@ from ludus.league.play.backends import Backend, make_backend
 from ludus.league.checkpoint import (CHECKPOINT_POINTER, CONFIG_FILE, CheckpointState, LearnerState, PendingPlay, RunError,
                                building_run, checked_run, clean_stale_temporaries, config_digest, ledger_mark,
                                read_learner_tensors, write_checkpoint)
-from ludus.league.config import LeagueConfig, config_from_dict, config_to_dict
+from ludus.league.config import LeagueConfig, config_from_dict, config_to_dict, registering_module
 from ludus.league.founders import BASE_ANCHOR, base_anchor, founding_members
 from ludus.league.learners.base import LeagueLearner
 from ludus.league.learners.learning import Learner, due_for_snapshot, freeze, learn, make_learner, reset, reset_due, track_gain
@@ -102,6 +102,8 @@ class League:
         """Start a new run in `run_dir` (must be new or empty); nothing is left there if it fails."""
         run_dir = Path(run_dir)
         config_from_dict(config_to_dict(config))  # validate the game id before touching the disk
+        if not config.game_module:  # a game registered in Python: the CLI imports its module to read the run
+            config = replace(config, game_module=registering_module(config.game))
         with building_run(run_dir) as building:
             store = Store.open(building, mode="write")
             try:
