@@ -247,7 +247,7 @@ def _matches(args) -> int:
 
         read_run(directory)  # one line if it is no run
     which = MatchFilter(args.player, args.status, args.kind, args.iteration)
-    listing = list_matches(directory, which, None if args.all else args.limit or DEFAULT_LIMIT)
+    listing = list_matches(directory, which, None if args.all else DEFAULT_LIMIT if args.limit is None else args.limit)
     print(format_listing(listing, directory, arena=args.arena_dir is not None))
     return 0
 

@@ -68,9 +68,11 @@ RUN_PATH_ARGUMENTS = ("run_dir", "checkpoint", "snapshot", "against", "config")
 beside them or two levels up): the run's `game_module` is imported before the command runs."""
 
 
-def _import_games(args) -> None:
+def _import_games(args) -> list[str]:
     """Import the modules of --import and $LUDUS_IMPORT, and the `game_module` of each run an
-    argument names, so games registered in Python (`ludus.games.registry.register`) are known."""
+    argument names, so games registered in Python (`ludus.games.registry.register`) are known.
+    A run's module that cannot be imported is no error yet (`ludus status` needs no game): the
+    reasons are returned, and said if the command then meets an unknown game."""
     from ludus.league.config import import_game_module
 
     modules = [m.strip() for m in os.environ.get("LUDUS_IMPORT", "").split(",") if m.strip()] + args.imports
@@ -79,6 +81,7 @@ def _import_games(args) -> None:
             importlib.import_module(module)
         except ImportError as exc:
             raise UserError(f"--import {module}: cannot import it ({exc}); put it on PYTHONPATH") from None
+    problems = []
     for name in RUN_PATH_ARGUMENTS:
         value = getattr(args, name, None)
         if not isinstance(value, str) or not value:
@@ -87,8 +90,12 @@ def _import_games(args) -> None:
         for run in (path, path.parent, path.parent.parent):
             found = _game_module(run / "config.json")
             if found is not None:
-                import_game_module(*found)
+                try:
+                    import_game_module(*found)
+                except UserError as exc:
+                    problems.append(str(exc))
                 break
+    return problems
 
 
 def _game_module(path: Path) -> tuple[str, str] | None:
@@ -107,13 +114,17 @@ def _game_module(path: Path) -> tuple[str, str] | None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    problems: list[str] = []
     try:
         _check_match_argument(args)
-        _import_games(args)
+        problems = _import_games(args)
         result = args.run(args)
     except UserError as exc:
+        message = str(exc)
+        if problems and "unknown game" in message:  # why: the run's game_module did not import
+            message = problems[0]
         # one line, and no terminal control from text a submission or a file put in the message
-        print(f"ludus: error: {printable(str(exc)).replace(chr(10), ' ')}", file=sys.stderr)
+        print(f"ludus: error: {printable(message).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (`ludus status RUN | head -1`): stop quietly, as Unix tools do; stdout
