@@ -146,7 +146,7 @@ def run_dir(tmp_path_factory) -> Path:
     from ludus.league.config import load_config
 
     path = tmp_path_factory.mktemp("bad-input") / "run"
-    league = League.create(load_config("quickstart", ["iterations=2", "log.progress=false"]), path)
+    league = League.create(load_config("quickstart", ["iterations=2", "snapshot_every_steps=800", "log.progress=false"]), path)
     try:
         league.run()
     finally:

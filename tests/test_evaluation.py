@@ -38,7 +38,7 @@ LEDUC = "spiel:leduc_poker"
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("evaluation") / "run"
-    league = League.create(load_config("quickstart", ["iterations=2", "log.progress=false"]), path)
+    league = League.create(load_config("quickstart", ["iterations=2", "snapshot_every_steps=800", "log.progress=false"]), path)
     try:
         league.run()
     finally:
