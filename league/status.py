@@ -70,6 +70,10 @@ class StatusReport:
     """The output policy's latest exploitability (``eval/exploitability`` in metrics.jsonl), if logged."""
     exploitability_step: float | None = None
     """Env steps at which it was measured."""
+    target_exploitability: float | None = None
+    """For a learner that trains towards an exact table (text_mmd on a small poker game): that
+    table's latest exploitability (``losses/<main>/table_exploitability``), the headline such a
+    run reports while it trains; the LM's own is `ludus evaluate RUN --exploitability`."""
 
     def to_json(self) -> dict:
         return {
@@ -77,6 +81,7 @@ class StatusReport:
             "iterations": self.iterations, "total_matches": self.total_matches,
             "total_env_steps": self.total_env_steps, "anchors": list(self.anchors),
             "exploitability": self.exploitability, "exploitability_step": self.exploitability_step,
+            "target_exploitability": self.target_exploitability,
             "members": [{**m.__dict__, "conservative": m.conservative,
                          "vs_anchors": {a: {"games": n, "score": v} for a, n, v in m.vs_anchors}}
                         for m in self.members],
@@ -171,9 +176,14 @@ def status(run_dir: str | Path) -> StatusReport:
     members.sort(key=lambda m: (m.conservative is None, -(m.conservative or 0.0), m.player_id))
     found = latest_metric(run.run_dir / "metrics.jsonl", EXPLOITABILITY_KEY) if _measures_exploitability(run.config) \
         else None
+    roles = run.config.get("roles") or [{}]
+    target = None
+    if found is None and isinstance(roles[0], dict) and roles[0].get("name"):
+        target = latest_metric(run.run_dir / "metrics.jsonl", f"losses/{roles[0]['name']}/table_exploitability")
     return StatusReport(str(run_dir), run.game_id, run.iteration, run.config["iterations"], run.total_matches,
                         run.total_env_steps, tuple(members), tuple(anchors),
-                        None if found is None else found[0], None if found is None else found[1])
+                        None if found is None else found[0], None if found is None else found[1],
+                        None if target is None else target[0])
 
 
 def anchor_label(player_id: str) -> str:
@@ -187,6 +197,9 @@ def format_status(report: StatusReport) -> str:
     exploit = ("" if report.exploitability is None else
                f"  output-policy exploitability {report.exploitability:.4g} (at {report.exploitability_step:,.0f} "
                f"env steps)")
+    if report.target_exploitability is not None:
+        exploit += (f"  learner's target exploitability {report.target_exploitability:.4g} (the LM's own: "
+                    f"ludus evaluate RUN --exploitability)")
     labels = [anchor_label(a) for a in report.anchors]
     widths = [max(len(label), 6) for label in labels]
     lines = [f"run {report.run_dir}  game {report.game}  iteration {report.iteration}/{report.iterations}  "
