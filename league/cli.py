@@ -103,7 +103,7 @@ def duration(text: str) -> float:
 
 
 def _announce(config, run_dir, verb: str) -> None:
-    """A line before the league is built: a language model's weights can take minutes to load."""
+    """A line before the league is built or restored: a language model's weights can take minutes to load."""
     if config.log.progress:
         lm = " (loading a language model's weights can take minutes)" if "text" in config.learner else ""
         print(f"ludus: {verb} {run_dir}: building the {config.learner} learners for {config.game}{lm}",
@@ -156,7 +156,11 @@ def next_commands(run_dir: str, game: str, stopped: bool = False) -> str:
 def _resume(args) -> int:
     started = time.monotonic()
     from ludus.league import api
+    from ludus.league.rundata import read_run
 
+    from ludus.league.config import config_from_dict
+
+    _announce(config_from_dict(read_run(args.run_dir).config), args.run_dir, "resuming")
     league = api.League.resume(args.run_dir)
     league.on_population_change.extend(args.league_hooks(league.config))
     try:

@@ -308,3 +308,20 @@ def test_the_import_option_makes_a_registered_game_playable(tmp_path):
     assert out.returncode == 0, out.stderr
     out = _ludus(["--import", "no_such_module_here", "games"], REGISTERED)
     assert out.returncode == 2 and "--import no_such_module_here: cannot import it" in out.stderr
+
+
+def test_a_run_written_before_game_module_existed_still_resumes(tmp_path, ludus_here):
+    import json
+
+    run = tmp_path / "run"
+    league = League.create(load_config("quickstart", SMALL[1:] + ["iterations=1"]), run)
+    try:
+        league.run()
+    finally:
+        league.close()
+    config = json.loads((run / "config.json").read_text())
+    del config["game_module"]  # as a run made before the key was added wrote it
+    (run / "config.json").write_text(json.dumps(config))
+    out = ludus_here("resume", str(run), "--iterations", "2")
+    assert out.returncode == 0, out.stderr
+    assert status(run).iteration == 2
