@@ -224,6 +224,8 @@ class RunLog:
         """Serialises stderr writes of the loop and the heartbeat thread."""
         self.stop_heartbeat = threading.Event()
         self.heartbeat: threading.Thread | None = None
+        self.width = 0
+        """Length of the progress line on a terminal now (a shorter one is padded over it)."""
 
     def start(self, resume: bool, iteration: int = 0) -> None:
         self.started, self.first_iteration = time.monotonic(), iteration
@@ -257,9 +259,15 @@ class RunLog:
                 line = (f"it {self.phase_iteration}/{self.phase_total} "
                         f"{PHASE_WORDS.get(self.phase_name, self.phase_name)} for {_duration(now - self.phase_started)}, "
                         f"{_duration(now - (self.started or now))} elapsed")
-                sys.stderr.write(("\r" + line + "   ") if self.terminal else line + "\n")
+                sys.stderr.write(self._redrawn(line) if self.terminal else line + "\n")
                 sys.stderr.flush()
                 self.last_line = now
+
+    def _redrawn(self, line: str) -> str:
+        """`line` over the terminal's progress line, padded to cover a longer previous one."""
+        text = "\r" + line.ljust(self.width) + "   "
+        self.width = len(line)
+        return text
 
     def banner(self, resume: bool) -> str:
         """Where this run's results go, said once when it starts."""
@@ -298,7 +306,7 @@ class RunLog:
             with self.lock:
                 first = s.iteration == self.first_iteration + 1
                 if self.terminal:
-                    sys.stderr.write("\r" + line + "   ")
+                    sys.stderr.write(self._redrawn(line))
                     self.last_line = now
                 elif first or now - self.last_line >= PLAIN_PROGRESS_EVERY_S or s.iteration == totals.iterations:
                     sys.stderr.write(line + "\n")  # a log gets plain lines, every so often
