@@ -16,6 +16,11 @@ def _run_play(args: argparse.Namespace) -> int:
     return 0
 
 
+FILE_SUFFIXES = (".onnx", ".pt", ".ts")
+"""An --out ending so names one file: a one-snapshot policy exports to it, a mixture of several
+members refuses it (they go into a directory with members.json)."""
+
+
 def _run_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -26,10 +31,11 @@ def _run_export(args: argparse.Namespace) -> int:
     if is_mixture(args.snapshot):
         mixture = read_mixture(args.snapshot)
         paths = component_paths(args.snapshot, mixture)
-        if args.format != MIXTURE_FORMAT and len(paths) == 1 and paths[0] is not None:
+        one_file = Path(args.out).suffix in FILE_SUFFIXES
+        if args.format != MIXTURE_FORMAT and one_file and len(paths) == 1 and paths[0] is not None:
             args.snapshot = paths[0]  # a policy of one snapshot (a run's newest main): its net, to one file
         else:
-            if Path(args.out).suffix in (".onnx", ".pt", ".ts"):
+            if one_file:
                 raise ExportError(f"{args.snapshot} is a mixture of {len(paths)} members: --out names a new "
                                   f"directory for each member's file and members.json, not {args.out}")
             files = export_mixture(args.snapshot, args.format, args.out)
@@ -67,5 +73,7 @@ def register(subparsers) -> None:
                     "weights, or with --format mixture a self-contained copy (an arena submission).")
     export.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot or mixture directory")
     export.add_argument("--format", required=True, choices=("torchscript", "onnx", "mixture"))
-    export.add_argument("--out", required=True, metavar="FILE|DIR", help="file to write (a directory for a mixture)")
+    export.add_argument("--out", required=True, metavar="FILE|DIR",
+                        help="file to write (x.onnx, x.pt: one file, also for a run whose output policy is one "
+                             "snapshot), or a new directory for a mixture (each member's file and members.json)")
     export.set_defaults(run=_run_export)
