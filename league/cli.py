@@ -102,17 +102,19 @@ def duration(text: str) -> float:
     return total
 
 
-def _announce(config, run_dir, verb: str) -> None:
-    """A line before the league is built or restored: a language model's weights can take minutes to load."""
-    if config.log.progress:
-        lm = " (loading a language model's weights can take minutes)" if "text" in config.learner else ""
-        print(f"ludus: {verb} {run_dir}: building the {config.learner} learners for {config.game}{lm}",
-              file=sys.stderr, flush=True)
+def _announce(config: dict, run_dir, verb: str) -> None:
+    """A line before the league is built or restored (`config` as config.json holds it): a
+    language model's weights can take minutes to load."""
+    log, learner, game = config.get("log"), config.get("learner"), config.get("game")
+    if isinstance(log, dict) and log.get("progress", True) and isinstance(learner, str) and isinstance(game, str):
+        lm = " (loading a language model's weights can take minutes)" if "text" in learner else ""
+        print(f"ludus: {verb} {run_dir}: building the {learner} learners for {game}{lm}", file=sys.stderr, flush=True)
 
 
 def _train(args) -> int:
     started = time.monotonic()  # the time budget counts from here: loading weights is part of the run
     from ludus.league import api
+    from ludus.league.config import config_to_dict
 
     overrides = list(args.overrides)
     if args.backend:
@@ -121,7 +123,7 @@ def _train(args) -> int:
         overrides.append(f"ray_address={args.ray_address}")
     config = api.load_config(args.config, overrides)
     run_dir = args.run_dir or api.default_run_dir(args.config, config)
-    _announce(config, run_dir, "creating")
+    _announce(config_to_dict(config), run_dir, "creating")
     league = api.League.create(config, run_dir)
     league.on_population_change.extend(args.league_hooks(config))
     try:
@@ -155,12 +157,14 @@ def next_commands(run_dir: str, game: str, stopped: bool = False) -> str:
 
 def _resume(args) -> int:
     started = time.monotonic()
+    import json
+
     from ludus.league import api
-    from ludus.league.rundata import read_run
 
-    from ludus.league.config import config_from_dict
-
-    _announce(config_from_dict(read_run(args.run_dir).config), args.run_dir, "resuming")
+    try:  # only to say what is loading: League.resume checks the run and names what is wrong with it
+        _announce(json.loads((Path(args.run_dir) / "config.json").read_text()), args.run_dir, "resuming")
+    except (OSError, ValueError, AttributeError):
+        pass
     league = api.League.resume(args.run_dir)
     league.on_population_change.extend(args.league_hooks(league.config))
     try:
