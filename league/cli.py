@@ -247,9 +247,11 @@ def _matches(args) -> int:
                         "`ludus matches --arena DIR`")
     directory = args.run_dir or args.arena_dir
     if args.arena_dir is not None:
-        from ludus.arena.api import Arena
+        from ludus.league.records.ledger import LEDGER_FILENAME
 
-        Arena.open(directory).info()  # one line if it is no arena
+        if not (Path(directory) / LEDGER_FILENAME).is_file():  # (the league may not import the arena)
+            raise UserError(f"no arena in {directory}: its {LEDGER_FILENAME} is missing (`ludus arena submit PATH "
+                            f"--game GAME --arena {directory}` makes one)")
     else:
         from ludus.league.rundata import read_run
 

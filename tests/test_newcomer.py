@@ -325,3 +325,8 @@ def test_a_run_written_before_game_module_existed_still_resumes(tmp_path, ludus_
     out = ludus_here("resume", str(run), "--iterations", "2")
     assert out.returncode == 0, out.stderr
     assert status(run).iteration == 2
+
+
+def test_matches_of_a_directory_that_holds_no_arena_is_one_line(tmp_path, ludus_here):
+    out = ludus_here("matches", "--arena", str(tmp_path))
+    assert out.returncode == 2 and f"no arena in {tmp_path}" in out.stderr and len(out.stderr.splitlines()) == 1
