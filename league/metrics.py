@@ -226,6 +226,8 @@ class RunLog:
         self.heartbeat: threading.Thread | None = None
         self.width = 0
         """Length of the progress line on a terminal now (a shorter one is padded over it)."""
+        self.startup = 0.0
+        """Seconds spent starting the runners, left out of the ETA (a pace of iterations)."""
 
     def start(self, resume: bool, iteration: int = 0) -> None:
         self.started, self.first_iteration = time.monotonic(), iteration
@@ -245,7 +247,10 @@ class RunLog:
     def phase(self, name: str, iteration: int, iterations: int) -> None:
         """The loop enters phase `name` of iteration `iteration` (1-based) of `iterations`."""
         with self.lock:
-            self.phase_name, self.phase_started = name, time.monotonic()
+            now = time.monotonic()
+            if self.phase_name == "start":  # starting the runners (loading a model) is no iteration's pace
+                self.startup += now - self.phase_started
+            self.phase_name, self.phase_started = name, now
             self.phase_iteration, self.phase_total = iteration, iterations
 
     def _beat(self) -> None:
@@ -301,7 +306,7 @@ class RunLog:
             now = time.monotonic()
             elapsed = now - (self.started or now)
             done = s.iteration - self.first_iteration
-            eta = elapsed / done * (totals.iterations - s.iteration) if done > 0 else None
+            eta = max(elapsed - self.startup, 0.0) / done * (totals.iterations - s.iteration) if done > 0 else None
             line = progress_line(s, totals, elapsed, eta)
             with self.lock:
                 first = s.iteration == self.first_iteration + 1

@@ -330,3 +330,26 @@ def test_a_run_written_before_game_module_existed_still_resumes(tmp_path, ludus_
 def test_matches_of_a_directory_that_holds_no_arena_is_one_line(tmp_path, ludus_here):
     out = ludus_here("matches", "--arena", str(tmp_path))
     assert out.returncode == 2 and f"no arena in {tmp_path}" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_the_eta_leaves_out_starting_the_runners(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(metrics.time, "monotonic", lambda: clock[0])
+    log = metrics.RunLog(tmp_path, LogConfig(tensorboard=False), {"game": "g", "iterations": 10},
+                         __import__("logging").getLogger("test"))
+    err = io.StringIO()
+    summary = metrics.IterationSummary(1, 4, 0, 40, 110.0, dict.fromkeys(metrics.PHASES, 0.0), 1.0, 0.0, 0, (), {},
+                                       None)
+    totals = metrics.LeagueTotals(10, 40, 4, 3, 0, 1)
+    with redirect_stderr(err):
+        log.terminal = False
+        log.start(resume=False)
+        log.phase("start", 1, 10)  # the runners load a model for 100 s
+        clock[0] += 100
+        log.phase("play", 1, 10)  # then the iteration takes 10 s
+        clock[0] += 10
+        log.iteration(summary, totals, {}, {})
+        log.end_progress()
+        log.close()
+    [line] = [line for line in err.getvalue().splitlines() if line.startswith("[")]
+    assert "it 1/10 1:50 elapsed, ETA 1:30" in line  # 9 iterations of 10 s, not of 110 s
