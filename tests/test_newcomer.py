@@ -353,3 +353,21 @@ def test_the_eta_leaves_out_starting_the_runners(tmp_path, monkeypatch):
         log.close()
     [line] = [line for line in err.getvalue().splitlines() if line.startswith("[")]
     assert "it 1/10 1:50 elapsed, ETA 1:30" in line  # 9 iterations of 10 s, not of 110 s
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 5])
+def test_the_quickstart_shows_learning_in_its_final_table(tmp_path, seed):
+    """The README's first run: its newest main snapshot scores >= 0.3 above anchor:random in the
+    table's score column, beats random and holds the perfect player (seed 0 tuned it; 5 is unseen)."""
+    run = tmp_path / "run"
+    league = League.create(load_config("quickstart", [f"seed={seed}", "log.progress=false"]), run)
+    try:
+        league.run()
+    finally:
+        league.close()
+    rows = {m.player_id: m for m in status(run).members}
+    newest = max((m for m in rows.values() if m.kind == "snapshot"), key=lambda m: m.iteration)
+    assert newest.score - rows["anchor:random"].score >= 0.3
+    versus = {anchor: score for anchor, _, score in newest.vs_anchors}
+    assert versus["anchor:random"] >= 0.8 and versus["anchor:perfect"] >= 0.35
