@@ -371,3 +371,19 @@ def test_the_quickstart_shows_learning_in_its_final_table(tmp_path, seed):
     assert newest.score - rows["anchor:random"].score >= 0.3
     versus = {anchor: score for anchor, _, score in newest.vs_anchors}
     assert versus["anchor:random"] >= 0.8 and versus["anchor:perfect"] >= 0.35
+
+
+def test_a_learner_with_a_target_table_has_its_exploitability_in_the_header(run_dir, tmp_path):
+    import json
+    import shutil
+
+    from ludus.league.status import format_status
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    assert status(run).target_exploitability is None  # PPO logs no target table
+    with open(run / "metrics.jsonl", "a") as f:  # what text_mmd logs with each update
+        f.write(json.dumps({"step": 99, "losses/main/table_exploitability": 0.0437}) + "\n")
+    report = status(run)
+    assert report.target_exploitability == pytest.approx(0.0437)
+    assert "learner's target exploitability 0.0437" in format_status(report).splitlines()[0]
