@@ -16,20 +16,38 @@ def _run_play(args: argparse.Namespace) -> int:
     return 0
 
 
+FILE_SUFFIXES = (".onnx", ".pt", ".ts")
+"""An --out ending so names one file: a one-snapshot policy exports to it, a mixture of several
+members refuses it (they go into a directory with members.json)."""
+
+
 def _run_export(args: argparse.Namespace) -> int:
-    from ludus.agents.export import MIXTURE_FORMAT, ExportError, export_mixture, export_snapshot
-    from ludus.agents.mixture import is_mixture, run_checkpoint
+    from pathlib import Path
+
+    from ludus.agents.export import TOLERANCE, MIXTURE_FORMAT, ExportError, export_mixture, export_snapshot
+    from ludus.agents.mixture import component_paths, is_mixture, read_mixture, run_checkpoint
 
     args.snapshot = run_checkpoint(args.snapshot)  # a run directory stands for its output policy
     if is_mixture(args.snapshot):
-        files = export_mixture(args.snapshot, args.format, args.out)
-        print("\n".join(f"wrote {path}" for path in files))
-        return 0
+        mixture = read_mixture(args.snapshot)
+        paths = component_paths(args.snapshot, mixture)
+        one_file = Path(args.out).suffix in FILE_SUFFIXES
+        if args.format != MIXTURE_FORMAT and one_file and len(paths) == 1 and paths[0] is not None:
+            args.snapshot = paths[0]  # a policy of one snapshot (a run's newest main): its net, to one file
+        else:
+            if one_file:
+                raise ExportError(f"{args.snapshot} is a mixture of {len(paths)} members: --out names a new "
+                                  f"directory for each member's file and members.json, not {args.out}")
+            files = export_mixture(args.snapshot, args.format, args.out)
+            print("\n".join(f"wrote {path}" for path in files))
+            if args.format != MIXTURE_FORMAT:
+                print(f"(each member checked against its torch net: max |diff| <= {TOLERANCE:g})")
+            return 0
     if args.format == MIXTURE_FORMAT:
         raise ExportError(f"{args.snapshot} is not a mixture checkpoint (no mixture.json): --format mixture "
                           f"exports a league's output policy, e.g. runs/x/output_policy")
     report = export_snapshot(args.snapshot, args.format, args.out)
-    print(f"wrote {report.path} ({report.format}); max |diff| vs the torch net: "
+    print(f"wrote {report.path} ({report.format}, one file); checked on random inputs, max |diff| vs the torch net: "
           f"logits {report.max_abs_diff_logits:.1e}, value {report.max_abs_diff_value:.1e}")
     return 0
 
@@ -55,5 +73,7 @@ def register(subparsers) -> None:
                     "weights, or with --format mixture a self-contained copy (an arena submission).")
     export.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot or mixture directory")
     export.add_argument("--format", required=True, choices=("torchscript", "onnx", "mixture"))
-    export.add_argument("--out", required=True, metavar="FILE|DIR", help="file to write (a directory for a mixture)")
+    export.add_argument("--out", required=True, metavar="FILE|DIR",
+                        help="file to write (x.onnx, x.pt: one file, also for a run whose output policy is one "
+                             "snapshot), or a new directory for a mixture (each member's file and members.json)")
     export.set_defaults(run=_run_export)

@@ -93,7 +93,7 @@ def _write_onnx(net: ActorCritic, obs: torch.Tensor, mask: torch.Tensor, out: Pa
             warnings.filterwarnings("ignore", message=r".*The axis name: batch will not be used", category=UserWarning)
             torch.onnx.export(net, (obs, mask), str(out), input_names=["obs", "mask"],
                               output_names=["logits", "value"], dynamic_shapes={"obs": {0: batch}, "mask": {0: batch}},
-                              dynamo=True, verbose=False)
+                              dynamo=True, verbose=False, external_data=False)  # one file: weights inside
     finally:
         registration_log.setLevel(level)
 

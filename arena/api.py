@@ -196,8 +196,8 @@ class Arena:
         with self._reader() as store:
             match = store.get_match(int(match_id))
         if match is None:
-            raise ArenaError(f"match {match_id} is not in the arena in {self.directory}; see `ludus arena "
-                             f"leaderboard --html` for match numbers")
+            raise ArenaError(f"match {match_id} is not in the arena in {self.directory}; `ludus matches --arena "
+                             f"{self.directory}` lists its matches")
         return match
 
     def replay(self, match_id: int) -> str:

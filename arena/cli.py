@@ -65,7 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_leaderboard)
 
     p = commands.add_parser("replay", parents=[common], help="a match move by move, with boards")
-    p.add_argument("match", type=int, help="match number (from the leaderboard page or the tournament output)")
+    p.add_argument("match", type=int, help="match number (`ludus matches --arena DIR` lists them)")
+    p.add_argument("--html", metavar="FILE", help="write the match's replay player (a self-contained page) instead "
+                                                  "of printing its boards")
     p.set_defaults(run=_replay)
 
     p = commands.add_parser("serve", parents=[common, isolation, time_control],
@@ -184,7 +186,19 @@ def _leaderboard(args) -> int:
 
 
 def _replay(args) -> int:
-    _say(_open(args).replay(args.match))
+    arena = _open(args)
+    if not args.html:
+        _say(arena.replay(args.match))
+        return 0
+    from pathlib import Path
+
+    from ludus.files import atomic_write_bytes
+    from ludus.league.records.replay import match_episode
+    from ludus.replay_page import replay_html
+
+    match = arena.match(args.match)
+    atomic_write_bytes(Path(args.html), replay_html(match_episode(match), f"Arena match {match.match_id}").encode())
+    _say(f"replay player: {args.html}")
     return 0
 
 

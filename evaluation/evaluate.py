@@ -323,6 +323,21 @@ def _shard(assignments: list[MatchAssignment], shards: int, seed: int, greedy: t
             for i in range(shards) if bounds[i + 1] > bounds[i]]
 
 
+def same_game(checkpoint_game: str, run_game: str, run_spec) -> bool:
+    """Whether a checkpoint's game id names the run's game: the ids as written, or as the registry
+    spells them (a config's `spiel:kuhn_poker( players=2 )` and a snapshot's spec id
+    `spiel:kuhn_poker(players=2)` name one game)."""
+    from ludus.games.core import GameError
+    from ludus.games.registry import spec as game_spec
+
+    if checkpoint_game in (run_game, run_spec.id):
+        return True
+    try:
+        return game_spec(checkpoint_game).id == run_spec.id
+    except GameError:
+        return False
+
+
 def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.PathLike, games_per_opponent: int = 100,
                         include_anchors: bool = False, seed: int = 0, num_runners: int = 1, backend: str = "serial",
                         greedy: bool = False, num_envs: int = 64) -> EvaluationReport:
@@ -362,14 +377,14 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
     # Verify here, in this process: a bad checkpoint is a one-line SnapshotError, not a worker crash.
     if is_mixture(checkpoint_path):
         mixture = read_mixture(checkpoint_path)
-        if mixture.game_id != run.game_id:
+        if not same_game(mixture.game_id, run.game_id, spec):
             raise EvaluationError(f"{checkpoint_path} plays {mixture.game_id}, the run {run.game_id}")
         candidate_id, snapshot_id = "eval:mixture", "mixture"
         components = _mixture_members(checkpoint_path, mixture)
         weights = [c.weight for c in mixture.components]
     else:
         ref = verify_snapshot(checkpoint_path)
-        if ref.game_id != run.game_id:
+        if not same_game(ref.game_id, run.game_id, spec):
             raise EvaluationError(f"{checkpoint_path} plays {ref.game_id}, the run {run.game_id}")
         candidate_id, snapshot_id = f"eval:{ref.snapshot_id[:12]}", ref.snapshot_id
         components = [Member(candidate_id, "snapshot", "evaluated", snapshot_path=str(checkpoint_path),

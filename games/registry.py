@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -139,6 +140,12 @@ def register(name: str, make: Callable[..., Game], make_vector: Callable[..., Ve
     if name in _NATIVE:
         raise GameError(f"game {name!r} is already registered")
     _NATIVE[name] = GameEntry(name, make, make_vector, summary, layout)
+    REGISTERED_BY[name] = sys._getframe(1).f_globals.get("__name__", "")
+
+
+REGISTERED_BY: dict[str, str] = {}
+"""Game name -> the module whose code called `register` ('__main__' for a script): a league run
+records it as its `game_module`, so `ludus` commands can import it (league/config.py)."""
 
 
 BUILTIN_GAMES = {

@@ -168,8 +168,8 @@ def recorded_match(run_dir: str | Path, match_id: int) -> MatchResult:
     with Store.open(Path(run_dir), mode="read") as store:
         match = store.get_match(match_id)
     if match is None:
-        raise RunError(f"match {match_id} is not in the ledger of {run_dir}; `ludus report RUN` lists the run's "
-                       f"matches by kind")
+        raise RunError(f"match {match_id} is not in the ledger of {run_dir}; `ludus matches {run_dir}` lists "
+                       f"the run's matches")
     return match
 
 

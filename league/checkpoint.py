@@ -95,8 +95,9 @@ def check_ledger(store: Store, mark: LedgerMark, run_dir: Path) -> None:
 
 
 def config_digest(config: dict[str, Any]) -> str:
-    """sha256 of the run's config, less `iterations` (which `resume --iterations` may raise)."""
-    rest = {k: v for k, v in config.items() if k != "iterations"}
+    """sha256 of the run's config, less `iterations` (which `resume --iterations` may raise) and an
+    empty `game_module` (a key added later: runs written before it still resume)."""
+    rest = {k: v for k, v in config.items() if k != "iterations" and not (k == "game_module" and not v)}
     return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
 
 

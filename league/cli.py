@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+import time
 from pathlib import Path
 
 
@@ -15,11 +18,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=["serial", "process", "ray"], default=None,
                    help="shortcut for --set backend=...")
     p.add_argument("--ray-address", default=None, help="shortcut for --set ray_address=... (backend ray)")
+    p.add_argument("--time-budget", type=duration, default=None, metavar="DURATION",
+                   help="stop at the iteration boundary after which the next iteration would overrun this wall "
+                        "clock (e.g. 90s, 30m, 2h, 1h30m); `ludus resume RUN` goes on")
     p.set_defaults(run=_train)
 
     p = sub.add_parser("resume", help="continue a run from its last checkpoint")
     p.add_argument("run_dir")
     p.add_argument("--iterations", type=int, default=None, help="run until this many iterations in total")
+    p.add_argument("--time-budget", type=duration, default=None, metavar="DURATION",
+                   help="stop at an iteration boundary within this wall clock, as `ludus train --time-budget`")
     p.set_defaults(run=_resume)
 
     p = sub.add_parser("status", help="population table of a run (works while it trains)")
@@ -54,17 +62,59 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=_ratings)
 
+    p = sub.add_parser("matches", help="a run's or an arena's matches, one a line, with filters")
+    p.add_argument("run_dir", nargs="?", default=None, metavar="RUN", help="run directory (or give --arena DIR)")
+    p.add_argument("--arena", dest="arena_dir", default=None, metavar="DIR", help="an arena directory instead")
+    p.add_argument("--player", default=None, help="only matches of this player id (e.g. main, main@3, anchor:random)")
+    p.add_argument("--status", default=None, help="only matches with a seat of this status (ok, error, timeout, "
+                                                  "invalid)")
+    p.add_argument("--kind", default=None, help="only matches of this kind (training, rating, evaluation, arena)")
+    p.add_argument("--iteration", type=int, default=None,
+                   help="only matches of this iteration (1-based; in an arena, this tournament)")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=int, default=None, help="show the newest N that pass (default 50)")
+    shown.add_argument("--all", action="store_true", help="show every match that passes")
+    p.set_defaults(run=_matches)
+
     p = sub.add_parser("replay", help="re-simulate a match of a run from the ledger and check its returns")
     p.add_argument("run_dir")
     p.add_argument("match", type=int, help="match id")
     p.add_argument("--quiet", action="store_true", help="print only the verdict")
-    p.add_argument("--html", metavar="FILE", help="also write the match's replay player (a self-contained page)")
-    p.add_argument("--json", metavar="FILE", help="also write the match as episode JSON (steps with boards)")
+    p.add_argument("--html", metavar="FILE", help="write the match's replay player (a self-contained page) instead "
+                                                  "of printing its boards")
+    p.add_argument("--json", metavar="FILE", help="write the match as episode JSON (steps with boards) instead of "
+                                                  "printing its boards")
     p.set_defaults(run=_replay)
 
 
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def duration(text: str) -> float:
+    """Seconds of a DURATION: `90`, `90s`, `30m`, `2h`, `1h30m`, `1m30s` (argparse type)."""
+    found = _DURATION.fullmatch(text.strip().lower())
+    if not text.strip() or found is None or not any(found.groups()):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use e.g. 90s, 30m, 2h or 1h30m")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in found.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be more than 0 seconds")
+    return total
+
+
+def _announce(config: dict, run_dir, verb: str) -> None:
+    """A line before the league is built or restored (`config` as config.json holds it): a
+    language model's weights can take minutes to load."""
+    log, learner, game = config.get("log"), config.get("learner"), config.get("game")
+    if isinstance(log, dict) and log.get("progress", True) and isinstance(learner, str) and isinstance(game, str):
+        lm = " (loading a language model's weights can take minutes)" if "text" in learner else ""
+        print(f"ludus: {verb} {run_dir}: building the {learner} learners for {game}{lm}", file=sys.stderr, flush=True)
+
+
 def _train(args) -> int:
+    started = time.monotonic()  # the time budget counts from here: loading weights is part of the run
     from ludus.league import api
+    from ludus.league.config import config_to_dict
 
     overrides = list(args.overrides)
     if args.backend:
@@ -73,43 +123,56 @@ def _train(args) -> int:
         overrides.append(f"ray_address={args.ray_address}")
     config = api.load_config(args.config, overrides)
     run_dir = args.run_dir or api.default_run_dir(args.config, config)
+    _announce(config_to_dict(config), run_dir, "creating")
     league = api.League.create(config, run_dir)
     league.on_population_change.extend(args.league_hooks(config))
     try:
-        league.run()
+        league.run(time_budget=args.time_budget, started=started)
     finally:
         league.close()
     print(api.format_status(api.status(run_dir)))
-    print(next_commands(run_dir, config.game))
+    print(next_commands(run_dir, config.game, stopped=league.stopped_by_budget))
     return 0
 
 
-def next_commands(run_dir: str, game: str) -> str:
-    """What a user does with a finished run, ready to paste."""
+def next_commands(run_dir: str, game: str, stopped: bool = False) -> str:
+    """What a user does with a finished run (or one stopped by its time budget), ready to paste."""
     import shlex
 
     run = shlex.quote(str(run_dir))
     # a run directory stands for its output policy, or its newest main snapshot before a learner's
     # second snapshot writes one (ludus.agents.mixture.run_checkpoint)
-    return "\n".join([
-        "next:",
+    lines = ["next:"]
+    if stopped:
+        lines.append(f"  ludus resume {run}   # the time budget stopped it: go on to its last iteration")
+    lines += [
         f"  ludus report {run} --html {shlex.quote(str(Path(run_dir) / 'report.html'))}   # the run's page",
+        f"  ludus matches {run}   # its matches, one a line (ludus replay {run} ID shows one)",
         f"  ludus evaluate {run} --against {run}   # its output policy against the population",
-        f"  ludus play {shlex.quote(game)} --against {run}   # play it yourself",
-        f"  ludus resume {run} --iterations N   # train on"])
+        f"  ludus play {shlex.quote(game)} --against {run}   # play it yourself"]
+    if not stopped:
+        lines.append(f"  ludus resume {run} --iterations N   # train on")
+    return "\n".join(lines)
 
 
 def _resume(args) -> int:
+    started = time.monotonic()
+    import json
+
     from ludus.league import api
 
+    try:  # only to say what is loading: League.resume checks the run and names what is wrong with it
+        _announce(json.loads((Path(args.run_dir) / "config.json").read_text()), args.run_dir, "resuming")
+    except (OSError, ValueError, AttributeError):
+        pass
     league = api.League.resume(args.run_dir)
     league.on_population_change.extend(args.league_hooks(league.config))
     try:
-        league.run(until_iteration=args.iterations)
+        league.run(until_iteration=args.iterations, time_budget=args.time_budget, started=started)
     finally:
         league.close()
     print(api.format_status(api.status(args.run_dir)))
-    print(next_commands(args.run_dir, league.config.game))
+    print(next_commands(args.run_dir, league.config.game, stopped=league.stopped_by_budget))
     return 0
 
 
@@ -175,11 +238,35 @@ def _ratings(args) -> int:
     return 0
 
 
+def _matches(args) -> int:
+    from ludus.errors import UserError
+    from ludus.league.matchlist import DEFAULT_LIMIT, MatchFilter, format_listing, list_matches
+
+    if (args.run_dir is None) == (args.arena_dir is None):
+        raise UserError("give a run directory or --arena DIR (not both): `ludus matches RUN` or "
+                        "`ludus matches --arena DIR`")
+    directory = args.run_dir or args.arena_dir
+    if args.arena_dir is not None:
+        from ludus.league.records.ledger import LEDGER_FILENAME
+
+        if not (Path(directory) / LEDGER_FILENAME).is_file():  # (the league may not import the arena)
+            raise UserError(f"no arena in {directory}: its {LEDGER_FILENAME} is missing (`ludus arena submit PATH "
+                            f"--game GAME --arena {directory}` makes one)")
+    else:
+        from ludus.league.rundata import read_run
+
+        read_run(directory)  # one line if it is no run
+    which = MatchFilter(args.player, args.status, args.kind, args.iteration)
+    listing = list_matches(directory, which, None if args.all else DEFAULT_LIMIT if args.limit is None else args.limit)
+    print(format_listing(listing, directory, arena=args.arena_dir is not None))
+    return 0
+
+
 def _replay(args) -> int:
     from ludus.league import api
 
     replay = api.replay_match(args.run_dir, args.match)
-    if not args.quiet:
+    if not args.quiet and not args.html and not args.json:  # with a file to write, only the verdict and the file
         print(replay.transcript)
     print(f"match {args.match}: recorded returns {list(replay.recorded_returns)}, replayed "
           f"{list(replay.replayed_returns)}: {'OK' if replay.matches else 'MISMATCH'}")

@@ -94,8 +94,10 @@ class RoleConfig:
 class LogConfig:
     """Where metrics go."""
 
-    wandb: Literal["offline", "online", "disabled"] = "offline"
-    """wandb mode; 'offline' writes under the run directory and needs no key."""
+    wandb: Literal["offline", "online", "disabled"] = "disabled"
+    """wandb mode, the same default for every preset: 'disabled'; 'offline' writes under
+    <run>/wandb and needs no key, 'online' uploads (WANDB_API_KEY); either says where in one line
+    when the run starts, and wandb itself prints nothing (WANDB_MODE overrides this key)."""
     wandb_project: str = "ludus"
     """wandb project name."""
     tensorboard: bool = True
@@ -191,6 +193,11 @@ class LeagueConfig:
 
     game: str = "tic_tac_toe"
     """Game id (see `ludus games`)."""
+    game_module: str = ""
+    """Python module whose import registers `game` with `ludus.games.registry.register` (e.g.
+    my_package.games); imported before the game is built, here and by every `ludus` command given
+    this run (or one of its snapshots). Empty for built-in and installed (entry-point) games; a run
+    created in Python records the module of its game's factory here by itself."""
     seed: int = field(default=0, metadata=bounds(0, 2**63, high_open=True))
     """Root seed: match seeds, initial weights and sampling all derive from it."""
     iterations: int = field(default=20, metadata=bounds(1, 10**9))
@@ -585,11 +592,48 @@ def load_config(source: str | None, overrides: list[str] | None = None) -> Leagu
     return config_from_dict(apply_overrides(data, overrides))
 
 
+def import_game_module(module: str, game: str) -> None:
+    """Import the module that registers `game` (config key `game_module`); a one-line ConfigError
+    if it cannot be imported."""
+    import importlib
+
+    if not module:
+        return
+    if module == "__main__":  # registered by a script: known in that script's process only
+        from ludus.games.registry import native_names
+
+        if game.split("(", 1)[0] in native_names():
+            return
+        raise ConfigError(f"game {game!r} was registered by a script (__main__) when the run was made, and "
+                          f"`ludus` cannot import a script: move the register call into an importable module and "
+                          f"set game_module to it in the run's config.json, or install the game under the "
+                          f"'ludus.games' entry-point group (docs/games.md)")
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"config key 'game_module': cannot import {module!r}, which registers game {game!r} "
+                          f"({exc}); put it on PYTHONPATH or install its package") from None
+
+
+def registering_module(game: str) -> str:
+    """The module to record as `game_module` for a game registered at run time with
+    `ludus.games.registry.register`: the module that called it ('__main__' for a script, which
+    `import_game_module` then refuses in any other process); '' for built-in and entry-point games."""
+    from ludus.games.registry import REGISTERED_BY, native_entry
+
+    try:
+        entry = native_entry(game)
+    except Exception:  # an adapter or unknown id: config_from_dict names the problem
+        return ""
+    return "" if entry is None else REGISTERED_BY.get(entry.name, "")
+
+
 def config_from_dict(data: dict[str, Any]) -> LeagueConfig:
     config = from_dict(LeagueConfig, _with_role_nets(data))
     from ludus.games.core import GameError
     from ludus.games.registry import spec
 
+    import_game_module(config.game_module, config.game)
     try:
         spec(config.game)  # an unknown game id fails here, before anything runs
     except GameError as exc:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -30,7 +31,7 @@ from ludus.league.play.backends import Backend, make_backend
 from ludus.league.checkpoint import (CHECKPOINT_POINTER, CONFIG_FILE, CheckpointState, LearnerState, PendingPlay, RunError,
                                building_run, checked_run, clean_stale_temporaries, config_digest, ledger_mark,
                                read_learner_tensors, write_checkpoint)
-from ludus.league.config import LeagueConfig, config_from_dict, config_to_dict
+from ludus.league.config import LeagueConfig, config_from_dict, config_to_dict, registering_module
 from ludus.league.founders import BASE_ANCHOR, base_anchor, founding_members
 from ludus.league.learners.base import LeagueLearner
 from ludus.league.learners.learning import Learner, due_for_snapshot, freeze, learn, make_learner, reset, reset_due, track_gain
@@ -80,6 +81,8 @@ class League:
         self.closing_rated = False
         """Whether the run's closing rating round is recorded (`_closing_round`)."""
         self._in_flight: PendingPlay | None = None
+        self.stopped_by_budget = False
+        """Whether the last `run` stopped on its time budget before its last iteration."""
         self.ranks = None
         """The helper ranks of data-parallel learners (learner_backend.ranks > 1; league/learners/ranks.py)."""
         if config.learner_backend.ranks > 1:
@@ -99,6 +102,8 @@ class League:
         """Start a new run in `run_dir` (must be new or empty); nothing is left there if it fails."""
         run_dir = Path(run_dir)
         config_from_dict(config_to_dict(config))  # validate the game id before touching the disk
+        if not config.game_module:  # a game registered in Python: the CLI imports its module to read the run
+            config = replace(config, game_module=registering_module(config.game))
         with building_run(run_dir) as building:
             store = Store.open(building, mode="write")
             try:
@@ -162,8 +167,9 @@ class League:
         (a run on a wall clock ends with a shorter iteration: benchmarks/lm_training.py)."""
         if matches is not None and pending is not None:
             raise RunError("an iteration whose matches were planned already cannot be resized")
-        clock = PhaseClock()
+        clock = PhaseClock(on_enter=lambda phase: self.metrics.phase(phase, self.iteration + 1, self.config.iterations))
         if self.backend is None:
+            self.metrics.phase("start", self.iteration + 1, self.config.iterations)
             self.backend = self._make_backend()
         if pending is None:
             with clock("matchmaking"):
@@ -180,7 +186,7 @@ class League:
                 nxt = self._submit(tasks)
             self._in_flight = nxt[0]  # kept in the checkpoint: a resume replays exactly these tasks
         with clock("record"):
-            recorded = self.recorder.record(results, self.learners, self._checkpoint_seq)
+            recorded = self.recorder.record(results, self.learners, self._checkpoint_seq, self.iteration + 1)
         with clock("learn"):
             learned = learn(self.learners, results, self.config.max_policy_lag, self.iteration / self.config.iterations)
         with clock("snapshot"):
@@ -204,13 +210,22 @@ class League:
             callback(summary)
         return summary, nxt
 
-    def run(self, until_iteration: int | None = None) -> list[IterationSummary]:
+    def run(self, until_iteration: int | None = None, time_budget: float | None = None,
+            started: float | None = None) -> list[IterationSummary]:
         """Run iterations until `until_iteration` (default: config.iterations).
 
         A higher `until_iteration` than the config's is written to config.json once the first
-        iteration of this call has been checkpointed (a refused or failed resume changes nothing)."""
+        iteration of this call has been checkpointed (a refused or failed resume changes nothing).
+        `time_budget` (seconds of wall clock from `started`, a `time.monotonic()` reading, default
+        now): stop at the end of the iteration after which the next one (as long as the mean so far)
+        would not finish in it; at least one iteration runs.
+        The stop is a checkpoint like any other (`stopped_by_budget` is set; `ludus resume` goes on)."""
         if until_iteration is not None and until_iteration < 1:
             raise RunError(f"--iterations must be >= 1, got {until_iteration}")
+        if time_budget is not None and not time_budget > 0:
+            raise RunError(f"--time-budget must be > 0 seconds, got {time_budget}")
+        began = time.monotonic() if started is None else started
+        self.stopped_by_budget = False
         until = min(until_iteration or self.config.iterations, self.config.iterations)
         extend = until_iteration is not None and until_iteration > self.config.iterations
         if extend:
@@ -231,7 +246,17 @@ class League:
                 atomic_write_json(self.run_dir / CONFIG_FILE, config_to_dict(self.config))
                 extend = False
                 self.closing_rated = False  # the extended run ends with its own closing round
+            spent = time.monotonic() - began
+            per_iteration = sum(s.seconds for s in summaries) / len(summaries)
+            if time_budget is not None and self.iteration < until and spent + per_iteration > time_budget:
+                self.stopped_by_budget = True
+                self.metrics.note(f"ludus: stopped at iteration {self.iteration}/{self.config.iterations} by the "
+                                  f"time budget ({spent:.0f} s of {time_budget:.0f} s spent, an iteration takes "
+                                  f"{per_iteration:.0f} s); `ludus resume {self.run_dir}` goes on")
+                log.info("stopped by the time budget at iteration %d", self.iteration)
+                break
         if self.iteration >= self.config.iterations and not self.closing_rated:
+            self.metrics.phase("closing", self.iteration, self.config.iterations)
             self._closing_round()
         self.metrics.end_progress()
         return summaries
@@ -248,7 +273,7 @@ class League:
         if plan.tasks:
             self.next_match_id = plan.next_match_id
             results = self.backend.collect(self._submit(list(plan.tasks))[1])
-            recorded = self.recorder.record(results, self.learners, self._checkpoint_seq)
+            recorded = self.recorder.record(results, self.learners, self._checkpoint_seq, self.iteration)
             self.total_env_steps += sum(r.env_steps for r in results)
             self.total_matches += recorded.rating
             log.info("closing round: %d rating matches rate the last iteration's snapshots", recorded.rating)

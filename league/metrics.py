@@ -10,11 +10,12 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ludus.errors import UserError
 
@@ -23,14 +24,18 @@ PHASES = ("matchmaking", "play", "record", "learn", "snapshot", "checkpoint")
 
 
 class PhaseClock:
-    """Wall time per phase of one iteration (Sample Factory's timed loop): `with clock("learn"): ...`."""
+    """Wall time per phase of one iteration (Sample Factory's timed loop): `with clock("learn"): ...`.
+    `on_enter(phase)`, if given, is told each phase as it starts (the progress line's heartbeat)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_enter: Callable[[str], None] | None = None) -> None:
         self.phases = dict.fromkeys(PHASES, 0.0)
         self._start = time.perf_counter()
+        self.on_enter = on_enter
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
+        if self.on_enter is not None:
+            self.on_enter(phase)
         begin = time.perf_counter()
         try:
             yield
@@ -155,8 +160,10 @@ class MetricsLogger:
             # With no key, wandb raises deep inside init; say what to do instead.
             mode = "offline"
         try:
+            # silent, no console capture: the banner's one wandb line says where the run goes
             return wandb.init(project=project, name=run_name, dir=str(self.run_dir), mode=mode, config=config,
-                              id=run_name, resume="allow" if resume else None, reinit="finish_previous")
+                              id=run_name, resume="allow" if resume else None, reinit="finish_previous",
+                              settings=wandb.Settings(silent=True, console="off"))
         except wandb.errors.UsageError as exc:
             raise UserError(f"wandb could not start ({exc}); set --set log.wandb=disabled or WANDB_MODE=offline") \
                 from None
@@ -180,6 +187,13 @@ class MetricsLogger:
 
 PLAIN_PROGRESS_EVERY_S = 10.0
 """When stderr is not a terminal, a progress line at most this often (and at the last iteration)."""
+HEARTBEAT_S = 15.0
+"""A phase that runs this long without a progress line gets one saying what the run is doing
+(a language model's first iteration plays and learns for minutes)."""
+PHASE_WORDS = {"matchmaking": "planning matches", "play": "playing", "record": "recording", "learn": "learning",
+               "snapshot": "snapshotting", "checkpoint": "checkpointing", "start": "starting the runners",
+               "closing": "playing the closing rating round"}
+"""What the heartbeat line says a phase is doing."""
 
 
 class RunLog:
@@ -202,6 +216,18 @@ class RunLog:
         self.started: float | None = None
         self.first_iteration = 0
         self.last_line = 0.0
+        self.phase_name: str | None = None
+        """The phase the loop is in (`PhaseClock` tells `phase`), and since when (monotonic)."""
+        self.phase_started = 0.0
+        self.phase_iteration = self.phase_total = 0
+        self.lock = threading.Lock()
+        """Serialises stderr writes of the loop and the heartbeat thread."""
+        self.stop_heartbeat = threading.Event()
+        self.heartbeat: threading.Thread | None = None
+        self.width = 0
+        """Length of the progress line on a terminal now (a shorter one is padded over it)."""
+        self.startup = 0.0
+        """Seconds spent starting the runners, left out of the ETA (a pace of iterations)."""
 
     def start(self, resume: bool, iteration: int = 0) -> None:
         self.started, self.first_iteration = time.monotonic(), iteration
@@ -213,6 +239,40 @@ class RunLog:
             if c.progress:
                 sys.stderr.write(self.banner(resume) + "\n")
                 sys.stderr.flush()
+        if self.log_config.progress and self.heartbeat is None:
+            self.last_line = time.monotonic()
+            self.heartbeat = threading.Thread(target=self._beat, name="ludus-progress", daemon=True)
+            self.heartbeat.start()
+
+    def phase(self, name: str, iteration: int, iterations: int) -> None:
+        """The loop enters phase `name` of iteration `iteration` (1-based) of `iterations`."""
+        with self.lock:
+            now = time.monotonic()
+            if self.phase_name == "start":  # starting the runners (loading a model) is no iteration's pace
+                self.startup += now - self.phase_started
+            self.phase_name, self.phase_started = name, now
+            self.phase_iteration, self.phase_total = iteration, iterations
+
+    def _beat(self) -> None:
+        """Every few seconds: when no progress line was written for `HEARTBEAT_S`, one saying which
+        phase of which iteration runs, for how long, and the time since the start."""
+        while not self.stop_heartbeat.wait(1.0):
+            with self.lock:
+                now = time.monotonic()
+                if self.phase_name is None or now - self.last_line < HEARTBEAT_S:
+                    continue
+                line = (f"it {self.phase_iteration}/{self.phase_total} "
+                        f"{PHASE_WORDS.get(self.phase_name, self.phase_name)} for {_duration(now - self.phase_started)}, "
+                        f"{_duration(now - (self.started or now))} elapsed")
+                sys.stderr.write(self._redrawn(line) if self.terminal else line + "\n")
+                sys.stderr.flush()
+                self.last_line = now
+
+    def _redrawn(self, line: str) -> str:
+        """`line` over the terminal's progress line, padded to cover a longer previous one."""
+        text = "\r" + line.ljust(self.width) + "   "
+        self.width = len(line)
+        return text
 
     def banner(self, resume: bool) -> str:
         """Where this run's results go, said once when it starts."""
@@ -246,20 +306,42 @@ class RunLog:
             now = time.monotonic()
             elapsed = now - (self.started or now)
             done = s.iteration - self.first_iteration
-            eta = elapsed / done * (totals.iterations - s.iteration) if done > 0 else None
+            eta = max(elapsed - self.startup, 0.0) / done * (totals.iterations - s.iteration) if done > 0 else None
             line = progress_line(s, totals, elapsed, eta)
-            if self.terminal:
-                sys.stderr.write("\r" + line + "   ")
-            elif now - self.last_line >= PLAIN_PROGRESS_EVERY_S or s.iteration == totals.iterations:
-                sys.stderr.write(line + "\n")  # a log gets plain lines, every so often
-                self.last_line = now
-            sys.stderr.flush()
+            with self.lock:
+                first = s.iteration == self.first_iteration + 1
+                if self.terminal:
+                    sys.stderr.write(self._redrawn(line))
+                    self.last_line = now
+                elif first or now - self.last_line >= PLAIN_PROGRESS_EVERY_S or s.iteration == totals.iterations:
+                    sys.stderr.write(line + "\n")  # a log gets plain lines, every so often
+                    self.last_line = now
+                sys.stderr.flush()
+
+    def note(self, text: str) -> None:
+        """One line of its own on stderr (e.g. why the run stopped), after the progress line."""
+        if self.log_config.progress:
+            with self.lock:
+                sys.stderr.write(("\n" if self.terminal else "") + text + "\n")
+                sys.stderr.flush()
+                self.last_line = time.monotonic()
 
     def end_progress(self) -> None:
+        self.stop_heartbeat.set()
+        if self.heartbeat is not None:
+            self.heartbeat.join()
+            self.heartbeat = None
+        self.stop_heartbeat.clear()
+        with self.lock:
+            self.phase_name = None
         if self.log_config.progress and self.terminal:
             sys.stderr.write("\n")
 
     def close(self) -> None:
+        if self.heartbeat is not None:  # the loop ended by an exception: stop the heartbeat too
+            self.stop_heartbeat.set()
+            self.heartbeat.join()
+            self.heartbeat = None
         if self.sinks is not None:
             self.sinks.close()
             self.sinks = None

@@ -74,7 +74,7 @@ def read_run(run_dir: str | os.PathLike) -> RunView:
         raise RunError(f"{run_dir}: damaged run files ({exc.__class__.__name__}); cannot read the run") from None
     return RunView(run_dir=run_dir, game_id=config["game"], config=config, iteration=checkpoint.iteration,
                    total_matches=checkpoint.total_matches, total_env_steps=checkpoint.total_env_steps,
-                   members=tuple(with_absolute_paths(checkpoint.population.members(), run_dir)),
+                   members=tuple(with_absolute_paths(checkpoint.population.members(), run_dir.absolute())),
                    learner_snapshots={pid: s.last_snapshot for pid, s in checkpoint.learners.items()})
 
 

@@ -6,8 +6,10 @@ run trains.
 
 The headline figures are in the table: each member's recent score against each anchor bot (a
 column per anchor: how good it is against fixed yardsticks, which one overall score over a
-changing population hides; from the checkpoint's payoff table, not a ledger scan), and, for a run that measures it (small OpenSpiel games with an averaged or
-PSRO output policy; `ludus.evaluation.league_hooks`), the output policy's latest exploitability.
+changing population hides; a live learner's from the checkpoint's payoff table, every other
+member's from the anchor's newest matches in the ledger, not a ledger scan), and, for a run that
+measures it (small OpenSpiel games with an averaged or PSRO output policy;
+`ludus.evaluation.league_hooks`), the output policy's latest exploitability.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ class MemberStatus:
     """Mean length (steps) of those games."""
     vs_anchors: tuple[tuple[str, float, float | None], ...] = ()
     """(anchor, games, score) against each anchor of the run, in `StatusReport.anchors` order: win 1,
-    draw .5, over its recent games with it (decayed counts of the league's payoff table; see
-    `anchor_scores`), None if they never met."""
+    draw .5; a live learner's over its recent games with it (decayed counts of the league's payoff
+    table; see `anchor_scores`), any other member's over its games among the anchor's newest
+    `ANCHOR_RECENT_MATCHES` matches in the ledger; None if they never met."""
 
     @property
     def conservative(self) -> float | None:
@@ -67,6 +70,10 @@ class StatusReport:
     """The output policy's latest exploitability (``eval/exploitability`` in metrics.jsonl), if logged."""
     exploitability_step: float | None = None
     """Env steps at which it was measured."""
+    target_exploitability: float | None = None
+    """For a learner that trains towards an exact table (text_mmd on a small poker game): that
+    table's latest exploitability (``losses/<main>/table_exploitability``), the headline such a
+    run reports while it trains; the LM's own is `ludus evaluate RUN --exploitability`."""
 
     def to_json(self) -> dict:
         return {
@@ -74,6 +81,7 @@ class StatusReport:
             "iterations": self.iterations, "total_matches": self.total_matches,
             "total_env_steps": self.total_env_steps, "anchors": list(self.anchors),
             "exploitability": self.exploitability, "exploitability_step": self.exploitability_step,
+            "target_exploitability": self.target_exploitability,
             "members": [{**m.__dict__, "conservative": m.conservative,
                          "vs_anchors": {a: {"games": n, "score": v} for a, n, v in m.vs_anchors}}
                         for m in self.members],
@@ -81,6 +89,9 @@ class StatusReport:
 
 
 RECENT_GAMES = 100
+ANCHOR_RECENT_MATCHES = 10_000
+"""A member that is not a live learner is scored against an anchor over the anchor's newest this
+many matches in the ledger (an index range read: quick on a ledger of any size)."""
 EXPLOITABILITY_KEY = "eval/exploitability"
 TAIL_BYTES = 1 << 22
 """How much of metrics.jsonl's end is searched for the latest exploitability (4 MiB, newest first)."""
@@ -147,7 +158,13 @@ def status(run_dir: str | Path) -> StatusReport:
     with Store.open(run.run_dir, mode="read") as store:
         latest = store.latest_ratings()
         played = store.player_games(RECENT_GAMES)  # a team's seats share one policy: one game, one outcome
+        # the payoff table counts only a live learner's training games: every other member's
+        # score against an anchor comes from the anchor's newest rating matches in the ledger
+        met = {a: store.head_to_head(a, ANCHOR_RECENT_MATCHES) for a in anchors}
     versus = anchor_scores(run.run_dir, [m.player_id for m in run.members], anchors)
+    for anchor, opponents in met.items():
+        for player, (games, total) in opponents.items():
+            versus.setdefault((player, anchor), (float(games), total / games))
     members = []
     for m in run.members:
         r = latest.get(m.player_id)
@@ -159,9 +176,14 @@ def status(run_dir: str | Path) -> StatusReport:
     members.sort(key=lambda m: (m.conservative is None, -(m.conservative or 0.0), m.player_id))
     found = latest_metric(run.run_dir / "metrics.jsonl", EXPLOITABILITY_KEY) if _measures_exploitability(run.config) \
         else None
+    roles = run.config.get("roles") or [{}]
+    target = None
+    if found is None and isinstance(roles[0], dict) and roles[0].get("name"):
+        target = latest_metric(run.run_dir / "metrics.jsonl", f"losses/{roles[0]['name']}/table_exploitability")
     return StatusReport(str(run_dir), run.game_id, run.iteration, run.config["iterations"], run.total_matches,
                         run.total_env_steps, tuple(members), tuple(anchors),
-                        None if found is None else found[0], None if found is None else found[1])
+                        None if found is None else found[0], None if found is None else found[1],
+                        None if target is None else target[0])
 
 
 def anchor_label(player_id: str) -> str:
@@ -175,6 +197,9 @@ def format_status(report: StatusReport) -> str:
     exploit = ("" if report.exploitability is None else
                f"  output-policy exploitability {report.exploitability:.4g} (at {report.exploitability_step:,.0f} "
                f"env steps)")
+    if report.target_exploitability is not None:
+        exploit += (f"  learner's target exploitability {report.target_exploitability:.4g} (the LM's own: "
+                    f"ludus evaluate RUN --exploitability)")
     labels = [anchor_label(a) for a in report.anchors]
     widths = [max(len(label), 6) for label in labels]
     lines = [f"run {report.run_dir}  game {report.game}  iteration {report.iteration}/{report.iterations}  "
@@ -194,7 +219,7 @@ def format_status(report: StatusReport) -> str:
         lines.append(f"{m.player_id:<24} {m.kind:<9} {m.role:<17} {mu} {sigma} {cons} {m.games:>7} {score} {cells}"
                      f"{ret} {length}")
     lines.append(f"(score: mean outcome over all its games, win 1, draw .5"
-                 + (", 'vs <anchor>': over its recent games with that anchor (the payoff table's decayed counts)"
+                 + (", 'vs <anchor>': its score against that anchor over their recent games"
                     if report.anchors else "")
                  + f"; return, length: means over each player's last {RECENT_GAMES} games)")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ import os
 import signal
 import sqlite3
 import sys
+from pathlib import Path
 
 from ludus import __version__
 from ludus.errors import UserError
@@ -26,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ludus", description="Ludus: multi-agent self-play league, arena and evaluation.")
     parser.add_argument("--version", action="version", version=f"ludus {__version__}")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first, e.g. one whose games.registry.register calls add games "
+                             "(repeatable; also $LUDUS_IMPORT, comma-separated). A run's own game_module is "
+                             "imported by itself")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:
@@ -58,15 +63,68 @@ def _check_match_argument(args) -> None:
         check_match_id(match)
 
 
+RUN_PATH_ARGUMENTS = ("run_dir", "checkpoint", "snapshot", "against", "config")
+"""Arguments that may name a run, or a snapshot or output policy inside one (its config.json is
+beside them or two levels up): the run's `game_module` is imported before the command runs."""
+
+
+def _import_games(args) -> list[str]:
+    """Import the modules of --import and $LUDUS_IMPORT, and the `game_module` of each run an
+    argument names, so games registered in Python (`ludus.games.registry.register`) are known.
+    A run's module that cannot be imported is no error yet (`ludus status` needs no game): the
+    reasons are returned, and said if the command then meets an unknown game."""
+    from ludus.league.config import import_game_module
+
+    modules = [m.strip() for m in os.environ.get("LUDUS_IMPORT", "").split(",") if m.strip()] + args.imports
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UserError(f"--import {module}: cannot import it ({exc}); put it on PYTHONPATH") from None
+    problems = []
+    for name in RUN_PATH_ARGUMENTS:
+        value = getattr(args, name, None)
+        if not isinstance(value, str) or not value:
+            continue
+        path = Path(value)
+        for run in (path, path.parent, path.parent.parent):
+            found = _game_module(run / "config.json")
+            if found is not None:
+                try:
+                    import_game_module(*found)
+                except UserError as exc:
+                    problems.append(str(exc))
+                break
+    return problems
+
+
+def _game_module(path: Path) -> tuple[str, str] | None:
+    """(game_module, game) of a run's config.json, None when there is none or it names no module."""
+    import json
+
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("game_module"), str) or not data["game_module"]:
+        return None
+    return data["game_module"], str(data.get("game", ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    problems: list[str] = []
     try:
         _check_match_argument(args)
+        problems = _import_games(args)
         result = args.run(args)
     except UserError as exc:
+        message = str(exc)
+        if problems and "unknown game" in message:  # why: the run's game_module did not import
+            message = problems[0]
         # one line, and no terminal control from text a submission or a file put in the message
-        print(f"ludus: error: {printable(str(exc)).replace(chr(10), ' ')}", file=sys.stderr)
+        print(f"ludus: error: {printable(message).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (`ludus status RUN | head -1`): stop quietly, as Unix tools do; stdout

@@ -41,7 +41,7 @@ class Case:
 
 
 CASES = (
-    Case("quickstart", "quickstart"),
+    Case("quickstart", "quickstart", ("iterations=4",)),  # the preset trains 30 iterations to learn
     Case("connect_four", "connect_four", ("iterations=6", "matches_per_iteration=32", "num_envs=16")),
     Case("kuhn_poker", "kuhn_poker", ("iterations=3",)),
     Case("leduc_poker", "leduc_poker", ("iterations=2",)),

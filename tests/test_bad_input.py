@@ -140,13 +140,17 @@ def test_arena_submit_refuses_an_lm_snapshot_that_cannot_play(lm_snapshot, smoll
 
 # ------------------------------------------------------------------ evaluate --against a run
 
+SMALL_TTT = Path(__file__).parent / "fixtures" / "small_tic_tac_toe.yaml"
+"""The small league the shared run is made of (the quickstart preset before it trained to learn)."""
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     from ludus.league.api import League
     from ludus.league.config import load_config
 
     path = tmp_path_factory.mktemp("bad-input") / "run"
-    league = League.create(load_config("quickstart", ["iterations=2", "log.progress=false"]), path)
+    league = League.create(load_config(str(SMALL_TTT), ["iterations=2", "log.progress=false"]), path)
     try:
         league.run()
     finally:

@@ -15,7 +15,8 @@ from ludus.league.config import (LeagueConfig, PRESETS_DIR, changed_keys, config
 from ludus.league.configio import ConfigError, describe, to_dict
 
 FIXTURE = Path(__file__).parent / "fixtures" / "preset_configs.json"
-"""Every preset's config (`to_dict`) as 3caf3f1 built it from league/config.py's PRESETS dicts."""
+"""Every preset's config (`to_dict`) as 3caf3f1 built it from league/config.py's PRESETS dicts, with issue 79's
+changes: log.wandb disabled by default, the game_module key, the quickstart retuned to learn."""
 
 ALL_KEYS = {key for key, value, _ in describe(LeagueConfig) if value != ""}
 HEADINGS = {key for key, value, _ in describe(LeagueConfig) if value == ""}

@@ -32,13 +32,15 @@ from ludus.league.records.ledger import Store
 from ludus.cli import main
 
 KUHN = "spiel:kuhn_poker"
+SMALL_TTT = Path(__file__).parent / "fixtures" / "small_tic_tac_toe.yaml"
+"""The small league the shared run is made of (the quickstart preset before it trained to learn)."""
 LEDUC = "spiel:leduc_poker"
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("evaluation") / "run"
-    league = League.create(load_config("quickstart", ["iterations=2", "log.progress=false"]), path)
+    league = League.create(load_config(str(SMALL_TTT), ["iterations=2", "log.progress=false"]), path)
     try:
         league.run()
     finally:

@@ -224,7 +224,8 @@ def test_train_says_where_results_go_and_writes_plain_lines_to_a_log(tmp_path):
     assert f"tensorboard --logdir {run_dir / 'tensorboard'}" in err and "wandb        disabled" in err
     assert [line for line in err.splitlines() if line.startswith("[") and "it 2/2" in line and "elapsed" in line]
     out = result.stdout.splitlines()
-    assert out[-5] == "next:" and out[-2] == f"  ludus play tic_tac_toe --against {run_dir}   # play it yourself"
+    assert out[-6] == "next:" and out[-2] == f"  ludus play tic_tac_toe --against {run_dir}   # play it yourself"
+    assert out[-4] == f"  ludus matches {run_dir}   # its matches, one a line (ludus replay {run_dir} ID shows one)"
 
 
 def test_status_imports_no_torch_and_survives_a_closed_pipe(tmp_path):

@@ -761,6 +761,27 @@ class Store:
             out[player_id] = PlayerGames(games, score, float(ret), float(length))
         return out
 
+    def head_to_head(self, player_id: str, recent: int) -> dict[str, tuple[int, float]]:
+        """Each opponent's (games, score) against `player_id` over `player_id`'s newest `recent`
+        matches (by match id): score 1 when the opponent's team finished above it, .5 level, 0
+        below; a player with several seats of one match counts once. Reads those matches only."""
+        rows = self._connection().execute(
+            "SELECT s.match_id, s.player_id, s.team, s.outcome, a.team, a.outcome FROM "
+            "(SELECT match_id, MIN(seat), team, outcome FROM seat_results WHERE player_id = ? "
+            " GROUP BY match_id ORDER BY match_id DESC LIMIT ?) AS a "
+            "JOIN seat_results AS s ON s.match_id = a.match_id "
+            "WHERE s.player_id != ? AND s.team != a.team ORDER BY s.match_id, s.seat",
+            (player_id, int(recent), player_id)).fetchall()
+        out: dict[str, tuple[int, float]] = {}
+        seen = set()
+        for match_id, opponent, _, outcome, _, own in rows:
+            if (match_id, opponent) in seen:
+                continue
+            seen.add((match_id, opponent))
+            games, score = out.get(opponent, (0, 0.0))
+            out[opponent] = (games + 1, score + (1.0 if outcome > own else 0.5 if outcome == own else 0.0))
+        return out
+
     # -- ratings history -----------------------------------------------------------------------
 
     def ratings_history(self, player_id: str | None = None) -> list[RatingRecord]:

@@ -62,8 +62,10 @@ class Recorder:
             metadata={"parent": member.parent, "iteration": member.iteration, "steps": member.steps,
                       "bot": member.bot}))
 
-    def record(self, results: list[PlayResult], learners: Mapping[str, Learner], checkpoint_seq: int) -> Recorded:
-        """Append each runner batch (one transaction each).
+    def record(self, results: list[PlayResult], learners: Mapping[str, Learner], checkpoint_seq: int,
+               iteration: int | None = None) -> Recorded:
+        """Append each runner batch (one transaction each); `iteration` (1-based, the one that
+        played them) goes into each match's metadata, so `ludus matches --iteration` finds them.
 
         After a kill mid-iteration, resume plays the interrupted iteration again: matches already
         in the ledger beyond `checkpoint_seq` (same ids, same seeds, same play) are checked and
@@ -75,7 +77,7 @@ class Recorder:
         now = time.time()
         for result in results:
             per_match = result.seconds / max(len(result.matches), 1)
-            batch = [self._match_result(m, now, per_match, learners) for m in result.matches]
+            batch = [self._match_result(m, now, per_match, learners, iteration) for m in result.matches]
             new = [r for r in batch if r.match_id > already]
             replayed = [r for r in batch if r.match_id <= already]
             self._check_replayed(replayed, checkpoint_seq)
@@ -99,7 +101,7 @@ class Recorder:
                         float(np.mean(lengths)) if lengths else None)
 
     def _match_result(self, played: PlayedMatch, started_at: float, duration: float,
-                      learners: Mapping[str, Learner]) -> MatchResult:
+                      learners: Mapping[str, Learner], iteration: int | None = None) -> MatchResult:
         a = played.assignment
         teams = self.spec.team_of_seat
         outcomes = outcomes_from_returns(played.returns, teams)
@@ -114,8 +116,9 @@ class Recorder:
             for s, pid in enumerate(a.players))
         return MatchResult(match_id=a.match_id, kind=a.kind, game_id=self.spec.id, seed=a.seed, seats=seats,
                            length=played.length, started_at=started_at, duration_s=duration,
-                           metadata={"texts": list(played.text.texts)} if played.text is not None else {},
-                           moves=tuple(played.moves), truncated=played.truncated)
+                           moves=tuple(played.moves), truncated=played.truncated,
+                           metadata={**({} if iteration is None else {"iteration": iteration}),
+                                     **({"texts": list(played.text.texts)} if played.text is not None else {})})
 
     def _version_label(self, player_id: str, version: int, learners: Mapping[str, Learner]) -> str:
         if player_id in learners:
