@@ -42,6 +42,9 @@ class MemberStatus:
     """Mean episode return over its last `RECENT_GAMES` games (what a one-player game is judged by)."""
     recent_length: float | None = None
     """Mean length (steps) of those games."""
+    invalid_answers: float | None = None
+    """Text agents: the share of its turns over its last `RECENT_GAMES` games whose answer did not
+    count (retried, or refused by the game); None for agents that play by actions."""
     vs_anchors: tuple[tuple[str, float, float | None], ...] = ()
     """(anchor, games, score) against each anchor of the run, in `StatusReport.anchors` order: win 1,
     draw .5; a live learner's over its recent games with it (decayed counts of the league's payoff
@@ -170,9 +173,10 @@ def status(run_dir: str | Path) -> StatusReport:
         r = latest.get(m.player_id)
         g = played.get(m.player_id)
         vs = tuple((a, *versus.get((m.player_id, a), (0.0, None))) for a in anchors)
+        invalid = g.recent_invalid / g.recent_turns if g and g.recent_turns else None
         members.append(MemberStatus(m.player_id, m.kind, m.role, r.mu if r else None, r.sigma if r else None,
                                     g.games if g else 0, g.score / g.games if g else None, m.parent, m.iteration,
-                                    g.recent_return if g else None, g.recent_length if g else None, vs))
+                                    g.recent_return if g else None, g.recent_length if g else None, invalid, vs))
     members.sort(key=lambda m: (m.conservative is None, -(m.conservative or 0.0), m.player_id))
     found = latest_metric(run.run_dir / "metrics.jsonl", EXPLOITABILITY_KEY) if _measures_exploitability(run.config) \
         else None
@@ -202,10 +206,12 @@ def format_status(report: StatusReport) -> str:
                     f"ludus evaluate RUN --exploitability)")
     labels = [anchor_label(a) for a in report.anchors]
     widths = [max(len(label), 6) for label in labels]
+    texts = any(m.invalid_answers is not None for m in report.members)  # an 'invalid' column for text agents
     lines = [f"run {report.run_dir}  game {report.game}  iteration {report.iteration}/{report.iterations}  "
              f"matches {report.total_matches:,}  env steps {report.total_env_steps:,}{exploit}",
              f"{'player':<24} {'kind':<9} {'role':<17} {'mu':>7} {'sigma':>6} {'mu-3s':>7} {'games':>7} {'score':>6} "
-             + "".join(f"{label:>{w}} " for label, w in zip(labels, widths)) + f"{'return':>9} {'length':>7}"]
+             + "".join(f"{label:>{w}} " for label, w in zip(labels, widths)) + f"{'return':>9} {'length':>7}"
+             + (f" {'invalid':>7}" if texts else "")]
     for m in report.members:
         mu = f"{m.mu:7.2f}" if m.mu is not None else f"{'-':>7}"
         sigma = f"{m.sigma:6.2f}" if m.sigma is not None else f"{'-':>6}"
@@ -216,10 +222,13 @@ def format_status(report: StatusReport) -> str:
                         for a, w in zip(report.anchors, widths))
         ret = f"{m.recent_return:9.3g}" if m.recent_return is not None else f"{'-':>9}"
         length = f"{m.recent_length:7.1f}" if m.recent_length is not None else f"{'-':>7}"
+        invalid = "" if not texts else (f" {m.invalid_answers:7.1%}" if m.invalid_answers is not None else f" {'-':>7}")
         lines.append(f"{m.player_id:<24} {m.kind:<9} {m.role:<17} {mu} {sigma} {cons} {m.games:>7} {score} {cells}"
-                     f"{ret} {length}")
+                     f"{ret} {length}{invalid}")
     lines.append(f"(score: mean outcome over all its games, win 1, draw .5"
                  + (", 'vs <anchor>': its score against that anchor over their recent games"
                     if report.anchors else "")
-                 + f"; return, length: means over each player's last {RECENT_GAMES} games)")
+                 + f"; return, length: means over each player's last {RECENT_GAMES} games"
+                 + ("; invalid: the share of a text agent's turns there whose answer did not count" if texts else "")
+                 + ")")
     return "\n".join(lines)

@@ -274,3 +274,13 @@ def test_the_ranking_shows_each_text_agents_invalid_answer_rate():
     assert rows["lm"]["invalid_answer_rate"] == pytest.approx(0.25) and rows["base"]["invalid_answer_rate"] == 0.0
     text = "\n".join(format_views(views))
     assert "invalid answers" in text and "25.0%  (12 in 48 turns)" in text
+
+
+def test_status_shows_a_text_agents_invalid_answer_share(tmp_path):
+    from ludus.league.status import MemberStatus, StatusReport, format_status
+
+    members = (MemberStatus("main", "learner", "main", None, None, 10, 0.6, None, 2, 0.1, 8.0, 0.25),
+               MemberStatus("anchor:random", "anchor", "anchor", 25.0, 1.0, 10, 0.4, None, 0, -0.1, 8.0, None))
+    text = format_status(StatusReport(str(tmp_path), NEGOTIATION, 2, 2, 20, 160, members))
+    header, main_row, anchor_row = text.splitlines()[1:4]
+    assert header.split()[-1] == "invalid" and main_row.split()[-1] == "25.0%" and anchor_row.split()[-1] == "-"

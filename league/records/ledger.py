@@ -379,6 +379,11 @@ class PlayerGames:
     """Mean episode return over its newest games (as many as asked for)."""
     recent_length: float
     """Mean length of those games."""
+    recent_turns: int = 0
+    """Text agents: turns it took in those games (seat metadata "turns"; 0 for other agents)."""
+    recent_invalid: int = 0
+    """Its invalid answers in those games (seat metadata "invalid": retried responses and moves
+    the game refused)."""
 
 
 class Store:
@@ -754,11 +759,13 @@ class Store:
         out = {}
         for player_id, (games, score) in self.player_totals().items():
             # min(seat) makes SQLite take the return from the player's first seat of each match
-            ret, length = connection.execute(
-                "SELECT AVG(episode_return), AVG(length) FROM (SELECT s.episode_return, MIN(s.seat), m.length "
+            ret, length, turns, invalid = connection.execute(
+                "SELECT AVG(episode_return), AVG(length), SUM(turns), SUM(invalid) FROM (SELECT s.episode_return, "
+                "MIN(s.seat), m.length, json_extract(s.metadata, '$.turns') AS turns, "
+                "json_extract(s.metadata, '$.invalid') AS invalid "
                 "FROM seat_results AS s JOIN matches AS m ON m.match_id = s.match_id WHERE s.player_id = ? "
                 "GROUP BY s.match_id ORDER BY s.match_id DESC LIMIT ?)", (player_id, int(recent))).fetchone()
-            out[player_id] = PlayerGames(games, score, float(ret), float(length))
+            out[player_id] = PlayerGames(games, score, float(ret), float(length), int(turns or 0), int(invalid or 0))
         return out
 
     def head_to_head(self, player_id: str, recent: int) -> dict[str, tuple[int, float]]:
