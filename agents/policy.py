@@ -56,6 +56,9 @@ class ActOutput:
     texts: Sequence[str | None] | None = None
     """Text agents in text-move games (`GameSpec.text_moves`): per row, the move as text, which the
     game judges and plays instead of the row's action (None in a row: play the action). None: no texts."""
+    said: Sequence[str] | None = None
+    """Text agents that reason before they answer: each row's whole first response, reasoning
+    included, for transcripts and replays (the move itself is `texts` or `actions`). None: not kept."""
     invalid_answers: np.ndarray | None = None
     """[N] int: responses of the row's turn that the agent itself found invalid before it answered
     (retried with feedback); the ledger records them per seat. None: none counted."""

@@ -176,7 +176,8 @@ def recorded_match(run_dir: str | Path, match_id: int) -> MatchResult:
 def replay_match(run_dir: str | Path, match_id: int) -> Replay:
     """Re-simulate a match from its seed and recorded moves; compare the returns with the ledger."""
     from ludus.games.registry import make
-    from ludus.league.records.replay import recorded_texts, replay_forfeit, replay_moves, replay_prefix
+    from ludus.league.records.replay import (recorded_reasoning, recorded_texts, replay_forfeit, replay_moves,
+                                             replay_prefix)
 
     match = recorded_match(run_dir, match_id)
     game = make(match.game_id)
@@ -184,18 +185,19 @@ def replay_match(run_dir: str | Path, match_id: int) -> Replay:
     if moves is None:
         raise RunError(f"match {match_id} has no recorded moves")
     header = f"match {match_id} ({match.kind}): {' vs '.join(match.player_ids)}, seed {match.seed}"
-    texts = recorded_texts(match)
+    texts, notes = recorded_texts(match), recorded_reasoning(match)
     forfeited = [seat.status != "ok" for seat in match.seats]
     failed = [seat.error for seat in match.seats if seat.status == "error"]
     if failed and texts is not None:  # the game itself failed: its prefix, then the error, no result
-        lines, _ = replay_prefix(game, match.seed, moves, texts=texts)
+        lines, _ = replay_prefix(game, match.seed, moves, texts=texts, notes=notes)
         transcript = "\n".join([header, *lines, f"the game failed: {failed[0]}"])
         same = game.record().error == failed[0]  # type: ignore[attr-defined]
         return Replay(match_id, tuple(s.episode_return for s in match.seats),
                       tuple(float(r) for r in game.returns()) if same else (), transcript)
     if any(forfeited):
-        returns, transcript = replay_forfeit(game, match.seed, moves, forfeited, header=header, texts=texts)
+        returns, transcript = replay_forfeit(game, match.seed, moves, forfeited, header=header, texts=texts,
+                                             notes=notes)
     else:
-        returns, transcript = replay_moves(game, match.seed, moves, header=header, texts=texts)
+        returns, transcript = replay_moves(game, match.seed, moves, header=header, texts=texts, notes=notes)
     recorded = tuple(s.episode_return for s in match.seats)
     return Replay(match_id, recorded, tuple(float(r) for r in returns), transcript)

@@ -181,6 +181,9 @@ def test_a_free_text_textarena_league_records_replays_and_resumes_exactly(tiny_b
     assert lm_seats and all(s.metadata["turns"] >= 1 for s in lm_seats)
     replay = replay_match(tmp_path / "whole", matches[-1].match_id)
     assert replay.matches and "plays '" in replay.transcript
+    reasoned = [m for m in matches if m.metadata.get("reasoning")]
+    assert reasoned and all(len(entry) == 3 for m in reasoned for entry in m.metadata["reasoning"])
+    assert " wrote: " in replay_match(tmp_path / "whole", reasoned[-1].match_id).transcript
     metrics = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
     assert sum("losses/main/valid_response_rate" in m for m in metrics) == 2  # an update each iteration
     assert run_fingerprint(tmp_path / "whole") == resumed_fingerprint(config, tmp_path / "half")

@@ -408,6 +408,7 @@ class TextLMPolicy:
                          responses.astype(np.int64), token_log_probs,
                          forfeits=fallback.copy() if self.play.invalid.forfeit and not self.free_text else None,
                          texts=list(moves) if self.free_text else None,
+                         said=list(texts) if self.play.prompt.think else None,
                          invalid_answers=(attempts - 1 + fallback).astype(np.int64))
 
 

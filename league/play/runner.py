@@ -111,6 +111,9 @@ class PlayedMatch:
     """Text agents' games: per seat, turns taken (each answered by one or more responses)."""
     invalid_answers: tuple[int, ...] = ()
     """Per seat, responses its agent found invalid and answered again (`ActOutput.invalid_answers`)."""
+    said: tuple[tuple[int, int, str], ...] = ()
+    """(move index, seat, whole response) of the turns whose agent reasons before it answers
+    (`ActOutput.said`): what transcripts show beside the moves."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,11 +147,14 @@ class PlayedMatches(Sequence[PlayedMatch]):
     """[M, P] int64 turns each seat took, where text agents played (None otherwise)."""
     invalid_answers: np.ndarray | None = None
     """[M, P] int64 responses each seat's agent found invalid (None where none were counted)."""
+    said: tuple[tuple[tuple[int, int, str], ...], ...] | None = None
+    """Per match, `PlayedMatch.said` (None when no agent reasoned aloud)."""
 
     def _text_fields(self, i: int) -> dict:
         return dict(text=None if self.texts is None else self.texts[i],
                     turns=() if self.turns is None else tuple(self.turns[i].tolist()),
-                    invalid_answers=() if self.invalid_answers is None else tuple(self.invalid_answers[i].tolist()))
+                    invalid_answers=() if self.invalid_answers is None else tuple(self.invalid_answers[i].tolist()),
+                    said=() if self.said is None else self.said[i])
 
     def __len__(self) -> int:
         return len(self.assignments)
@@ -171,7 +177,8 @@ class PlayedMatches(Sequence[PlayedMatch]):
         for i, (assignment, returns, length, versions, cut) in enumerate(zip(
                 self.assignments, map(tuple, self.returns.tolist()), self.lengths.tolist(),
                 map(tuple, self.player_versions.tolist()), self.truncated.tolist())):
-            extra = self._text_fields(i) if (self.texts is not None or self.turns is not None) else {}
+            extra = self._text_fields(i) if (self.texts is not None or self.turns is not None
+                                             or self.said is not None) else {}
             yield PlayedMatch(assignment=assignment, returns=returns, length=length,
                               moves=tuple(moves[starts[i]:starts[i + 1]]), player_versions=versions,
                               truncated=cut, forfeited=forfeits.get(i, ()), **extra)
@@ -305,6 +312,10 @@ class Runner:
         match_turns = np.zeros((num_matches, num_players), dtype=np.int64)
         match_invalid = np.zeros((num_matches, num_players), dtype=np.int64)
         match_records: list[TextGameRecord | None] = [None] * num_matches
+        # Responses of agents that reason aloud: per slot while its match runs, per match after.
+        slot_said: list[list[tuple[int, int, str]]] = [[] for _ in range(num_slots)]
+        match_said: list[tuple[tuple[int, int, str], ...]] = [()] * num_matches
+        any_said = False
         move_chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         env_steps = 0
         learner_steps = {pid: 0 for pid, _ in learner_codes.values()}
@@ -331,6 +342,10 @@ class Runner:
             match_invalid[places] = slot_invalid[rows]
             slot_turns[rows] = 0
             slot_invalid[rows] = 0
+            if any_said:
+                for place, row in zip(places.tolist(), rows.tolist()):
+                    match_said[place] = tuple(slot_said[row])
+                    slot_said[row] = []
             if records is not None:
                 for place, record in zip(places.tolist(), records):
                     match_records[place] = record
@@ -378,6 +393,11 @@ class Runner:
                 if out.texts is not None and text_moves:
                     for row, text in zip(range(lo, hi), out.texts):
                         texts_now[slots_sorted[row], seats_sorted[row]] = text
+                if out.said is not None:
+                    any_said = True
+                    for row, text in zip(range(lo, hi), out.said):
+                        slot = int(slots_sorted[row])
+                        slot_said[slot].append((int(move_count[slot]), int(seats_sorted[row]), str(text)))
                 if out.invalid_answers is not None or out.texts is not None:
                     counting = True
                     slot_turns[slots_sorted[lo:hi], seats_sorted[lo:hi]] += 1
@@ -476,6 +496,7 @@ class Runner:
             forfeited=match_forfeited[by_id],
             texts=tuple(match_records[i] for i in by_id.tolist()) if text_moves else None,
             turns=match_turns[by_id] if counting or text_moves else None,
-            invalid_answers=match_invalid[by_id] if counting or text_moves else None)
+            invalid_answers=match_invalid[by_id] if counting or text_moves else None,
+            said=tuple(match_said[i] for i in by_id.tolist()) if any_said else None)
         return PlayResult(task.task_id, matches, rollouts, env_steps, learner_steps, time.perf_counter() - start,
                           inference)

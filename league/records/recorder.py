@@ -118,7 +118,8 @@ class Recorder:
                            length=played.length, started_at=started_at, duration_s=duration,
                            moves=tuple(played.moves), truncated=played.truncated,
                            metadata={**({} if iteration is None else {"iteration": iteration}),
-                                     **({"texts": list(played.text.texts)} if played.text is not None else {})})
+                                     **({"texts": list(played.text.texts)} if played.text is not None else {}),
+                                     **({"reasoning": [list(note) for note in played.said]} if played.said else {})})
 
     def _version_label(self, player_id: str, version: int, learners: Mapping[str, Learner]) -> str:
         if player_id in learners:

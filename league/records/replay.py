@@ -41,11 +41,24 @@ def recorded_texts(match) -> list[str] | None:
     return texts
 
 
+def recorded_reasoning(match) -> dict[int, list[str]]:
+    """What agents that reason aloud wrote, by move index: ``"seat S wrote: ..."`` lines from a
+    recorded match's metadata "reasoning" (the whole response beside each move); {} without."""
+    notes: dict[int, list[str]] = {}
+    entries = match.metadata.get("reasoning") if isinstance(match.metadata, dict) else None
+    for entry in entries if isinstance(entries, list) else ():
+        if (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int)
+                and isinstance(entry[1], int) and isinstance(entry[2], str)):
+            notes.setdefault(entry[0], []).append(f"   seat {entry[1]} wrote: {entry[2]!r}")
+    return notes
+
+
 def replay_moves(game: Game, seed: int, moves: Sequence[int], header: str = "",
-                 texts: Sequence[str] | None = None) -> tuple[np.ndarray, str]:
+                 texts: Sequence[str] | None = None, notes: dict[int, list[str]] | None = None) -> tuple[np.ndarray, str]:
     """Play `moves` in `game` from `seed` (a text-move game: `texts`, every move's text); returns
-    (final returns, a text transcript with boards)."""
-    lines, position = replay_prefix(game, seed, moves, stop_when_over=True, texts=texts)
+    (final returns, a text transcript with boards and `notes`, lines shown after the move of that
+    index: `recorded_reasoning`)."""
+    lines, position = replay_prefix(game, seed, moves, stop_when_over=True, texts=texts, notes=notes)
     if not is_over(game):
         raise ReplayError(f"the recorded moves end after {position} actions but the game is not over")
     if position != len(moves):
@@ -56,15 +69,19 @@ def replay_moves(game: Game, seed: int, moves: Sequence[int], header: str = "",
 
 
 def replay_prefix(game: Game, seed: int, moves: Sequence[int], stop_when_over: bool = False,
-                  texts: Sequence[str] | None = None) -> tuple[list[str], int]:
+                  texts: Sequence[str] | None = None, notes: dict[int, list[str]] | None = None) -> tuple[list[str], int]:
     """Apply recorded moves from `seed` (all of them, or until the game is over): the boards after
     each step as text lines, and how many moves were applied. Every move is checked for legality.
     A match cut short (a forfeit in the arena) replays its prefix with this."""
     lines: list[str] = []
-    position = 0
+    position = before = 0
     for actions, board, position in replayed_steps(game, seed, moves, stop_when_over, texts):
         if actions:
-            lines.append(f"-- {', '.join(f'seat {s} plays {a!r}' if isinstance(a, str) else f'seat {s} plays {a}' for s, a in actions.items())}")
+            lines.append("-- " + ", ".join(f"seat {s} plays {a!r}" if isinstance(a, str) else f"seat {s} plays {a}"
+                                           for s, a in actions.items()))
+            for index in range(before, position):
+                lines.extend((notes or {}).get(index, ()))
+        before = position
         lines.append(board)
     return lines, position
 
@@ -106,10 +123,11 @@ def replayed_steps(game: Game, seed: int, moves: Sequence[int], stop_when_over: 
 
 
 def replay_forfeit(game: Game, seed: int, moves: Sequence[int], forfeited: Sequence[bool],
-                   header: str = "", texts: Sequence[str] | None = None) -> tuple[tuple[float, ...], str]:
+                   header: str = "", texts: Sequence[str] | None = None,
+                   notes: dict[int, list[str]] | None = None) -> tuple[tuple[float, ...], str]:
     """Replay a match that ended by forfeit (`forfeited`: per seat): its moves are the prefix of a
     game that is not over; returns (the returns the forfeit rule gives, a transcript)."""
-    lines, _ = replay_prefix(game, seed, moves, texts=texts)
+    lines, _ = replay_prefix(game, seed, moves, texts=texts, notes=notes)
     if is_over(game):
         raise ReplayError(f"the match is recorded as a forfeit but its {len(moves)} moves finish the game")
     returns = forfeit_returns(game.spec, forfeited)
@@ -129,10 +147,20 @@ def match_episode(match) -> dict:
     from ludus.games import registry
     from ludus.text import printable
 
-    steps = [{"actions": [[seat, printable(action) if isinstance(action, str) else action]
-                          for seat, action in actions.items()], "board": printable(board)}
-             for actions, board, _ in replayed_steps(registry.make(match.game_id), match.seed, match.moves or (),
-                                                     stop_when_over=True, texts=recorded_texts(match))]
+    said: dict[int, list] = {}
+    for entry in match.metadata.get("reasoning", []) if isinstance(match.metadata, dict) else []:
+        if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], str):
+            said.setdefault(entry[0], []).append([entry[1], printable(entry[2])])
+    steps, before = [], 0
+    for actions, board, position in replayed_steps(registry.make(match.game_id), match.seed, match.moves or (),
+                                                   stop_when_over=True, texts=recorded_texts(match)):
+        step = {"actions": [[seat, printable(action) if isinstance(action, str) else action]
+                            for seat, action in actions.items()], "board": printable(board)}
+        wrote = [w for index in range(before, position) for w in said.get(index, ())]
+        if wrote:
+            step["wrote"] = wrote  # [seat, whole response]: the reasoning beside the move
+        steps.append(step)
+        before = position
     return {
         "format": "ludus-episode-1", "id": match.match_id, "kind": match.kind, "game": match.game_id,
         "seed": match.seed, "players": [s.player_id for s in match.seats], "teams": [s.team for s in match.seats],
