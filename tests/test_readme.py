@@ -92,7 +92,7 @@ def test_readme_opens_with_the_two_commands_and_keeps_its_limits(readme):
 # Commands that only read a run or list games run through the CLI's `main` in this process (the
 # `ludus_here` fixture: the same code path, without ~3 s of interpreter start each); the rest run as
 # real processes, as a reader types them.
-IN_PROCESS = {"status", "ratings", "replay", "games", "arena leaderboard"}
+IN_PROCESS = {"status", "ratings", "replay", "games", "matches", "arena leaderboard"}
 
 
 def test_every_command_of_the_tour_prints_what_the_readme_says(readme, tmp_path, ludus_here, monkeypatch):
@@ -134,7 +134,12 @@ def test_every_command_of_the_tour_prints_what_the_readme_says(readme, tmp_path,
         elif key == "replay":
             assert re.search(r"^match 1: recorded returns .*, replayed .*: OK$", out, re.M), out
         elif key == "resume":
-            assert f"run {RUN}  game tic_tac_toe  iteration 30/30" in out, out
+            assert f"run {RUN}  game tic_tac_toe  iteration 32/32" in out, out
+        elif key == "matches":
+            lines = out.splitlines()
+            assert lines[0].split()[:4] == ["match", "kind", "iter", "steps"], out
+            assert len(lines) == 7 and all(" rating " in line for line in lines[1:6]), out
+            assert f"ludus replay {RUN} ID" in lines[-1], out
         elif key == "report":
             assert (run / "report.html").is_file() and "wrote" in out
         elif key == "arena submit":
