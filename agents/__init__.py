@@ -8,8 +8,8 @@ the league, arena or evaluation (tests/test_layering.py).
   (deepspeed_backend, data_parallel), threads, check, export, play, cli;
 * `ludus.agents.rl`: PPO, MAPPO (its learner and cooperative training loop), token-level PPO;
 * `ludus.agents.solvers`: Deep CFR, MMD, exact exploitability;
-* `ludus.agents.lm`: language models (the model, generation and prompt cache in `model`, the KV
-  cache, pretrained bases, the text policy, the LM learners' compute);
+* `ludus.agents.lm`: language models (the model, generation, the prompt cache, the split trunk, the
+  KV cache, pretrained bases, the text policy, the LM learners' compute);
 * `ludus.agents.bots`: reference bots (`builtin`: random, MCTS, perfect tic-tac-toe, scripted),
   connect four's compiled MCTS, MPE's scripted policies, scripted negotiators.
 

@@ -425,7 +425,7 @@ def read_verified(path: str | os.PathLike, kind: str,
 
 def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None, lm_base: Any | None = None) -> Policy:
     """The Policy of any snapshot, by its manifest's kind (`SNAPSHOT_KINDS`): a TorchPolicy for
-    "actor_critic", a `ludus.agents.lm.model.LMPolicy` for "lm" (token games: it reads the game's
+    "actor_critic", a `ludus.agents.lm.generation.LMPolicy` for "lm" (token games: it reads the game's
     token ids, padding id 0), a `ludus.agents.lm.text_policy.TextLMPolicy` for "lm_adapter"."""
     manifest, _ = read_manifest(path)
     return snapshot_kind(manifest.kind, path).policy(path, expect_game, lm_base)
@@ -436,7 +436,7 @@ def _actor_critic_policy(path: str | os.PathLike, expect_game: str | None, lm_ba
 
 
 def _lm_policy(path: str | os.PathLike, expect_game: str | None, lm_base: Any | None) -> Policy:
-    from ludus.agents.lm.model import LMPolicy
+    from ludus.agents.lm.generation import LMPolicy
 
     return LMPolicy(load_lm_snapshot(path, expect_game).lm.model, pad_id=0)
 

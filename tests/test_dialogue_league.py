@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from ludus.agents.lm.model import LMPolicy
+from ludus.agents.lm.generation import LMPolicy
 from ludus.agents.policy import ActBatch
 from ludus.agents.rollout import RolloutBatch
 from ludus.agents.snapshot import SnapshotError, load_lm_snapshot, policy_from_snapshot, read_manifest

@@ -28,7 +28,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ludus.agents.lm.model import BaseReadings, LMError, LMPolicy, LMWithValueHead, PromptStore, base_readings
+from ludus.agents.lm.generation import LMPolicy
+from ludus.agents.lm.model import LMError, LMWithValueHead
+from ludus.agents.lm.prompt_cache import BaseReadings, PromptStore, base_readings
 from ludus.agents.policy import ActBatch, ActOutput, sample_legal_uniform
 from ludus.games.text import ParsedResponse, TextView, normal_answer, parse_response
 from ludus.bounds import bounds, range_problem
@@ -265,7 +267,7 @@ class TextLMPolicy:
 
     def readings(self) -> PromptStore | BaseReadings | None:
         """Where prompts read before are found: with activated adapters the base's readings, shared
-        in the process and kept for the run (agents/lm/model.py `BaseReadings`), else `prompts`."""
+        in the process and kept for the run (agents/lm/prompt_cache.py `BaseReadings`), else `prompts`."""
         return base_readings(self.model) if self.model.activation_tokens else self.prompts
 
     def activate(self) -> None:
@@ -476,7 +478,7 @@ def response_action_probabilities(policy: TextLMPolicy, obs: np.ndarray, seat: i
     sequences less likely than `PROBABILITY_FLOOR` (together at most ~1e-5 of the mass, counted as
     invalid). Text is built from the tokens' own texts, which for the ASCII answers of games is
     the text the tokenizer decodes."""
-    from ludus.agents.lm.model import SharedPromptCache
+    from ludus.agents.lm.prompt_cache import SharedPromptCache
 
     answers = dict(policy.view.answers(obs, seat, mask))
     candidates, candidate_texts = _answer_tokens(policy.tokenizer, list(answers))

@@ -35,7 +35,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ludus.agents.lm.model import LMPolicy, LMWithValueHead, TinyLMConfig, build_tiny_lm, frozen_copy
+from ludus.agents.lm.generation import LMPolicy
+from ludus.agents.lm.model import LMWithValueHead, TinyLMConfig, build_tiny_lm, frozen_copy
 from ludus.agents.policy import Policy
 from ludus.agents.ppo_core import prefixed
 from ludus.agents.rollout import RolloutBatch
