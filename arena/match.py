@@ -17,7 +17,8 @@ import numpy as np
 
 from ludus.arena import protocol
 from ludus.arena.sandbox.isolation import MIB, Isolation, SandboxConfig, SandboxError
-from ludus.arena.sandbox.process import SandboxLimits, SandboxProcess, describe_exit
+from ludus.arena.sandbox.limits import SandboxLimits
+from ludus.arena.sandbox.process import SandboxProcess, describe_exit
 from ludus.games.core import forfeit_returns
 from ludus.text import printable, safe_file_name
 

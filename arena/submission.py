@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from ludus.agents.policy import Policy
     from ludus.arena.sandbox.isolation import SandboxConfig
     from ludus.arena.match import SandboxedAgent
-    from ludus.arena.sandbox.process import SandboxLimits
+    from ludus.arena.sandbox.limits import SandboxLimits
 
 MANIFEST_NAME = "agent.toml"
 SNAPSHOT_MANIFEST = "manifest.json"
@@ -256,7 +256,7 @@ def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
     by default the sandbox's own `limits.startup_timeout_s`: an accepted agent can start in play.
     """
     from ludus.arena.sandbox.isolation import SandboxConfig
-    from ludus.arena.sandbox.process import SandboxLimits
+    from ludus.arena.sandbox.limits import SandboxLimits
 
     config = config or SandboxConfig()
     limits = limits or SandboxLimits()
@@ -411,6 +411,6 @@ def make_player(submission: Submission, game_id: str, limits: "SandboxLimits | N
         return make_bot(submission.bot, registry.spec(game_id))
     from ludus.arena.sandbox.isolation import SandboxConfig
     from ludus.arena.match import SandboxedAgent
-    from ludus.arena.sandbox.process import SandboxLimits
+    from ludus.arena.sandbox.limits import SandboxLimits
 
     return SandboxedAgent(submission, game_id, limits or SandboxLimits(), config or SandboxConfig())

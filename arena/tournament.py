@@ -38,7 +38,7 @@ import numpy as np
 
 from ludus.arena.sandbox.isolation import SandboxConfig
 from ludus.arena.match import MatchLimits, MatchRecord, SandboxedAgent, play_match
-from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.sandbox.limits import SandboxLimits
 from ludus.arena.store import ArenaError, Entrant
 from ludus.league.records.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
 from ludus.league.records.matchmaking import schedule_rating_matches, sigma_converged

@@ -27,7 +27,7 @@ from ludus.arena.sandbox.isolation import Isolation, SandboxConfig, resolve_isol
 from ludus.arena.leaderboard import format_leaderboard
 from ludus.arena.match import MatchLimits
 from ludus.arena.replay import replay_match
-from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.sandbox.limits import SandboxLimits
 from ludus.arena.store import ArenaError, submission_digest_of_copy
 from ludus.arena.submission import Submission, SubmissionError, SubmissionKind
 from ludus.arena.tournament import TournamentSettings, circle_rounds, round_robin_schedule, summarize

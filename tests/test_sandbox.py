@@ -30,7 +30,7 @@ from ludus.arena.sandbox.isolation import (Isolation, SandboxConfig, SandboxErro
                              stray_agent_processes)
 from ludus.arena.match import AgentFault, MatchLimits, MatchStatus, SandboxedAgent, play_match
 from ludus.games.core import forfeit_returns
-from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.sandbox.limits import SandboxLimits
 from ludus.arena.submission import Submission, SubmissionKind, make_player, validate_submission
 from ludus.games import registry
 
