@@ -19,12 +19,12 @@ from ludus.arena import protocol
 from ludus.arena.sandbox.isolation import MIB, Isolation, SandboxConfig, SandboxError
 from ludus.arena.sandbox.limits import SandboxLimits
 from ludus.arena.sandbox.process import SandboxProcess, describe_exit
+from ludus.arena.submission import Submission, SubmissionKind, check_submission_game
 from ludus.games.core import forfeit_returns
 from ludus.text import printable, safe_file_name
 
 if TYPE_CHECKING:
     from ludus.agents.policy import Policy
-    from ludus.arena.submission import Submission
 
 
 class MatchStatus(str, enum.Enum):
@@ -627,3 +627,15 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
     return MatchRecord(match_id, game_id, seed, names, returns, statuses, tuple(faults), tuple(moves),
                        bool(game.is_truncated() and not game.is_terminal()), tuple(think),
                        time.monotonic() - started, tuple(tails))
+
+
+def make_player(submission: Submission, game_id: str, limits: SandboxLimits | None = None,
+                config: SandboxConfig | None = None) -> "SandboxedAgent | Policy":
+    """What plays a submission in `play_match`: a bot in-process, else a sandbox."""
+    check_submission_game(submission.game, game_id, f"submission {submission.name!r}")
+    if submission.kind == SubmissionKind.BUILTIN:
+        from ludus.agents.bots.builtin import make_bot
+        from ludus.games import registry
+
+        return make_bot(submission.bot, registry.spec(game_id))
+    return SandboxedAgent(submission, game_id, limits or SandboxLimits(), config or SandboxConfig())

@@ -652,7 +652,8 @@ def _play_loose(tmp_path: Path, zoo_name: str, kind: str):
     import shutil
 
     from ludus.arena.match import play_match
-    from ludus.arena.submission import make_player, validate_submission
+    from ludus.arena.match import make_player
+    from ludus.arena.submission import validate_submission
 
     folder = tmp_path / zoo_name
     shutil.copytree(ZOO / zoo_name, folder)
