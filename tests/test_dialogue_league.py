@@ -21,8 +21,8 @@ from ludus.games import registry
 from ludus.games.core import GameError
 from ludus.league.api import League, load_config
 from ludus.league.config import ConfigError
-from ludus.league.learners.dialogue import (dialogue_episodes, evaluate_negotiators, held_out_contexts, mean_interval,
-                             score_gain)
+from ludus.evaluation.negotiation import evaluate_negotiators, held_out_contexts, mean_interval, score_gain
+from ludus.league.learners.dialogue import dialogue_episodes
 from ludus.league.records.ledger import Store
 
 
