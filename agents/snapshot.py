@@ -49,6 +49,7 @@ import torch
 from ludus.agents.nets import ActorCritic, NetConfig, shape_mismatch
 from ludus.agents.policy import Policy
 from ludus.agents.torch_policy import TorchPolicy
+from ludus.games import registry
 from ludus.games.core import GameSpec
 from ludus.games.registry import Lazy
 from ludus.errors import UserError
@@ -363,17 +364,11 @@ def _read_kind(path: str | os.PathLike, expect_game: str | None,
                             f"pick a snapshot of {expect_game!r}")
     if manifest.kind != kind:
         raise SnapshotError(f"snapshot {directory} holds a {manifest.kind!r} model, not a {kind!r} one")
-    if expect_game is not None and expect_game.startswith("spiel:"):
-        # spiel: ids read information-state tensors where the game has them; a snapshot saved when
-        # the same id meant the observation tensor has another input shape
-        from ludus.games.adapters.spiel import spiel_spec
-
-        now = spiel_spec(expect_game[len("spiel:"):]).observation_shape
-        if tuple(manifest.game.observation_shape) != tuple(now):
-            raise SnapshotError(f"snapshot {directory} reads observations of shape "
-                                f"{tuple(manifest.game.observation_shape)}, {expect_game} gives {tuple(now)}: it was "
-                                f"saved before spiel: ids read information-state tensors; train it again on "
-                                f"{expect_game} (or on {expect_game}[observation] for the old input)")
+    if expect_game is not None:
+        # an adapter that changed what its ids read says why an older snapshot cannot play them
+        problem = registry.snapshot_shape_problem(expect_game, tuple(manifest.game.observation_shape))
+        if problem:
+            raise SnapshotError(f"snapshot {directory} {problem}")
     if weights not in dict(manifest.files):
         raise SnapshotError(f"malformed manifest {directory / MANIFEST_NAME}: it lists no {weights}")
     return directory, manifest, manifest_bytes
