@@ -447,19 +447,38 @@ def answer_start_tokens(tokenizer: Any, answers: Mapping[str, int]) -> tuple[np.
     if key not in cache:
         words = {normal_answer(a): action for a, action in answers.items()}
         groups: dict[int, list[int]] = {action: [] for action in sorted(set(words.values()))}
+        opening, closing = _answer_start_index(tokenizer)
+        # A token that closes an answer names the action of its core; any other token names the
+        # actions of the answers its core begins. Every such core is a non-empty prefix of an
+        # answer, so the answers' prefixes are looked up instead of the whole vocabulary scanned
+        # (a legal set costs microseconds, not a pass over ~49k tokens per position).
+        for word, action in words.items():
+            groups[action] += closing.get(word, [])
+        for core in {w[:n] for w in words for n in range(1, len(w) + 1)}:
+            actions = {action for w, action in words.items() if w.startswith(core)}
+            if len(actions) == 1:
+                groups[actions.pop()] += opening.get(core, [])
+        cache[key] = tuple(np.array(sorted(ids), dtype=np.int64) for ids in groups.values())
+    return cache[key]
+
+
+def _answer_start_index(tokenizer: Any) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """The vocabulary's tokens that may begin an answer, by their normalised core, once per
+    tokenizer: (tokens without "]" by their text, tokens holding "]" by the text before it).
+    Tokens holding "[" or a newline begin no answer."""
+    index = tokenizer.__dict__.get("_ludus_answer_start_index")
+    if index is None:
+        opening: dict[str, list[int]] = {}
+        closing: dict[str, list[int]] = {}
         for token, text in token_texts(tokenizer).items():
             if "[" in text or "\n" in text:
                 continue
             if "]" in text:
-                core = normal_answer(text[: text.index("]")])
-                actions = {words[core]} if core in words else set()
+                closing.setdefault(normal_answer(text[: text.index("]")]), []).append(token)
             else:
-                core = normal_answer(text)
-                actions = {action for w, action in words.items() if core and w.startswith(core)}
-            if len(actions) == 1:
-                groups[actions.pop()].append(token)
-        cache[key] = tuple(np.array(sorted(ids), dtype=np.int64) for ids in groups.values())
-    return cache[key]
+                opening.setdefault(normal_answer(text), []).append(token)
+        index = tokenizer.__dict__["_ludus_answer_start_index"] = (opening, closing)
+    return index
 
 
 PROBABILITY_FLOOR = 1e-8
