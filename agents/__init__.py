@@ -14,7 +14,8 @@ the league, arena or evaluation (tests/test_layering.py).
   connect four's compiled MCTS, MPE's scripted policies, scripted negotiators.
 
 The sub-packages build on the base. The snapshot format reaches the kinds' loaders through one
-table (`ludus.agents.snapshot.SNAPSHOT_KINDS`; the "lm_adapter" loader by module path). Where the
-base still reaches up into one (the snapshot format loads the "lm" model; mixtures and play build
-bots; the optimizer backends serve PPO and token PPO) the import is lazy, inside a function.
+table (`ludus.agents.snapshot.SNAPSHOT_KINDS`; the language models' kinds, saved and loaded in
+`ludus.agents.lm.snapshots`, by module path). Where the base still reaches up into one (mixtures
+and play build bots; the optimizer backends serve PPO and token PPO) the import is lazy, inside a
+function.
 """

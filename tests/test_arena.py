@@ -552,7 +552,7 @@ def test_an_lm_snapshot_plays_in_the_arena_on_the_hosts_base(smollm2_dir, tmp_pa
     only its adapters)."""
     require_isolation()
     from ludus.agents.lm.pretrained import PretrainedLMConfig, load_pretrained_lm
-    from ludus.agents.snapshot import save_adapter_snapshot
+    from ludus.agents.lm.snapshots import save_adapter_snapshot
     from ludus.agents.lm.text_policy import TextPlayConfig
     from ludus.games import registry
 

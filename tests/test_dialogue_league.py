@@ -15,7 +15,8 @@ import torch
 from ludus.agents.lm.generation import LMPolicy
 from ludus.agents.policy import ActBatch
 from ludus.agents.rollout import RolloutBatch
-from ludus.agents.snapshot import SnapshotError, load_lm_snapshot, policy_from_snapshot, read_manifest
+from ludus.agents.lm.snapshots import load_lm_snapshot
+from ludus.agents.snapshot import SnapshotError, policy_from_snapshot, read_manifest
 from ludus.agents.threads import torch_threads
 from ludus.games import registry
 from ludus.games.core import GameError

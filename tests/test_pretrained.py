@@ -15,8 +15,8 @@ import torch
 from ludus.agents.lm.model import LMError
 from ludus.agents.lm.pretrained import (BASE_MODELS, LoRAConfig, PretrainedLMConfig, adapter_disabled, base_content_hash,
                                base_model_dir, load_pretrained_lm, trained_state)
-from ludus.agents.snapshot import (ADAPTER_WEIGHTS_NAME, KIND_LM_ADAPTER, SnapshotError, load_adapter_snapshot,
-                             read_manifest, save_adapter_snapshot)
+from ludus.agents.lm.snapshots import load_adapter_snapshot, save_adapter_snapshot
+from ludus.agents.snapshot import ADAPTER_WEIGHTS_NAME, KIND_LM_ADAPTER, SnapshotError, read_manifest
 from ludus.games import registry
 
 SMOLLM2 = "smollm2-135m-instruct"

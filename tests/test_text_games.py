@@ -560,7 +560,8 @@ def test_async_llm_league_drops_stale_turns(tiny_bases, tmp_path):
 
 
 def test_lm_snapshot_plays_anywhere_its_base_is_and_nowhere_else(tiny_bases, tmp_path):
-    from ludus.agents.snapshot import SnapshotError, policy_from_snapshot, save_adapter_snapshot
+    from ludus.agents.lm.snapshots import save_adapter_snapshot
+    from ludus.agents.snapshot import SnapshotError, policy_from_snapshot
 
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
     play = TextPlayConfig(max_new_tokens=3, temperature=0.5)
@@ -577,7 +578,8 @@ def test_lm_snapshot_plays_anywhere_its_base_is_and_nowhere_else(tiny_bases, tmp
 
 def test_a_person_plays_kuhn_against_an_lm_snapshot_seeing_only_their_own_card(tiny_bases, tmp_path):
     from ludus.agents.play import play_terminal
-    from ludus.agents.snapshot import policy_from_snapshot, save_adapter_snapshot
+    from ludus.agents.lm.snapshots import save_adapter_snapshot
+    from ludus.agents.snapshot import policy_from_snapshot
 
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
     save_adapter_snapshot(lm, registry.spec(KUHN), tmp_path / "snap", play=TextPlayConfig(max_new_tokens=3).to_json())

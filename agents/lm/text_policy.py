@@ -354,7 +354,8 @@ def text_policy_from_snapshot(path: Any, expect_game: str | None = None, base: A
     """The policy of an "lm_adapter" snapshot, acting on this process's shared base with the
     snapshot's adapters and its recorded way of playing (`TextPlayConfig`)."""
     from ludus.agents.lm.pretrained import shared_base, trained_state
-    from ludus.agents.snapshot import SnapshotError, read_adapter_snapshot
+    from ludus.agents.lm.snapshots import read_adapter_snapshot
+    from ludus.agents.snapshot import SnapshotError
     from ludus.games.text import text_view
 
     record = read_adapter_snapshot(path, base, expect_game)
@@ -369,7 +370,7 @@ def text_policy_from_snapshot(path: Any, expect_game: str | None = None, base: A
 
 
 def snapshot_play(record: Any) -> TextPlayConfig:
-    """The play settings an "lm_adapter" snapshot records (`ludus.agents.snapshot.AdapterSnapshotRecord`),
+    """The play settings an "lm_adapter" snapshot records (`ludus.agents.lm.snapshots.AdapterSnapshotRecord`),
     validated (`TextPlayConfig.from_json`) against its base's context, or a one-line SnapshotError."""
     from ludus.agents.lm.pretrained import base_model_dir
     from ludus.agents.snapshot import SnapshotError

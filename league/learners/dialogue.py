@@ -383,7 +383,7 @@ class TokenPPOLeagueLearner:
         return out
 
     def freeze(self, directory: Path, lineage: Lineage) -> SnapshotRef:
-        from ludus.agents.snapshot import save_lm_snapshot
+        from ludus.agents.lm.snapshots import save_lm_snapshot
 
         return save_lm_snapshot(self.module, self.spec, directory, lineage)
 
@@ -416,7 +416,7 @@ class TokenPPOLeagueLearner:
 
     def reset_to(self, snapshot: Path, seed: int) -> None:
         """Restart from a snapshot's weights with a fresh optimizer; the reference stays the imitation model."""
-        from ludus.agents.snapshot import load_lm_snapshot
+        from ludus.agents.lm.snapshots import load_lm_snapshot
 
         reference = self.reference
         loaded = load_lm_snapshot(snapshot, expect_game=self.spec.id)
