@@ -25,7 +25,6 @@ from ludus.agents.nets import masked_logits
 from ludus.agents.policy import ActBatch, ActOutput
 
 
-
 def sample_tokens(logits: torch.Tensor, legal_mask: np.ndarray | None, uniforms: np.ndarray | None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """One token per row of [B, V] logits, masked to `legal_mask` [B, V] (None = all legal).
@@ -278,4 +277,3 @@ def generate_text(lm: LoadedLM, prompts: Sequence[str], max_new_tokens: int, rng
     generation = LMPolicy(lm.model, pad_id=pad).generate(encoded, max_new_tokens, rng,
                                                          stop_token=tokenizer.eos_token_id, greedy=greedy)
     return [tokenizer.decode(generation.row(i), skip_special_tokens=True).strip() for i in range(len(prompts))]
-

@@ -42,7 +42,6 @@ from ludus.bounds import bounds
 from ludus.errors import UserError
 
 
-
 class LMError(UserError, ValueError):
     """A language model that cannot be loaded or rebuilt; the message says what to do."""
 

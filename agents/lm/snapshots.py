@@ -13,9 +13,9 @@ import torch
 
 from ludus.agents.lm.generation import LMPolicy
 from ludus.agents.lm.model import LMError, lm_from_snapshot_files, lm_state_for_snapshot
-from ludus.agents.lm.pretrained import (ADAPTER_FORMAT, BASE_MODELS, LoRAConfig, PretrainedLMConfig, adapter_architecture,
-                                        base_content_hash, base_model_dir, load_pretrained_lm, restore_adapters,
-                                        trained_state)
+from ludus.agents.lm.pretrained import (ADAPTER_FORMAT, BASE_MODELS, LoRAConfig, PretrainedLMConfig,
+                                        adapter_architecture, base_content_hash, base_model_dir, load_pretrained_lm,
+                                        restore_adapters, trained_state)
 from ludus.agents.policy import Policy
 from ludus.agents.snapshot import (ADAPTER_WEIGHTS_NAME, FORMAT_VERSION, KIND_LM, KIND_LM_ADAPTER, MANIFEST_NAME,
                                    WEIGHTS_NAME, Lineage, SnapshotError, SnapshotManifest, SnapshotRef, read_verified,
