@@ -8,7 +8,8 @@ Layout (format version 1) — a directory holding
     - ``game_id``: the registry id of that game (equal to ``game["id"]``)
     - ``kind``: what the weights are, a name in `SNAPSHOT_KINDS` (the one table of kinds:
       `register_snapshot_kind` adds one); ``"actor_critic"`` (a `ludus.agents.nets.ActorCritic`) or ``"lm"``
-      (a causal language model with a value head, `ludus.agents.lm.model.LMWithValueHead`; see `save_lm_snapshot`)
+      (a causal language model with a value head, `ludus.agents.lm.model.LMWithValueHead`; see
+      `ludus.agents.lm.snapshots.save_lm_snapshot`)
     - ``architecture``: how to rebuild the net (``NetConfig.to_json()`` for actor_critic, the
       ``ludus.agents.lm.model`` architecture record for lm)
     - ``lineage``: ``{"parent": snapshot id or null, "role": str, "steps": int, "created_by": str}``
@@ -40,7 +41,7 @@ import re
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -49,6 +50,7 @@ import torch
 from ludus.agents.nets import ActorCritic, NetConfig, shape_mismatch
 from ludus.agents.policy import Policy
 from ludus.agents.torch_policy import TorchPolicy
+from ludus.games import registry
 from ludus.games.core import GameSpec
 from ludus.games.registry import Lazy
 from ludus.errors import UserError
@@ -363,17 +365,11 @@ def _read_kind(path: str | os.PathLike, expect_game: str | None,
                             f"pick a snapshot of {expect_game!r}")
     if manifest.kind != kind:
         raise SnapshotError(f"snapshot {directory} holds a {manifest.kind!r} model, not a {kind!r} one")
-    if expect_game is not None and expect_game.startswith("spiel:"):
-        # spiel: ids read information-state tensors where the game has them; a snapshot saved when
-        # the same id meant the observation tensor has another input shape
-        from ludus.games.adapters.spiel import spiel_spec
-
-        now = spiel_spec(expect_game[len("spiel:"):]).observation_shape
-        if tuple(manifest.game.observation_shape) != tuple(now):
-            raise SnapshotError(f"snapshot {directory} reads observations of shape "
-                                f"{tuple(manifest.game.observation_shape)}, {expect_game} gives {tuple(now)}: it was "
-                                f"saved before spiel: ids read information-state tensors; train it again on "
-                                f"{expect_game} (or on {expect_game}[observation] for the old input)")
+    if expect_game is not None:
+        # an adapter that changed what its ids read says why an older snapshot cannot play them
+        problem = registry.snapshot_shape_problem(expect_game, tuple(manifest.game.observation_shape))
+        if problem:
+            raise SnapshotError(f"snapshot {directory} {problem}")
     if weights not in dict(manifest.files):
         raise SnapshotError(f"malformed manifest {directory / MANIFEST_NAME}: it lists no {weights}")
     return directory, manifest, manifest_bytes
@@ -423,9 +419,27 @@ def read_verified(path: str | os.PathLike, kind: str,
     return ref, manifest, data
 
 
+def read_verified_files(path: str | os.PathLike, kind: str,
+                        expect_game: str | None = None) -> tuple[SnapshotRef, SnapshotManifest, dict[str, bytes]]:
+    """The ref and manifest of a snapshot of `kind` and the bytes of every file its manifest lists
+    (each re-hashed: the bytes returned are the bytes hashed), for a loader that reads them all (the
+    "lm" kind's weights and tokenizer files)."""
+    directory, manifest, manifest_bytes = _read_kind(path, expect_game, kind)
+    hashes = {MANIFEST_NAME: sha256_hex(manifest_bytes)}
+    contents: dict[str, bytes] = {}
+    for name, expected in manifest.files:
+        data = _read_regular_file(directory / name)
+        if sha256_hex(data) != expected:
+            raise SnapshotError(f"hash mismatch for {directory / name}: the file is corrupt or was modified; "
+                                f"re-copy the snapshot")
+        hashes[name] = expected
+        contents[name] = data
+    return SnapshotRef(directory, snapshot_id_of(hashes), manifest.game_id, manifest.lineage), manifest, contents
+
+
 def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None, lm_base: Any | None = None) -> Policy:
     """The Policy of any snapshot, by its manifest's kind (`SNAPSHOT_KINDS`): a TorchPolicy for
-    "actor_critic", a `ludus.agents.lm.model.LMPolicy` for "lm" (token games: it reads the game's
+    "actor_critic", a `ludus.agents.lm.generation.LMPolicy` for "lm" (token games: it reads the game's
     token ids, padding id 0), a `ludus.agents.lm.text_policy.TextLMPolicy` for "lm_adapter"."""
     manifest, _ = read_manifest(path)
     return snapshot_kind(manifest.kind, path).policy(path, expect_game, lm_base)
@@ -433,12 +447,6 @@ def policy_from_snapshot(path: str | os.PathLike, expect_game: str | None = None
 
 def _actor_critic_policy(path: str | os.PathLike, expect_game: str | None, lm_base: Any | None) -> Policy:
     return TorchPolicy(load_snapshot(path, expect_game).net)
-
-
-def _lm_policy(path: str | os.PathLike, expect_game: str | None, lm_base: Any | None) -> Policy:
-    from ludus.agents.lm.model import LMPolicy
-
-    return LMPolicy(load_lm_snapshot(path, expect_game).lm.model, pad_id=0)
 
 
 # --------------------------------------------------------------------------------------- kinds
@@ -486,205 +494,10 @@ def snapshot_kind(name: str, path: str | os.PathLike | None = None) -> SnapshotK
 for _kind in (
     SnapshotKind(KIND_ACTOR_CRITIC, WEIGHTS_NAME, _actor_critic_policy,
                  "a `ludus.agents.nets.ActorCritic`; the architecture is its NetConfig"),
-    SnapshotKind(KIND_LM, WEIGHTS_NAME, _lm_policy,
+    SnapshotKind(KIND_LM, WEIGHTS_NAME, Lazy("ludus.agents.lm.snapshots:lm_policy"),
                  "a causal language model with a value head playing token games (`save_lm_snapshot`)"),
     SnapshotKind(KIND_LM_ADAPTER, ADAPTER_WEIGHTS_NAME, Lazy("ludus.agents.lm.text_policy:text_policy_from_snapshot"),
                  "LoRA adapters and a value head on a pretrained base, playing text games (`save_adapter_snapshot`)"),
 ):
     register_snapshot_kind(_kind)
 del _kind
-
-
-# ------------------------------------------------------------------------------- "lm" snapshots
-#
-# Kind "lm": a causal language model with a value head (agents/lm/model.py). The architecture record is
-# `ludus.agents.lm.model.lm_state_for_snapshot(...).architecture` ({"format", "hf_config"}: JSON only, no code
-# from anywhere runs), the weights are weights.safetensors, and a pretrained model's tokenizer
-# JSON/text files are extra files. The model reads the game's token ids (Vocabulary: <pad> = id 0).
-
-
-@dataclass(frozen=True)
-class LoadedLMSnapshot:
-    """A verified "lm" snapshot with its model rebuilt."""
-
-    ref: SnapshotRef
-    manifest: SnapshotManifest
-    lm: Any
-    """A `ludus.agents.lm.model.LoadedLM`: the LMWithValueHead in eval mode, and its tokenizer (or None)."""
-
-    @property
-    def spec(self) -> GameSpec:
-        return self.manifest.game
-
-
-def save_lm_snapshot(model: Any, spec: GameSpec, directory: str | os.PathLike, lineage: Lineage = Lineage(),
-                     tokenizer: Any | None = None) -> SnapshotRef:
-    """Freeze a `ludus.agents.lm.model.LMWithValueHead` (and optionally its tokenizer) as a kind "lm" snapshot."""
-    from safetensors.torch import save as safetensors_bytes
-
-    from ludus.agents.lm.model import lm_state_for_snapshot
-
-    parts = lm_state_for_snapshot(model, tokenizer)
-    if model.vocab_size < spec.num_actions:
-        raise SnapshotError(f"save_lm_snapshot: the model has {model.vocab_size} tokens, the game "
-                            f"{spec.id!r} has {spec.num_actions} actions")
-    header = {
-        "format_version": FORMAT_VERSION,
-        "game": spec.to_json(),
-        "game_id": spec.id,
-        "kind": KIND_LM,
-        "architecture": parts.architecture,
-        "lineage": lineage.to_json(),
-    }
-    return write_snapshot(directory, header, {WEIGHTS_NAME: safetensors_bytes(parts.tensors), **parts.extra_files})
-
-
-def load_lm_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> LoadedLMSnapshot:
-    """Verify the "lm" snapshot at `path` and rebuild its model (JSON + safetensors + tokenizer
-    JSON/text only, never pickle). `expect_game`: refuse a snapshot of any other game id."""
-    from ludus.agents.lm.model import LMError, lm_from_snapshot_files
-
-    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM)
-    # Re-hash every file, keeping the bytes that were hashed (the weights and the tokenizer files).
-    hashes = {MANIFEST_NAME: sha256_hex(manifest_bytes)}
-    contents: dict[str, bytes] = {}
-    for name, expected in manifest.files:
-        data = _read_regular_file(directory / name)
-        if sha256_hex(data) != expected:
-            raise SnapshotError(f"hash mismatch for {directory / name}: the file is corrupt or was modified; "
-                                f"re-copy the snapshot")
-        hashes[name] = expected
-        contents[name] = data
-    ref = SnapshotRef(directory, snapshot_id_of(hashes), manifest.game_id, manifest.lineage)
-
-    from safetensors import SafetensorError
-    from safetensors.torch import load as safetensors_load
-
-    try:
-        tensors = safetensors_load(contents.pop(WEIGHTS_NAME))
-    except (SafetensorError, ValueError, TypeError, RuntimeError) as exc:
-        raise SnapshotError(f"corrupt weights file {directory / WEIGHTS_NAME}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    try:
-        lm = lm_from_snapshot_files(manifest.architecture, tensors, contents)
-    except LMError as exc:
-        raise SnapshotError(f"snapshot {directory}: {exc}") from None
-    if lm.model.vocab_size < manifest.game.num_actions:
-        raise SnapshotError(f"snapshot {directory}: the model has {lm.model.vocab_size} tokens, the game "
-                            f"{manifest.game_id!r} has {manifest.game.num_actions} actions")
-    return LoadedLMSnapshot(ref, manifest, lm)
-
-
-# ----------------------------------------------------------------------- "lm_adapter" snapshots
-#
-# Kind "lm_adapter": what training changed on a pretrained base (agents/lm/pretrained.py): LoRA
-# adapters and the value head as adapter.safetensors, and an architecture record naming the base
-# by content hash (and by id when the host ships it) and the adapters' config. A few MB instead of
-# the whole model; it loads only onto the base whose hash it records.
-
-
-@dataclass(frozen=True)
-class LoadedAdapterSnapshot:
-    """A verified "lm_adapter" snapshot restored onto its base."""
-
-    ref: SnapshotRef
-    manifest: SnapshotManifest
-    lm: Any
-    """A `ludus.agents.lm.pretrained.PretrainedLM` with the snapshot's adapters and value head."""
-
-
-def save_adapter_snapshot(lm: Any, spec: GameSpec, directory: str | os.PathLike,
-                          lineage: Lineage = Lineage(), play: Mapping[str, Any] | None = None) -> SnapshotRef:
-    """Freeze the adapters and value head of a `ludus.agents.lm.pretrained.PretrainedLM` as kind "lm_adapter".
-
-    `play`: how the LM plays text games (`ludus.agents.lm.text_policy.TextPlayConfig.to_json()`), stored so
-    that the snapshot plays the same way wherever it is loaded."""
-    from safetensors.torch import save as safetensors_bytes
-
-    from ludus.agents.lm.pretrained import adapter_architecture, trained_state
-
-    architecture = adapter_architecture(lm)
-    if play is not None:
-        architecture["play"] = dict(play)
-    header = {"format_version": FORMAT_VERSION, "game": spec.to_json(), "game_id": spec.id,
-              "kind": KIND_LM_ADAPTER, "architecture": architecture, "lineage": lineage.to_json()}
-    return write_snapshot(directory, header, {ADAPTER_WEIGHTS_NAME: safetensors_bytes(trained_state(lm.model))})
-
-
-@dataclass(frozen=True)
-class AdapterSnapshotRecord:
-    """A verified "lm_adapter" snapshot read from disk, not yet put onto a model."""
-
-    ref: SnapshotRef
-    manifest: SnapshotManifest
-    base: Any
-    """The `ludus.agents.lm.pretrained.PretrainedLMConfig` to load it onto (base and the snapshot's adapters)."""
-    tensors: dict[str, torch.Tensor]
-    """Adapter and value-head tensors."""
-
-    @property
-    def play(self) -> dict | None:
-        """How it plays text games (`TextPlayConfig` JSON), when the snapshot records it."""
-        return self.manifest.architecture.get("play")
-
-
-def read_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
-                          expect_game: str | None = None) -> AdapterSnapshotRecord:
-    """Verify an "lm_adapter" snapshot: files, manifest, and that `base` is the base it was trained on.
-
-    `base`: a `ludus.agents.lm.pretrained.PretrainedLMConfig` naming the base (the operator's choice,
-    e.g. a local directory); None takes the base id the snapshot records, which must be one the
-    host ships (`ludus.agents.lm.pretrained.BASE_MODELS`) — a snapshot never chooses a path to read. A
-    snapshot of another base (content hash) is refused with a one-line error."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load as safetensors_load
-
-    from ludus.agents.lm.model import LMError
-    from ludus.agents.lm.pretrained import (ADAPTER_FORMAT, BASE_MODELS, LoRAConfig, PretrainedLMConfig, base_content_hash,
-                                   base_model_dir)
-
-    directory, manifest, manifest_bytes = _read_kind(path, expect_game, KIND_LM_ADAPTER)
-    ref, data = _check_files(directory, manifest, manifest_bytes, keep=ADAPTER_WEIGHTS_NAME)
-    architecture = manifest.architecture
-    try:
-        if architecture.get("format") != ADAPTER_FORMAT:
-            raise SnapshotError(f"snapshot {directory}: not an LM adapter record (format {architecture.get('format')!r})")
-        lora = LoRAConfig(**{**architecture["lora"], "target_modules": tuple(architecture["lora"]["target_modules"])})
-        if base is None:
-            if architecture.get("base") not in BASE_MODELS:
-                raise SnapshotError(f"snapshot {directory} was trained on a local base model "
-                                    f"{str(architecture.get('base'))!r:.80}: give its directory with `ludus evaluate "
-                                    f"SNAPSHOT --exploitability --base DIR` (in Python: PretrainedLMConfig(base=DIR))")
-            base = PretrainedLMConfig(base=architecture["base"])
-        base = replace(base, lora=lora)
-        base_hash = base_content_hash(base_model_dir(base.base))
-        if architecture.get("base_hash") != base_hash:
-            raise SnapshotError(f"snapshot {directory} was trained on base {str(architecture.get('base_hash'))[:12]} "
-                                f"({architecture.get('base') or 'a local directory'}); this base is {base_hash[:12]} "
-                                f"({base.base}): load it onto the base it was trained on")
-        tensors = safetensors_load(data)
-    except SnapshotError:
-        raise
-    except (KeyError, TypeError) as exc:
-        raise SnapshotError(f"malformed manifest {directory / MANIFEST_NAME}: bad adapter record ({exc})") from None
-    except (SafetensorError, ValueError, RuntimeError) as exc:
-        if isinstance(exc, LMError):
-            raise SnapshotError(str(exc)) from None
-        raise SnapshotError(f"corrupt adapter file {directory / ADAPTER_WEIGHTS_NAME}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    return AdapterSnapshotRecord(ref, manifest, base, tensors)
-
-
-def load_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
-                          expect_game: str | None = None) -> LoadedAdapterSnapshot:
-    """Verify an "lm_adapter" snapshot (`read_adapter_snapshot`) and restore it onto a fresh copy of its base."""
-    from ludus.agents.lm.model import LMError
-    from ludus.agents.lm.pretrained import load_pretrained_lm, restore_adapters
-
-    record = read_adapter_snapshot(path, base, expect_game)
-    try:
-        lm = load_pretrained_lm(record.base)
-        restore_adapters(lm, record.manifest.architecture, record.tensors, f"snapshot {record.ref.path}")
-    except LMError as exc:
-        raise SnapshotError(str(exc)) from None
-    return LoadedAdapterSnapshot(record.ref, record.manifest, lm)

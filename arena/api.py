@@ -35,7 +35,7 @@ from ludus.arena.accounts import ACCOUNT, OPERATOR, active_entrants, check_name_
 from ludus.arena.leaderboard import Leaderboard, PageFiles, build_leaderboard, write_page
 from ludus.arena.sandbox.isolation import Isolation, SandboxConfig, copy_submission
 from ludus.arena.match import MatchLimits
-from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.sandbox.limits import SandboxLimits
 from ludus.arena.store import (
     ARENA_META_KEY,
     SUBMISSIONS_DIRNAME,

@@ -85,7 +85,7 @@ class DoctorReport:
 
 
 def _rlimit_check() -> DoctorCheck:
-    from ludus.arena.sandbox.process import SandboxLimits
+    from ludus.arena.sandbox.limits import SandboxLimits
 
     limits = SandboxLimits()
     wanted = {"RLIMIT_CPU": (resource.RLIMIT_CPU, limits.cpu_time_s + 1),
@@ -113,7 +113,8 @@ def _proc_check() -> DoctorCheck:
 def _probe(mode: str) -> list[DoctorCheck]:
     """Run the probe agent in `mode` and judge what it saw."""
     from ludus.arena.sandbox.isolation import Isolation, SandboxConfig
-    from ludus.arena.sandbox.process import SandboxLimits, run_once
+    from ludus.arena.sandbox.limits import SandboxLimits
+    from ludus.arena.sandbox.process import run_once
 
     name = f"sandbox probe ({mode})"
     with tempfile.TemporaryDirectory(prefix="ludus-doctor-") as empty:
@@ -163,7 +164,7 @@ def _probe(mode: str) -> list[DoctorCheck]:
 
 def _cgroup_checks() -> list[DoctorCheck]:
     from ludus.arena.sandbox import cgroups
-    from ludus.arena.sandbox.process import SandboxLimits
+    from ludus.arena.sandbox.limits import SandboxLimits
 
     have, limits = cgroups.support(), SandboxLimits()
     return [

@@ -17,13 +17,14 @@ import numpy as np
 
 from ludus.arena import protocol
 from ludus.arena.sandbox.isolation import MIB, Isolation, SandboxConfig, SandboxError
-from ludus.arena.sandbox.process import SandboxLimits, SandboxProcess, describe_exit
+from ludus.arena.sandbox.limits import SandboxLimits
+from ludus.arena.sandbox.process import SandboxProcess, describe_exit
+from ludus.arena.submission import Submission, SubmissionKind, check_submission_game
 from ludus.games.core import TextGameRecord, forfeit_returns
 from ludus.text import printable, safe_file_name
 
 if TYPE_CHECKING:
     from ludus.agents.policy import Policy
-    from ludus.arena.submission import Submission
 
 
 class MatchStatus(str, enum.Enum):
@@ -647,3 +648,15 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
                        bool(game.is_truncated() and not game.is_terminal()), tuple(think),
                        time.monotonic() - started, tuple(tails),
                        game.record() if spec.text_moves else None)
+
+
+def make_player(submission: Submission, game_id: str, limits: SandboxLimits | None = None,
+                config: SandboxConfig | None = None) -> "SandboxedAgent | Policy":
+    """What plays a submission in `play_match`: a bot in-process, else a sandbox."""
+    check_submission_game(submission.game, game_id, f"submission {submission.name!r}")
+    if submission.kind == SubmissionKind.BUILTIN:
+        from ludus.agents.bots.builtin import make_bot
+        from ludus.games import registry
+
+        return make_bot(submission.bot, registry.spec(game_id))
+    return SandboxedAgent(submission, game_id, limits or SandboxLimits(), config or SandboxConfig())

@@ -49,10 +49,8 @@ from ludus.files import files_digest
 from ludus.text import unsafe_character
 
 if TYPE_CHECKING:
-    from ludus.agents.policy import Policy
     from ludus.arena.sandbox.isolation import SandboxConfig
-    from ludus.arena.match import SandboxedAgent
-    from ludus.arena.sandbox.process import SandboxLimits
+    from ludus.arena.sandbox.limits import SandboxLimits
 
 MANIFEST_NAME = "agent.toml"
 SNAPSHOT_MANIFEST = "manifest.json"
@@ -187,7 +185,7 @@ def _read_manifest(folder: Path) -> dict:
     return raw
 
 
-def _check_game(declared: str | None, game_id: str | None, where: object) -> None:
+def check_submission_game(declared: str | None, game_id: str | None, where: object) -> None:
     """A submission's game is a string compared with the arena's, never resolved on its own say.
 
     An arena with no game yet may take a native or ``spiel:`` id from a submission; an id that
@@ -256,7 +254,7 @@ def validate_submission(path: str | os.PathLike, game_id: str | None = None, *,
     by default the sandbox's own `limits.startup_timeout_s`: an accepted agent can start in play.
     """
     from ludus.arena.sandbox.isolation import SandboxConfig
-    from ludus.arena.sandbox.process import SandboxLimits
+    from ludus.arena.sandbox.limits import SandboxLimits
 
     config = config or SandboxConfig()
     limits = limits or SandboxLimits()
@@ -311,7 +309,7 @@ def _folder(root: Path, game_id: str | None, config: "SandboxConfig", limits: "S
     files = _scan_files(root, max_bytes)
     declared = None if raw["game"] == ANY_GAME else raw["game"]
     where = root / MANIFEST_NAME
-    _check_game(declared, game_id, where)
+    check_submission_game(declared, game_id, where)
     if declared is not None:
         from ludus.games import registry
 
@@ -352,7 +350,7 @@ def _snapshot(root: Path, game_id: str | None, config: "SandboxConfig", limits: 
         ref = verify_snapshot(root)
     except SnapshotError as exc:
         _fail(f"unreadable snapshot: {exc}")
-    _check_game(manifest.game_id, game_id, f"snapshot {root}")
+    check_submission_game(manifest.game_id, game_id, f"snapshot {root}")
     # the weights are parsed (safetensors, no pickle) in a sandbox, like every stranger's code path
     _sandboxed_check(root, ["--snapshot", "{copy}", "--game", manifest.game_id], f"snapshot {root}",
                      config, limits, timeout_s)
@@ -392,25 +390,9 @@ def _mixture(root: Path, game_id: str | None, config: "SandboxConfig", limits: "
         if path is not None and not Path(path).resolve().is_relative_to(root):
             _fail(f"mixture {root}: component {component.player_id!r} lies outside the folder; "
                   f"submit the self-contained copy `ludus export MIXTURE --format mixture --out DIR` writes")
-    _check_game(mixture.game_id, game_id, f"mixture {root}")
+    check_submission_game(mixture.game_id, game_id, f"mixture {root}")
     _sandboxed_check(root, ["--mixture", "{copy}", "--game", mixture.game_id], f"mixture {root}",
                      config, limits, timeout_s)
     digest = files_digest(files)
     return Submission(SubmissionKind.MIXTURE, source_name(root) or f"mixture-{digest[:12]}", digest[:12],
                       mixture.game_id, root, digest)
-
-
-def make_player(submission: Submission, game_id: str, limits: "SandboxLimits | None" = None,
-                config: "SandboxConfig | None" = None) -> "SandboxedAgent | Policy":
-    """What plays a submission in `ludus.arena.sandbox.process.play_match`: a bot in-process, else a sandbox."""
-    _check_game(submission.game, game_id, f"submission {submission.name!r}")
-    if submission.kind == SubmissionKind.BUILTIN:
-        from ludus.agents.bots.builtin import make_bot
-        from ludus.games import registry
-
-        return make_bot(submission.bot, registry.spec(game_id))
-    from ludus.arena.sandbox.isolation import SandboxConfig
-    from ludus.arena.match import SandboxedAgent
-    from ludus.arena.sandbox.process import SandboxLimits
-
-    return SandboxedAgent(submission, game_id, limits or SandboxLimits(), config or SandboxConfig())

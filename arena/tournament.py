@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ludus.arena.sandbox.isolation import SandboxConfig
-from ludus.arena.match import MatchLimits, MatchRecord, SandboxedAgent, play_match
-from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.match import MatchLimits, MatchRecord, SandboxedAgent, make_player, play_match
+from ludus.arena.sandbox.limits import SandboxLimits
 from ludus.arena.store import ArenaError, Entrant
 from ludus.league.records.ledger import MatchResult, SeatResult, Store, outcomes_from_returns
 from ludus.league.records.matchmaking import schedule_rating_matches, sigma_converged
@@ -343,8 +343,6 @@ def entrant_agents(entrant: Entrant, arena_dir: Path, game: str, spec: "GameSpec
                    sandbox_config: SandboxConfig) -> list["SandboxedAgent | Policy"]:
     """What plays an entrant: one agent per seat of the game's largest side (a team entrant plays
     every seat of its side, each seat its own sandboxed process)."""
-    from ludus.arena.submission import make_player
-
     return [make_player(entrant.submission(arena_dir), game, sandbox_limits, sandbox_config)
             for _ in range(max(map(len, spec.sides)))]
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ludus.arena.sandbox.isolation import SandboxConfig, resolve_isolation
 from ludus.arena.match import MatchLimits, SandboxedAgent
-from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.sandbox.limits import SandboxLimits
 from ludus.arena.submission import validate_submission
 
 REPO = Path(__file__).resolve().parent.parent

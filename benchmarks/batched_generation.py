@@ -39,7 +39,8 @@ def main() -> int:
 
     import torch
 
-    from ludus.agents.lm.model import LMPolicy, TinyLMConfig, build_tiny_lm
+    from ludus.agents.lm.generation import LMPolicy
+    from ludus.agents.lm.model import TinyLMConfig, build_tiny_lm
 
     torch.set_num_threads(args.threads)
     model = build_tiny_lm(TinyLMConfig(vocab_size=75, n_positions=128, n_embd=64, n_layer=2, n_head=4), seed=0)

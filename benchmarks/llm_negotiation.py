@@ -65,7 +65,7 @@ def paired_scores(trained, base, contexts: int, seed: int, threads: int) -> dict
 def finished_run(run_dir: Path):
     """(league, initial adapters) of a finished run: the league as of its last checkpoint (closed
     again at once: only its learner is used) and the tensors of its first snapshot."""
-    from ludus.agents.snapshot import read_adapter_snapshot
+    from ludus.agents.lm.snapshots import read_adapter_snapshot
     from ludus.league.api import League
     from ludus.league.rundata import read_run
 

@@ -9,8 +9,8 @@ stopping at the tokenizer's end-of-turn token. The figure counts the tokens each
 (up to and including the stop token) per second; the two sample differently (their own random
 streams), so their lengths differ by chance, which the repeats average out.
 
-(a) Ludus: `ludus.agents.lm.model.LMPolicy.generate` — one batch, KV cache, the shared prompt prefix and each
-    distinct prompt read once (`ludus.agents.lm.model.SharedPromptCache`), the prefix held once and read by
+(a) Ludus: `ludus.agents.lm.generation.LMPolicy.generate` — one batch, KV cache, the shared prompt prefix and each
+    distinct prompt read once (`ludus.agents.lm.prompt_cache.SharedPromptCache`), the prefix held once and read by
     all rows' queries together (agents/lm/kv_cache.py), new columns written in place, finished rows
     adding no more columns and leaving the cache with their entry, sampling with the caller's
     Generator;
@@ -68,7 +68,8 @@ def main() -> int:
 
     import torch
 
-    from ludus.agents.lm.model import LMPolicy, common_prefix_length
+    from ludus.agents.lm.generation import LMPolicy
+    from ludus.agents.lm.prompt_cache import common_prefix_length
     from ludus.agents.lm.pretrained import PretrainedLMConfig, load_pretrained_lm
 
     torch.set_num_threads(args.threads)

@@ -441,7 +441,7 @@ def main() -> int:
     texts = [lm.tokenizer.apply_chat_template(text.play.prompt.messages(policy.view, obs, seat, mask), tokenize=False,
                                               add_generation_prompt=True) + text.play.prompt.response_prefix
              for obs, seat, mask in found]
-    from ludus.agents.lm.model import common_prefix_length
+    from ludus.agents.lm.prompt_cache import common_prefix_length
 
     shared = common_prefix_length(rows)
     shared = min(shared, min(map(len, rows)) - 1)
@@ -623,7 +623,7 @@ def update_share(torch, args, deadline: float) -> None:
     """One text_ppo update of the update preset on a batch of real turns, as a share of the peak."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ludus.agents.lm.model import frozen_lower_layers
+    from ludus.agents.lm.split_trunk import frozen_lower_layers
     from ludus.agents.lm.pretrained import DTYPES, load_pretrained_lm
     from ludus.agents.lm.text_policy import TextLMPolicy
     from ludus.agents.lm.text_ppo import TextPPOLearner, TurnBatch, distinct_turns
@@ -657,7 +657,7 @@ def update_share(torch, args, deadline: float) -> None:
           f"minibatch {text.ppo.minibatch_size}, micro-batch {text.ppo.micro_batch_size}; LoRA rank "
           f"{text.model.lora.rank}, top {text.model.lora.layers or config.num_hidden_layers} layers")
 
-    from ludus.agents.lm.model import common_prefix_length
+    from ludus.agents.lm.prompt_cache import common_prefix_length
 
     hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     lora_total = lora_params(lm.model, config)

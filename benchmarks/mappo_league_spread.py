@@ -34,7 +34,7 @@ TARGET, SEED_TARGET = 0.60, 0.55
 def train(seed: int, budget: float, run_root: str, eval_episodes: int, eval_seed: int, overrides: list[str]) -> dict:
     import torch
 
-    from ludus.agents.rl.mappo import evaluate_policy
+    from ludus.agents.rl.cooperative import evaluate_policy
     from ludus.agents.torch_policy import TorchPolicy
     from ludus.league.api import League, load_config
 
@@ -59,7 +59,7 @@ def train(seed: int, budget: float, run_root: str, eval_episodes: int, eval_seed
 
 
 def reference(name: str, game: str, eval_episodes: int, eval_seed: int) -> float:
-    from ludus.agents.rl.mappo import evaluate_policy
+    from ludus.agents.rl.cooperative import evaluate_policy
     from ludus.agents.bots.mpe_scripted import SpreadScriptedPolicy
     from ludus.agents.policy import RandomPolicy
 

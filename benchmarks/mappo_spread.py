@@ -69,7 +69,7 @@ class RunResult:
 def train_and_evaluate(algorithm: str, seed: int, steps: int, eval_episodes: int, eval_seed: int) -> RunResult:
     import torch
 
-    from ludus.agents.rl.mappo import evaluate_policy, train_cooperative
+    from ludus.agents.rl.cooperative import evaluate_policy, train_cooperative
 
     torch.set_num_threads(1)
     critic_input = {"mappo": "global", "ippo": "local"}[algorithm]
@@ -82,7 +82,7 @@ def train_and_evaluate(algorithm: str, seed: int, steps: int, eval_episodes: int
 
 
 def evaluate_reference(name: str, eval_episodes: int, eval_seed: int) -> tuple[float, float]:
-    from ludus.agents.rl.mappo import evaluate_policy
+    from ludus.agents.rl.cooperative import evaluate_policy
     from ludus.agents.bots.mpe_scripted import SpreadScriptedPolicy
     from ludus.agents.policy import RandomPolicy
 

@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 
 from ludus.league.api import League, load_config
-from ludus.league.learners.dialogue import Interval, NegotiationEval, evaluate_negotiators, held_out_contexts, lm_policy_of, score_gain
+from ludus.evaluation.negotiation import Interval, NegotiationEval, evaluate_negotiators, held_out_contexts, score_gain
+from ludus.league.learners.dialogue import lm_policy_of
 
 TARGET_GAIN = 1.0
 TARGET_GAIN_LOWER = 0.5

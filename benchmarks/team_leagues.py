@@ -166,7 +166,7 @@ def main() -> int:
             rho = spearman(Path(teams[seed].result()), "main")
             rhos.append(rho)
             print(f"seed {seed}: tic_tac_toe_2v2 (MAPPO) Spearman(index, mu) of main: {rho:.3f}", flush=True)
-    from ludus.league.learners.dialogue import mean_interval
+    from ludus.evaluation.negotiation import mean_interval
 
     d = np.concatenate(diffs)
     pairs = mean_interval(d)

@@ -5,6 +5,7 @@
 * probe.py — a fresh PPO exploiter trained against a frozen checkpoint
 * report.py — `ludus report`: one self-contained HTML page plus PNG plots
 * league_hooks.py — measurements attached to a running league (PSRO's exploitability)
+* negotiation.py — two negotiators over held-out contexts in duplicate (agreement, scores, intervals)
 
 Exact exploitability and the zero-sum solver live below the league, in agents/solvers/exploitability.py,
 because PSRO's matchmaking needs them too; the charts are in ludus/charts.py, shared with the arena.

@@ -87,6 +87,14 @@ class GameAdapter:
     means, read from the built game; None for the generic text of adapted environments."""
     examples: tuple[str, ...] = ()
     """Full ids `ludus games` lists and the conformance tests run over."""
+    game_tree: bool = False
+    """Whether every id of this adapter names an OpenSpiel game whose whole tree the exact methods
+    walk (`spiel_game_for`): Deep CFR, text MMD's tables, PSRO's exact meta-game, exact
+    exploitability. They ask `reaches_game_tree`, never the prefix."""
+    stale_snapshot: Callable[[str, tuple[int, ...]], str] | None = None
+    """stale_snapshot(rest, saved observation shape) -> why a snapshot that read observations of
+    that shape cannot play `rest` now ('' if it can): for an adapter that changed what its ids
+    read; None where it never did (`snapshot_shape_problem`)."""
 
 
 ADAPTERS: dict[str, GameAdapter] = {}
@@ -107,7 +115,8 @@ def register_adapter(adapter: GameAdapter) -> None:
 for _adapter in (
     GameAdapter("spiel", "spiel:NAME", "OpenSpiel", Lazy("ludus.games.adapters.spiel:make_spiel_game"),
                 summary="any OpenSpiel game by its pyspiel game string, e.g. spiel:goofspiel(num_cards=4)",
-                layout=Lazy("ludus.games.adapters.spiel:describe_layout"),
+                layout=Lazy("ludus.games.adapters.spiel:describe_layout"), game_tree=True,
+                stale_snapshot=Lazy("ludus.games.adapters.spiel:stale_snapshot"),
                 examples=("spiel:tic_tac_toe", "spiel:connect_four", "spiel:kuhn_poker", "spiel:leduc_poker",
                           "spiel:goofspiel(num_cards=4)", "spiel:kuhn_poker(players=3)")),
     GameAdapter("pz", "pz:MODULE", "PettingZoo", Lazy("ludus.games.adapters.pz:make_pettingzoo_game"),
@@ -262,6 +271,28 @@ def resolves_by_import(game_id: str) -> bool:
     registry, and games/adapters/textarena.py adapts only the families it lists)."""
     adapter = adapter_for(game_id)
     return adapter is not None and adapter.resolves_by_import
+
+
+def reaches_game_tree(game_id: str) -> bool:
+    """Whether `game_id` names an OpenSpiel game whose whole tree the exact methods walk
+    (`GameAdapter.game_tree`); False for native ids and for ids that name no adapter."""
+    try:
+        adapter = adapter_for(game_id)
+    except GameError:  # not an adapter id at all: no tree to walk (whoever builds it says why)
+        return False
+    return adapter is not None and adapter.game_tree
+
+
+def snapshot_shape_problem(game_id: str, observation_shape: tuple[int, ...]) -> str:
+    """Why a snapshot that read observations of `observation_shape` cannot play `game_id` now, when
+    the id's adapter changed what its ids read (`GameAdapter.stale_snapshot`); '' otherwise."""
+    try:
+        adapter = adapter_for(game_id)
+    except GameError:
+        return ""
+    if adapter is None or adapter.stale_snapshot is None:
+        return ""
+    return adapter.stale_snapshot(_split(game_id)[1], tuple(observation_shape))
 
 
 def make(game_id: str) -> Game:

@@ -14,5 +14,7 @@ evaluation (tests/test_layering.py).
   data-parallel ranks).
 
 The three sub-packages still import each other in places (the recorder asks `learning` for the
-freezing rule; backends build learners' policies): phase B of issue 75 untangles them.
+freezing rule; backends build learners' policies), but no import closes a circle
+(tests/test_layering.py): the manager, not play/backends.py, picks the backend (`make_backend`),
+since the Ray backend builds on that module.
 """

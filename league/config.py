@@ -17,6 +17,7 @@ from ludus.agents.lm.text_exit import TextExItConfig
 from ludus.agents.lm.text_mmd import TextMMDConfig
 from ludus.agents.lm.text_ppo import TextPPOConfig
 from ludus.agents.rl.token_ppo import TokenPPOConfig
+from ludus.games import registry
 from ludus.league.configio import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
 from ludus.league.learners.kinds import learner_kind, learner_kinds, spoken, text_lm_learners
 from ludus.bounds import bounds
@@ -418,7 +419,7 @@ def _inert_keys(config: LeagueConfig) -> set[str]:
     for role in config.roles:
         prefix = f"roles.{role.name}."
         inert.add(prefix + "name")
-        if not config.game.startswith("spiel:") and role.meta_nash == 0:
+        if not registry.reaches_game_tree(config.game) and role.meta_nash == 0:
             inert |= {prefix + "meta_nash", prefix + "meta_solver", prefix + "prd_exploration"}
         elif role.meta_nash == 0:
             inert |= {prefix + "meta_solver", prefix + "prd_exploration"}

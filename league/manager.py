@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -27,13 +28,13 @@ import torch
 
 from ludus.games.core import GameSpec
 from ludus.games.registry import spec as game_spec
-from ludus.league.play.backends import Backend, make_backend
+from ludus.league.play.backends import Backend, ProcessBackend, SerialBackend
 from ludus.league.checkpoint import (CHECKPOINT_POINTER, CONFIG_FILE, CheckpointState, LearnerState, PendingPlay, RunError,
                                building_run, checked_run, clean_stale_temporaries, config_digest, ledger_mark,
                                read_learner_tensors, write_checkpoint)
 from ludus.league.config import LeagueConfig, config_from_dict, config_to_dict, registering_module
 from ludus.league.founders import BASE_ANCHOR, base_anchor, founding_members
-from ludus.league.learners.base import LeagueLearner
+from ludus.league.learners.base import LeagueLearner, PolicyArchitecture
 from ludus.league.learners.learning import Learner, due_for_snapshot, freeze, learn, make_learner, reset, reset_due, track_gain
 from ludus.league.records.ledger import Store
 from ludus.league.metrics import IterationSummary, LeagueTotals, PhaseClock, RunLog
@@ -52,6 +53,29 @@ log = logging.getLogger("ludus.league")
 
 InFlight = tuple[PendingPlay, Any]
 """Tasks with the runners, the weights they were sent with, and the backend's handle."""
+
+
+# The choice among the backends sits here, above league/play/backends.py: the Ray backend builds on
+# that module, so the module cannot name it back.
+def make_backend(config, spec: GameSpec, architectures: Mapping[str, PolicyArchitecture], members: list[Member],
+                 log_dir: str) -> Backend:
+    """The backend `config.backend` names (a LeagueConfig), holding `members` for its runners;
+    `architectures`: each learner's, by player id (the first is the runners' default)."""
+    default = next(iter(architectures.values()))
+    common = dict(game_id=config.game, spec=spec, architecture=default, num_envs=config.num_envs,
+                  cache_size=config.policy_cache_size, seed=config.seed, runner_threads=config.runner_threads,
+                  inference_dtype=config.inference_dtype,
+                  learner_architectures={pid: a for pid, a in architectures.items() if a != default})
+    if config.backend == "serial":
+        backend: Backend = SerialBackend(**common)
+    elif config.backend == "process":
+        backend = ProcessBackend(**common, num_workers=config.num_runners, log_dir=log_dir)
+    else:
+        from ludus.league.play.ray_backend import RayBackend  # Ray is imported only by runs that use it
+
+        backend = RayBackend(**common, num_workers=config.num_runners, address=config.ray_address)
+    backend.set_population(members)
+    return backend
 
 
 class League:

@@ -48,6 +48,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from ludus.games import registry
 from ludus.games.core import GameSpec
 from ludus.league.records.population import Member, with_absolute_paths
 from ludus.errors import UserError
@@ -173,7 +174,7 @@ def clear_payoff_caches() -> None:
 
 
 def _check_game(spec: GameSpec) -> None:
-    if not spec.id.startswith("spiel:") or spec.num_players != 2 or not spec.zero_sum:
+    if not registry.reaches_game_tree(spec.id) or spec.num_players != 2 or not spec.zero_sum:
         raise PSROError(f"the exact meta-game (meta_nash) needs a two-player zero-sum OpenSpiel game such as "
                         f"spiel:kuhn_poker, not {spec.id!r}; set the role's meta_nash to 0 for this game")
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ludus.agents.lm.model import LMPolicy, generate_text, load_hf_causal_lm
+from ludus.agents.lm.generation import LMPolicy, generate_text
+from ludus.agents.lm.model import load_hf_causal_lm
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -27,7 +27,7 @@ from ludus.arena.sandbox.isolation import Isolation, SandboxConfig, resolve_isol
 from ludus.arena.leaderboard import format_leaderboard
 from ludus.arena.match import MatchLimits
 from ludus.arena.replay import replay_match
-from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.sandbox.limits import SandboxLimits
 from ludus.arena.store import ArenaError, submission_digest_of_copy
 from ludus.arena.submission import Submission, SubmissionError, SubmissionKind
 from ludus.arena.tournament import TournamentSettings, circle_rounds, round_robin_schedule, summarize
@@ -552,7 +552,7 @@ def test_an_lm_snapshot_plays_in_the_arena_on_the_hosts_base(smollm2_dir, tmp_pa
     only its adapters)."""
     require_isolation()
     from ludus.agents.lm.pretrained import PretrainedLMConfig, load_pretrained_lm
-    from ludus.agents.snapshot import save_adapter_snapshot
+    from ludus.agents.lm.snapshots import save_adapter_snapshot
     from ludus.agents.lm.text_policy import TextPlayConfig
     from ludus.games import registry
 
@@ -652,7 +652,8 @@ def _play_loose(tmp_path: Path, zoo_name: str, kind: str):
     import shutil
 
     from ludus.arena.match import play_match
-    from ludus.arena.submission import make_player, validate_submission
+    from ludus.arena.match import make_player
+    from ludus.arena.submission import validate_submission
 
     folder = tmp_path / zoo_name
     shutil.copytree(ZOO / zoo_name, folder)

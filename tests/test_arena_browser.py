@@ -18,7 +18,7 @@ import pytest
 from ludus.arena.api import Arena, ArenaConfig
 from ludus.arena.sandbox.isolation import Isolation, SandboxConfig, resolve_isolation
 from ludus.arena.match import MatchLimits
-from ludus.arena.sandbox.process import SandboxLimits
+from ludus.arena.sandbox.limits import SandboxLimits
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "agents"

@@ -98,7 +98,7 @@ def _respliced(source: Path, target: Path, **architecture) -> Path:
 @pytest.fixture(scope="module")
 def lm_snapshot(tiny_bases, tmp_path_factory) -> Path:
     from ludus.agents.lm.pretrained import PretrainedLMConfig, load_pretrained_lm
-    from ludus.agents.snapshot import save_adapter_snapshot
+    from ludus.agents.lm.snapshots import save_adapter_snapshot
     from ludus.games import registry
 
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)

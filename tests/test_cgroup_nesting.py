@@ -89,7 +89,7 @@ _ARENA_IN_A_LIMITED_GROUP = textwrap.dedent("""
     Path(sys.argv[1], "cgroup.procs").write_text(str(__import__("os").getpid()))  # the operator's limit
     sys.path.insert(0, sys.argv[2])
     from ludus.arena.match import MatchLimits, SandboxedAgent, play_match
-    from ludus.arena.sandbox.process import SandboxLimits
+    from ludus.arena.sandbox.limits import SandboxLimits
     from ludus.arena.submission import Submission, SubmissionKind, validate_submission
     zoo = Path(sys.argv[2], "tests", "hostile_agents", "shm_hog")
     hog = Submission(SubmissionKind.PYTHON_FOLDER, "shm_hog", "1", None, zoo, "unchecked", entry_point="agent:act")

@@ -206,6 +206,7 @@ def test_the_process_backend_writes_the_serial_backends_ledger_and_snapshots(tmp
 
 
 def test_check_backend_catches_a_backend_that_plays_other_matches(tmp_path, monkeypatch):
+    from ludus.league import manager  # the league picks its backend class there (make_backend)
     from ludus.league.play import backends
 
     class ShiftedSeeds(backends.ProcessBackend):
@@ -214,6 +215,6 @@ def test_check_backend_catches_a_backend_that_plays_other_matches(tmp_path, monk
 
             return super().submit([replace(t, sample_seed=t.sample_seed + 1) for t in tasks], weights)
 
-    monkeypatch.setattr(backends, "ProcessBackend", ShiftedSeeds)
+    monkeypatch.setattr(manager, "ProcessBackend", ShiftedSeeds)
     with pytest.raises(BackendCheckError):
         check_backend(load_config("quickstart", SMALL_RUN), "process", workdir=str(tmp_path))

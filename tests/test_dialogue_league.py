@@ -12,17 +12,18 @@ import numpy as np
 import pytest
 import torch
 
-from ludus.agents.lm.model import LMPolicy
+from ludus.agents.lm.generation import LMPolicy
 from ludus.agents.policy import ActBatch
 from ludus.agents.rollout import RolloutBatch
-from ludus.agents.snapshot import SnapshotError, load_lm_snapshot, policy_from_snapshot, read_manifest
+from ludus.agents.lm.snapshots import load_lm_snapshot
+from ludus.agents.snapshot import SnapshotError, policy_from_snapshot, read_manifest
 from ludus.agents.threads import torch_threads
 from ludus.games import registry
 from ludus.games.core import GameError
 from ludus.league.api import League, load_config
 from ludus.league.config import ConfigError
-from ludus.league.learners.dialogue import (dialogue_episodes, evaluate_negotiators, held_out_contexts, mean_interval,
-                             score_gain)
+from ludus.evaluation.negotiation import evaluate_negotiators, held_out_contexts, mean_interval, score_gain
+from ludus.league.learners.dialogue import dialogue_episodes
 from ludus.league.records.ledger import Store
 
 

@@ -4,6 +4,7 @@ one does: the conformance checker, a short league through the public API, policy
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -95,6 +96,21 @@ def test_a_toy_adapter_resolves_and_passes_the_checker():
     assert "toy:nim(stones=5)" in registry.listed_ids()
     assert not registry.resolves_by_import("toy:nim")
     check_game("toy:nim(stones=5)", num_games=20)
+
+
+def test_what_an_id_reaches_is_asked_of_its_adapter_record(monkeypatch):
+    """The exact methods (Deep CFR, text MMD, PSRO's meta-game) and the snapshot loader ask the
+    adapter's record, never the id's prefix: a toy adapter with a game tree reaches one."""
+    assert registry.reaches_game_tree("spiel:kuhn_poker")
+    assert not any(map(registry.reaches_game_tree, ("toy:nim", "kuhn_poker", "tyo:nim", "", "teams(game=spiel:kuhn_poker)")))
+    monkeypatch.setitem(ADAPTERS, "toy", dataclasses.replace(ADAPTERS["toy"], game_tree=True,
+                                                             stale_snapshot=lambda rest, shape: f"{rest} {shape}"))
+    assert registry.reaches_game_tree("toy:nim")
+    assert registry.snapshot_shape_problem("toy:nim(stones=5)", (3,)) == "nim(stones=5) (3,)"
+    assert registry.snapshot_shape_problem("tic_tac_toe", (3,)) == ""
+    now = registry.spec("spiel:kuhn_poker").observation_shape
+    assert registry.snapshot_shape_problem("spiel:kuhn_poker", now) == ""
+    assert "train it again on spiel:kuhn_poker" in registry.snapshot_shape_problem("spiel:kuhn_poker", (1,))
 
 
 def test_unknown_prefixes_and_taken_prefixes_are_one_line_errors():

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from ludus.agents.lm.generation import LMPolicy
 from ludus.agents.lm.model import (
     LMError,
-    LMPolicy,
     LMWithValueHead,
     TinyLMConfig,
     build_tiny_lm,

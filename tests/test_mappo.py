@@ -9,18 +9,17 @@ import numpy as np
 import pytest
 import torch
 
+from ludus.agents.rl.cooperative import evaluate_policy, train_cooperative
 from ludus.agents.rl.mappo import (
     MAPPOBatch,
     MAPPOConfig,
     MAPPOLearner,
     ValueNorm,
     actor_inputs,
-    collect_rollout,
     critic_inputs,
-    evaluate_policy,
     input_sizes,
-    train_cooperative,
 )
+from ludus.agents.rl.mappo_rollout import collect_rollout
 from ludus.agents.bots.mpe_scripted import (
     SpreadScriptedPolicy,
     optimal_assignment,

@@ -148,7 +148,8 @@ def test_damaged_mixtures_give_one_line_errors(kuhn_run, tmp_path):
 
 def test_export_and_arena_accept_the_output_policy(kuhn_run, tmp_path):
     from ludus.arena.match import MatchLimits, play_match
-    from ludus.arena.submission import SubmissionError, SubmissionKind, make_player, validate_submission
+    from ludus.arena.match import make_player
+    from ludus.arena.submission import SubmissionError, SubmissionKind, validate_submission
 
     with pytest.raises(SubmissionError, match="outside the folder"):
         validate_submission(kuhn_run / "output_policy", KUHN)

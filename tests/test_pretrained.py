@@ -15,8 +15,8 @@ import torch
 from ludus.agents.lm.model import LMError
 from ludus.agents.lm.pretrained import (BASE_MODELS, LoRAConfig, PretrainedLMConfig, adapter_disabled, base_content_hash,
                                base_model_dir, load_pretrained_lm, trained_state)
-from ludus.agents.snapshot import (ADAPTER_WEIGHTS_NAME, KIND_LM_ADAPTER, SnapshotError, load_adapter_snapshot,
-                             read_manifest, save_adapter_snapshot)
+from ludus.agents.lm.snapshots import load_adapter_snapshot, save_adapter_snapshot
+from ludus.agents.snapshot import ADAPTER_WEIGHTS_NAME, KIND_LM_ADAPTER, SnapshotError, read_manifest
 from ludus.games import registry
 
 SMOLLM2 = "smollm2-135m-instruct"
@@ -137,7 +137,7 @@ def test_bad_base_and_lora_configs_are_one_line_errors(tiny_bases, tmp_path):
 
 def test_models_of_one_base_share_readings_of_the_largest_size(tiny_bases):
     """`readings_mb`: the process keeps one `BaseReadings` per base, as large as any model asks."""
-    from ludus.agents.lm.model import base_readings
+    from ludus.agents.lm.prompt_cache import base_readings
 
     activated = LoRAConfig(activation_tokens=2)
     small = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=activated, readings_mb=100.0))
@@ -171,7 +171,8 @@ def test_generation_reuses_the_chat_prefix_with_the_same_tokens(tiny_bases):
     and sharing its KV cache gives the tokens of generation without reuse; stopped rows leave."""
     import numpy as np
 
-    from ludus.agents.lm.model import LMPolicy, common_prefix_length
+    from ludus.agents.lm.generation import LMPolicy
+    from ludus.agents.lm.prompt_cache import common_prefix_length
 
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LORA), seed=3)
     system = "You play tic-tac-toe. Answer with the number of a free cell."
@@ -199,7 +200,8 @@ def test_activated_adapters_read_the_prompt_with_the_base_alone(tiny_bases, tmp_
     hold whatever the adapters become; snapshots record it."""
     import numpy as np
 
-    from ludus.agents.lm.model import BaseReadings, LMPolicy, PromptStore, SharedPromptCache
+    from ludus.agents.lm.generation import LMPolicy
+    from ludus.agents.lm.prompt_cache import BaseReadings, PromptStore, SharedPromptCache
     from ludus.agents.lm.text_ppo import response_log_probs
 
     config = PretrainedLMConfig(base=str(tiny_bases[0]), lora=LoRAConfig(rank=4, alpha=8.0, activation_tokens=3))

@@ -30,8 +30,9 @@ from ludus.arena.sandbox.isolation import (Isolation, SandboxConfig, SandboxErro
                              stray_agent_processes)
 from ludus.arena.match import AgentFault, MatchLimits, MatchStatus, SandboxedAgent, play_match
 from ludus.games.core import forfeit_returns
-from ludus.arena.sandbox.process import SandboxLimits
-from ludus.arena.submission import Submission, SubmissionKind, make_player, validate_submission
+from ludus.arena.sandbox.limits import SandboxLimits
+from ludus.arena.match import make_player
+from ludus.arena.submission import Submission, SubmissionKind, validate_submission
 from ludus.games import registry
 
 REPO = Path(__file__).resolve().parent.parent

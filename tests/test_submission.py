@@ -13,7 +13,8 @@ import pytest
 
 from ludus.arena.sandbox.isolation import Isolation, SandboxConfig, resolve_isolation
 from ludus.arena.match import SandboxedAgent
-from ludus.arena.submission import SubmissionError, SubmissionKind, make_player, validate_submission
+from ludus.arena.match import make_player
+from ludus.arena.submission import SubmissionError, SubmissionKind, validate_submission
 from ludus.games import registry
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from ludus.agents.lm.model import LMError, SplitTrunk, frozen_lower_layers
+from ludus.agents.lm.model import LMError
+from ludus.agents.lm.split_trunk import SplitTrunk, frozen_lower_layers
 from ludus.agents.lm.pretrained import LoRAConfig, PretrainedLMConfig, adapter_disabled, load_pretrained_lm, trained_state
 from ludus.agents.policy import ActBatch
 from ludus.agents.lm.text_policy import (InvalidResponses, TextLMPolicy, TextPlayConfig, answer_start_tokens,
@@ -142,7 +143,7 @@ def test_text_policy_is_reproducible_from_its_seed(tiny_lm):
 
 def test_distinct_prompts_are_read_once_with_the_same_tokens(tiny_lm):
     """Rows asking the same position share its KV cache: same tokens as reading each row alone."""
-    from ludus.agents.lm.model import LMPolicy
+    from ludus.agents.lm.generation import LMPolicy
 
     policy = _policy(tiny_lm)
     batch = _positions(KUHN, 12)
@@ -156,7 +157,7 @@ def test_distinct_prompts_are_read_once_with_the_same_tokens(tiny_lm):
         np.testing.assert_array_equal(shared.tokens, alone.tokens)
         np.testing.assert_allclose(shared.log_probs, alone.log_probs, atol=1e-4)
     # prompts kept from an earlier call (a PromptStore) give the same tokens again
-    from ludus.agents.lm.model import PromptStore
+    from ludus.agents.lm.prompt_cache import PromptStore
 
     store = PromptStore()
     for _ in range(2):
@@ -176,7 +177,8 @@ def test_a_later_turn_reads_only_what_it_adds_to_a_stored_prompt(tiny_lm):
     """The next turn of a negotiation repeats the rules, the items and what was said, then adds
     the new moves: with a store, only its tokens after the longest stored shared prefix are read
     (`PromptStore.longest_shared`), and it gives the tokens of reading it alone."""
-    from ludus.agents.lm.model import LMPolicy, PromptStore
+    from ludus.agents.lm.generation import LMPolicy
+    from ludus.agents.lm.prompt_cache import PromptStore
 
     policy = _policy(tiny_lm, "negotiation_turns")
     first, later = [], []
@@ -338,7 +340,7 @@ def test_an_update_moves_only_the_adapters_towards_rewarded_answers(tiny_bases, 
 
 def test_with_adapters_in_the_top_layers_the_lower_layers_are_read_once_for_the_same_update(tiny_bases):
     """`lora.layers`: below the adapters the KL reference and the policy are the same function, so
-    the learner reads those layers once per micro-batch (agents/lm/model.py `SplitTrunk`); the readings
+    the learner reads those layers once per micro-batch (agents/lm/split_trunk.py `SplitTrunk`); the readings
     and the update equal the uncut model's."""
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0]), lora=LoRAConfig(rank=4, alpha=8.0, layers=1)),
                             seed=0)
@@ -558,7 +560,8 @@ def test_async_llm_league_drops_stale_turns(tiny_bases, tmp_path):
 
 
 def test_lm_snapshot_plays_anywhere_its_base_is_and_nowhere_else(tiny_bases, tmp_path):
-    from ludus.agents.snapshot import SnapshotError, policy_from_snapshot, save_adapter_snapshot
+    from ludus.agents.lm.snapshots import save_adapter_snapshot
+    from ludus.agents.snapshot import SnapshotError, policy_from_snapshot
 
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
     play = TextPlayConfig(max_new_tokens=3, temperature=0.5)
@@ -575,7 +578,8 @@ def test_lm_snapshot_plays_anywhere_its_base_is_and_nowhere_else(tiny_bases, tmp
 
 def test_a_person_plays_kuhn_against_an_lm_snapshot_seeing_only_their_own_card(tiny_bases, tmp_path):
     from ludus.agents.play import play_terminal
-    from ludus.agents.snapshot import policy_from_snapshot, save_adapter_snapshot
+    from ludus.agents.lm.snapshots import save_adapter_snapshot
+    from ludus.agents.snapshot import policy_from_snapshot
 
     lm = load_pretrained_lm(PretrainedLMConfig(base=str(tiny_bases[0])), seed=1)
     save_adapter_snapshot(lm, registry.spec(KUHN), tmp_path / "snap", play=TextPlayConfig(max_new_tokens=3).to_json())

@@ -107,13 +107,6 @@ def test_mmd_moves_the_lm_table_towards_its_target(tiny_bases, activation_tokens
     assert learner.updates == 1
 
 
-def test_mmd_learner_passes_the_learner_checker(tiny_bases):
-    from ludus.league.check import check_learner
-
-    report = check_learner(_mmd_config(tiny_bases[0]))
-    assert report.learner == "text_mmd" and report.tensors > 0
-
-
 def test_mmd_league_rates_its_snapshots_and_resumes_exactly(tiny_bases, tmp_path):
     from ludus.league.api import League
     from ludus.league.check import resumed_fingerprint, run_fingerprint

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from ludus.agents.lm.model import LMPolicy, TinyLMConfig, build_tiny_lm
+from ludus.agents.lm.generation import LMPolicy
+from ludus.agents.lm.model import TinyLMConfig, build_tiny_lm
 from ludus.agents.threads import torch_threads
 from ludus.agents.rl.token_ppo import (
     AdaptiveKLController,

@@ -82,7 +82,7 @@ class LoRAConfig:
     generation prompt and any response prefix: SmolLM2's "assistant\n[" is 4 tokens) and
     on the response; the rest of the prompt is read by the base alone. Its keys and values then
     hold for every version of the adapters, so a prompt is read once, without gradients, however
-    often the adapters change (agents/lm/model.py `SharedPromptCache`), and a learner's step reads with
+    often the adapters change (agents/lm/prompt_cache.py `SharedPromptCache`), and a learner's step reads with
     gradients only those few tokens and the response. 0: classic LoRA, adapters on every token."""
 
     def __post_init__(self) -> None:
@@ -128,7 +128,7 @@ class PretrainedLMConfig:
     """The adapters."""
     readings_mb: float = field(default=3072.0, metadata=bounds(0, 1e7, low_open=True))
     """With activated adapters, megabytes of the base's prompt keys and values that a process keeps
-    for the run (agents/lm/model.py `BaseReadings`, shared by every model of this base in the process;
+    for the run (agents/lm/prompt_cache.py `BaseReadings`, shared by every model of this base in the process;
     the largest asked for holds). An evicted prompt is read again when it is next played or
     trained on: ~0.3 s for a tic-tac-toe board here, which holds ~5.2 MB beyond the rules' shared
     blocks, so 3 GB keep ~590 boards."""

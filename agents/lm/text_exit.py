@@ -28,7 +28,7 @@ the response's later tokens) were free to spoil the closing bracket: valid respo
 to 0.57 in a tic-tac-toe run while the first token's legal mass stayed 0.99. Positions and their
 targets are kept in a buffer of the most recent distinct positions, and each update makes `steps`
 Adam steps on minibatches drawn from it; with activated adapters a step reads with gradients only
-the activation tokens and the response of each position (agents/lm/model.py `BaseReadings`), ~1.3-1.5 s
+the activation tokens and the response of each position (agents/lm/prompt_cache.py `BaseReadings`), ~1.3-1.5 s
 for 32 positions on this CPU.
 """
 
@@ -41,7 +41,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ludus.agents.lm.model import LMWithValueHead, base_readings
+from ludus.agents.lm.model import LMWithValueHead
+from ludus.agents.lm.prompt_cache import base_readings
 from ludus.agents.ppo_core import TorchAdam
 from ludus.agents.lm.pretrained import adapter_parameters
 from ludus.agents.lm.text_ppo import answer_masses, response_log_probs

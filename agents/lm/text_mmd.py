@@ -37,7 +37,8 @@ import numpy as np
 import pyspiel
 import torch
 
-from ludus.agents.lm.model import LMWithValueHead, SharedPromptCache
+from ludus.agents.lm.model import LMWithValueHead
+from ludus.agents.lm.prompt_cache import SharedPromptCache
 from ludus.agents.solvers.mmd import InformationStates, action_values, mmd_target, table_exploitability
 from ludus.agents.ppo_core import TorchAdam
 from ludus.agents.lm.pretrained import adapter_disabled, adapter_parameters

@@ -28,7 +28,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ludus.agents.lm.model import BaseReadings, LMError, LMPolicy, LMWithValueHead, PromptStore, base_readings
+from ludus.agents.lm.generation import LMPolicy
+from ludus.agents.lm.model import LMError, LMWithValueHead
+from ludus.agents.lm.prompt_cache import BaseReadings, PromptStore, base_readings
 from ludus.agents.policy import ActBatch, ActOutput, sample_legal_uniform
 from ludus.games.core import GameError
 from ludus.games.text import ParsedResponse, TextView, answer_pattern, is_free_text, normal_answer, parse_response
@@ -297,7 +299,7 @@ class TextLMPolicy:
 
     def readings(self) -> PromptStore | BaseReadings | None:
         """Where prompts read before are found: with activated adapters the base's readings, shared
-        in the process and kept for the run (agents/lm/model.py `BaseReadings`), else `prompts`."""
+        in the process and kept for the run (agents/lm/prompt_cache.py `BaseReadings`), else `prompts`."""
         return base_readings(self.model) if self.model.activation_tokens else self.prompts
 
     def activate(self) -> None:
@@ -416,7 +418,8 @@ def text_policy_from_snapshot(path: Any, expect_game: str | None = None, base: A
     """The policy of an "lm_adapter" snapshot, acting on this process's shared base with the
     snapshot's adapters and its recorded way of playing (`TextPlayConfig`)."""
     from ludus.agents.lm.pretrained import shared_base, trained_state
-    from ludus.agents.snapshot import SnapshotError, read_adapter_snapshot
+    from ludus.agents.lm.snapshots import read_adapter_snapshot
+    from ludus.agents.snapshot import SnapshotError
     from ludus.games.text import text_view
 
     record = read_adapter_snapshot(path, base, expect_game)
@@ -431,7 +434,7 @@ def text_policy_from_snapshot(path: Any, expect_game: str | None = None, base: A
 
 
 def snapshot_play(record: Any) -> TextPlayConfig:
-    """The play settings an "lm_adapter" snapshot records (`ludus.agents.snapshot.AdapterSnapshotRecord`),
+    """The play settings an "lm_adapter" snapshot records (`ludus.agents.lm.snapshots.AdapterSnapshotRecord`),
     validated (`TextPlayConfig.from_json`) against its base's context, or a one-line SnapshotError."""
     from ludus.agents.lm.pretrained import base_model_dir
     from ludus.agents.snapshot import SnapshotError
@@ -509,19 +512,38 @@ def answer_start_tokens(tokenizer: Any, answers: Mapping[str, int]) -> tuple[np.
     if key not in cache:
         words = {normal_answer(a): action for a, action in answers.items()}
         groups: dict[int, list[int]] = {action: [] for action in sorted(set(words.values()))}
+        opening, closing = _answer_start_index(tokenizer)
+        # A token that closes an answer names the action of its core; any other token names the
+        # actions of the answers its core begins. Every such core is a non-empty prefix of an
+        # answer, so the answers' prefixes are looked up instead of the whole vocabulary scanned
+        # (a legal set costs microseconds, not a pass over ~49k tokens per position).
+        for word, action in words.items():
+            groups[action] += closing.get(word, [])
+        for core in {w[:n] for w in words for n in range(1, len(w) + 1)}:
+            actions = {action for w, action in words.items() if w.startswith(core)}
+            if len(actions) == 1:
+                groups[actions.pop()] += opening.get(core, [])
+        cache[key] = tuple(np.array(sorted(ids), dtype=np.int64) for ids in groups.values())
+    return cache[key]
+
+
+def _answer_start_index(tokenizer: Any) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """The vocabulary's tokens that may begin an answer, by their normalised core, once per
+    tokenizer: (tokens without "]" by their text, tokens holding "]" by the text before it).
+    Tokens holding "[" or a newline begin no answer."""
+    index = tokenizer.__dict__.get("_ludus_answer_start_index")
+    if index is None:
+        opening: dict[str, list[int]] = {}
+        closing: dict[str, list[int]] = {}
         for token, text in token_texts(tokenizer).items():
             if "[" in text or "\n" in text:
                 continue
             if "]" in text:
-                core = normal_answer(text[: text.index("]")])
-                actions = {words[core]} if core in words else set()
+                closing.setdefault(normal_answer(text[: text.index("]")]), []).append(token)
             else:
-                core = normal_answer(text)
-                actions = {action for w, action in words.items() if core and w.startswith(core)}
-            if len(actions) == 1:
-                groups[actions.pop()].append(token)
-        cache[key] = tuple(np.array(sorted(ids), dtype=np.int64) for ids in groups.values())
-    return cache[key]
+                opening.setdefault(normal_answer(text), []).append(token)
+        index = tokenizer.__dict__["_ludus_answer_start_index"] = (opening, closing)
+    return index
 
 
 PROBABILITY_FLOOR = 1e-8
@@ -540,7 +562,7 @@ def response_action_probabilities(policy: TextLMPolicy, obs: np.ndarray, seat: i
     sequences less likely than `PROBABILITY_FLOOR` (together at most ~1e-5 of the mass, counted as
     invalid). Text is built from the tokens' own texts, which for the ASCII answers of games is
     the text the tokenizer decodes."""
-    from ludus.agents.lm.model import SharedPromptCache
+    from ludus.agents.lm.prompt_cache import SharedPromptCache
 
     answers = dict(policy.view.answers(obs, seat, mask))
     candidates, candidate_texts = _answer_tokens(policy.tokenizer, list(answers))

@@ -18,7 +18,7 @@ Schulman's k3 estimator (exp(ref - logp) - (ref - logp) - 1: unbiased and always
 GRPO uses it).
 
 Every prompt of a batch starts with the same chat header and rules, and many turns ask the same
-position. Prompts are read as generation reads them (agents/lm/model.py `SharedPromptCache`): the
+position. Prompts are read as generation reads them (agents/lm/prompt_cache.py `SharedPromptCache`): the
 common prefix and each distinct prompt once per micro-batch, each row's response packed after its
 prompt with a mask that lets it see only its prompt and itself. Gradients flow back through the
 shared prompt exactly as if each row had its own copy. Turns that wrote the same response to the
@@ -29,7 +29,7 @@ turns, not all of them. Micro-batches accumulate gradients into one optimizer st
 only (`LoRAConfig.layers`), the reference and the policy are the same function below them: those
 layers are read once per micro-batch for both (`SplitTrunk`). With activated adapters
 (`LoRAConfig.activation_tokens`), a prompt up to its activation tokens is the base's, read once per
-run for the runners and the learner alike (agents/lm/model.py `BaseReadings`), and only the activation
+run for the runners and the learner alike (agents/lm/prompt_cache.py `BaseReadings`), and only the activation
 tokens and the response are read with gradients.
 """
 
@@ -41,8 +41,9 @@ from typing import Any, Literal, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from ludus.agents.lm.model import (BaseReadings, LMWithValueHead, PromptStore, SharedPromptCache, SplitTrunk, base_readings,
-                       frozen_lower_layers)
+from ludus.agents.lm.model import LMWithValueHead
+from ludus.agents.lm.prompt_cache import BaseReadings, PromptStore, SharedPromptCache, base_readings
+from ludus.agents.lm.split_trunk import SplitTrunk, frozen_lower_layers
 from ludus.agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms
 from ludus.agents.lm.pretrained import adapter_disabled, adapter_parameters
 from ludus.bounds import bounds
@@ -198,7 +199,7 @@ def response_log_probs(model: LMWithValueHead | Any, prompts: Sequence[Sequence[
     Read as generation reads them (`SharedPromptCache`): the common prefix and each distinct
     prompt once, each row's response packed after its prompt, attending to it and to itself.
     `store` (no gradients): prompts read before with the same weights. `model` may be a part of
-    a cut trunk (agents/lm/model.py `SplitTrunk.above`)."""
+    a cut trunk (agents/lm/split_trunk.py `SplitTrunk.above`)."""
     hidden, tokens, lengths = read_responses(model, prompts, responses, store)
     width = tokens.shape[1]
     first = hidden[:, :1]
@@ -458,7 +459,7 @@ class TextPPOLearner:
             policy_model, reference_model, store = trunk.above(), trunk.above(), None
         elif self.model.activation_tokens:
             # activated adapters: both readings continue the base's readings of the prompts, kept for
-            # the run and shared with the runners in this process (agents/lm/model.py `BaseReadings`)
+            # the run and shared with the runners in this process (agents/lm/prompt_cache.py `BaseReadings`)
             policy_model, reference_model, store = self.model, self.model, base_readings(self.model)
             policy_store = store
         else:

@@ -24,11 +24,12 @@ Agents that are out of the game (done while their team plays on) keep their rows
 carry no gradient (the authors' `active_masks`).
 
 `MAPPOLearner.update(batch) -> MAPPOStats` is a pure compute step (no environment access), one
-per team. `collect_rollout` plays a simultaneous-move `VectorGame` ([B, P] TimeStep layout) for
-T steps and builds one `MAPPOBatch` per team; `train_cooperative` is the loop around them.
+per team. Outside a league, `ludus.agents.rl.mappo_rollout.collect_rollout` plays a
+simultaneous-move `VectorGame` ([B, P] TimeStep layout) for T steps and builds one `MAPPOBatch`
+per team, and `ludus.agents.rl.cooperative.train_cooperative` is the loop around them.
 
-Reused from ludus.agents.rollout: `compute_gae` (one pass over the (slot, seat) columns of the [T, B, P]
-rollout) and `side_critic_inputs` (the centralised view). Not reused: `SeatTrajectoryBuilder`,
+Reused from ludus.agents.rollout: `compute_gae` (mappo_rollout.py: one pass over the (slot, seat) columns of
+the [T, B, P] rollout) and `side_critic_inputs` (the centralised view). Not reused: `SeatTrajectoryBuilder`,
 whose flat rows of closed transitions carry one input per row (MAPPO needs the actor's and the
 critic's) and drop seats that are not acting (MAPPO keeps them as masked rows). From
 ludus.agents.ppo_core: the PPO loss (`ppo_terms`, weighted by the active-seat mask) and `TorchAdam` (Adam
@@ -38,8 +39,6 @@ ludus.agents.ppo_core: the PPO loss (`ppo_terms`, weighted by the active-seat ma
 from __future__ import annotations
 
 import dataclasses
-import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,11 +46,10 @@ import torch
 from torch import nn
 
 from ludus.agents.nets import layer_init, masked_logits, mlp_trunk
-from ludus.agents.policy import ActBatch, ActOutput, Policy
+from ludus.agents.policy import ActBatch, ActOutput
 from ludus.agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms, prefixed
-from ludus.agents.rollout import compute_gae, side_critic_inputs, side_critic_size
-from ludus.agents.threads import torch_threads as threads_for
-from ludus.games.core import GameError, GameSpec, TimeStep, VectorGame
+from ludus.agents.rollout import side_critic_inputs, side_critic_size
+from ludus.games.core import GameSpec
 
 CRITIC_INPUTS = ("global", "local")
 
@@ -583,286 +581,3 @@ class CentralisedCriticPolicy:
             if self.module.value_norm is not None:
                 values = self.module.value_norm.denormalize(values)
         return dataclasses.replace(out, values=values.numpy().astype(np.float32))
-
-
-# ---------------------------------------------------------------------------------------------
-# Rollouts through the game layer.
-
-
-def team_seats(spec: GameSpec) -> dict[int, np.ndarray]:
-    """Seats of each team id, in seat order."""
-    teams = np.asarray(spec.team_of_seat)
-    return {int(team): np.flatnonzero(teams == team) for team in np.unique(teams)}
-
-
-@dataclass(frozen=True)
-class EpisodeRecord:
-    """Episodes that ended during a rollout."""
-
-    team_returns: dict[int, np.ndarray]
-    """Per team, [E] mean over the team's seats of each finished episode's return."""
-    lengths: np.ndarray
-    """[E] steps of each finished episode."""
-
-
-@dataclass(frozen=True)
-class Rollout:
-    """What `collect_rollout` returns."""
-
-    batches: dict[int, MAPPOBatch]
-    """The training batch of each team."""
-    timestep: TimeStep
-    """The TimeStep to continue from."""
-    episodes: EpisodeRecord
-    env_steps: int
-    """Vector-game steps taken times the number of games (joint steps, not per agent)."""
-
-
-def _critic_input_now(games: VectorGame, ts: TimeStep, config: MAPPOConfig) -> np.ndarray:
-    """Critic inputs for `ts`, the TimeStep of the games now running in `games`."""
-    state = None
-    if config.critic_input == "global" and games.spec.state_shape is not None:
-        state = games.global_states()
-    return critic_inputs(ts.obs, state, config, games.spec.team_of_seat)
-
-
-def collect_rollout(games: VectorGame, ts: TimeStep, learners: dict[int, MAPPOLearner], num_steps: int,
-                    rng: np.random.Generator, config: MAPPOConfig) -> Rollout:
-    """Play `num_steps` steps of a simultaneous-move vector game with each team's shared actor.
-
-    Layout [T, B, P]: every (step, slot, seat) is a row; `active` is `ts.acting`. The reward of
-    row (t, b, p) is what seat p received in step t. GAE runs per (slot, seat) with
-    `compute_gae`; a row's sequence ends (`done`) when its game ends or its seat stops acting.
-    Terminal ends and seats leaving bootstrap 0; a truncation (step limit, e.g. MPE's
-    max_cycles) is not an end by the rules and bootstraps from the seat's last value estimate,
-    as ludus.agents.rollout does (with auto-reset the final state is gone). The last step bootstraps
-    from the critic's value of the state the rollout stops in.
-    """
-    spec = games.spec
-    if not spec.simultaneous and spec.num_players > 1:
-        raise GameError(f"collect_rollout plays simultaneous-move games; {spec.id} is turn-based")
-    num_games, num_players = games.num_games, spec.num_players
-    seats_of_team = team_seats(spec)
-    if set(learners) != set(seats_of_team):
-        raise ValueError(f"learners for teams {sorted(learners)} but {spec.id} has teams {sorted(seats_of_team)}")
-    team_of_seat = np.asarray(spec.team_of_seat)
-    actor_size, critic_size = input_sizes(spec, config)
-    shape = (num_steps, num_games, num_players)
-    actor_obs = np.zeros((*shape, actor_size), dtype=np.float32)
-    critic_obs = np.zeros((*shape, critic_size), dtype=np.float32)
-    masks = np.ones((*shape, spec.num_actions), dtype=bool)
-    actions = np.zeros(shape, dtype=np.int64)
-    logprobs = np.zeros(shape, dtype=np.float32)
-    values = np.zeros(shape, dtype=np.float32)
-    rewards = np.zeros(shape, dtype=np.float32)
-    active = np.zeros(shape, dtype=bool)
-    game_done = np.zeros((num_steps, num_games), dtype=bool)
-    game_truncated = np.zeros((num_steps, num_games), dtype=bool)
-    finished_returns: dict[int, list[np.ndarray]] = {team: [] for team in seats_of_team}
-    finished_lengths: list[np.ndarray] = []
-    seat_ids = np.broadcast_to(np.arange(num_players), (num_games, num_players))
-
-    for t in range(num_steps):
-        acting = ts.acting
-        actor_now = actor_inputs(ts.obs, config)
-        critic_now = _critic_input_now(games, ts, config)
-        step_actions = np.zeros((num_games, num_players), dtype=np.int64)
-        for team, learner in learners.items():
-            rows = acting & (team_of_seat == team)[None, :]
-            if not rows.any():
-                continue
-            out = learner.policy(num_players).act(
-                ActBatch(ts.obs[rows].reshape(int(rows.sum()), -1), ts.mask[rows], seat_ids[rows]), rng)
-            step_actions[rows] = out.actions
-            logprobs[t][rows] = out.log_probs
-            values[t][rows] = learner.values(critic_now[rows])
-        actor_obs[t], critic_obs[t] = actor_now, critic_now
-        masks[t][acting] = ts.mask[acting]
-        actions[t], active[t] = step_actions, acting
-        ts = games.step(step_actions)
-        rewards[t] = np.where(acting, ts.rewards, 0.0)
-        game_done[t], game_truncated[t] = ts.done, ts.truncated
-        if ts.done.any():
-            for team, seats in seats_of_team.items():
-                finished_returns[team].append(ts.final_returns[ts.done][:, seats].mean(axis=1))
-            finished_lengths.append(ts.final_lengths[ts.done])
-
-    # Value of the state the rollout stops in, for seats acting there.
-    last_values = np.zeros((num_games, num_players), dtype=np.float32)
-    critic_last = _critic_input_now(games, ts, config)
-    for team, learner in learners.items():
-        rows = ts.acting & (team_of_seat == team)[None, :]
-        if rows.any():
-            last_values[rows] = learner.values(critic_last[rows])
-    next_active = np.concatenate([active[1:], ts.acting[None]], axis=0)
-
-    # Sequence ends: game over, or the seat does not act next (left the game, or was not acting).
-    seq_done = game_done[:, :, None] | ~next_active
-    bootstrap = np.where(game_done[:, :, None] & game_truncated[:, :, None] & active, values, 0.0)
-    bootstrap[-1] = np.where(~game_done[-1][:, None] & ts.acting, last_values, bootstrap[-1])
-    # One GAE pass over every (slot, seat) column: [T, B, P] -> [B * P * T], each column in time
-    # order and cut at its end.
-    def columns(array: np.ndarray) -> np.ndarray:
-        return np.moveaxis(array, 0, -1).reshape(-1)
-
-    column_ends = np.zeros((num_games, num_players, shape[0]), dtype=bool)
-    column_ends[..., -1] = True
-    flat_advantages, flat_returns = compute_gae(
-        columns(rewards), columns(values), columns(seq_done), columns(bootstrap), config.gamma, config.gae_lambda,
-        sequence_ends=column_ends.reshape(-1))
-    advantages = np.moveaxis(flat_advantages.reshape(num_games, num_players, shape[0]), -1, 0).copy()
-    returns = np.moveaxis(flat_returns.reshape(num_games, num_players, shape[0]), -1, 0).copy()
-    # Inactive rows hold no transition: zero them so they are inert even before masking.
-    advantages[~active] = 0.0
-    returns[~active] = 0.0
-
-    seat_of_row = np.broadcast_to(np.arange(num_players), shape).astype(np.int64)
-
-    def team_rows(array: np.ndarray, seats: np.ndarray) -> np.ndarray:
-        """[T, B, P, ...] -> [T * B * len(seats), ...]: the team's seats, rows ordered (t, b, seat)."""
-        return np.ascontiguousarray(array[:, :, seats].reshape(-1, *array.shape[3:]))
-
-    batches = {
-        team: MAPPOBatch(
-            actor_obs=team_rows(actor_obs, seats), critic_obs=team_rows(critic_obs, seats),
-            mask=team_rows(masks, seats), actions=team_rows(actions, seats), logprobs=team_rows(logprobs, seats),
-            values=team_rows(values, seats), rewards=team_rows(rewards, seats),
-            advantages=team_rows(advantages, seats), returns=team_rows(returns, seats),
-            active=team_rows(active, seats).astype(np.float32), seats=team_rows(seat_of_row, seats))
-        for team, seats in seats_of_team.items()}
-    episodes = EpisodeRecord(
-        team_returns={team: (np.concatenate(r) if r else np.zeros(0, np.float32)).astype(np.float32)
-                      for team, r in finished_returns.items()},
-        lengths=np.concatenate(finished_lengths) if finished_lengths else np.zeros(0, np.int64))
-    return Rollout(batches, ts, episodes, num_steps * num_games)
-
-
-# ---------------------------------------------------------------------------------------------
-# Training and evaluation loops.
-
-
-@dataclass(frozen=True)
-class CooperativeTrainResult:
-    """Outcome of `train_cooperative`."""
-
-    learners: dict[int, MAPPOLearner]
-    """The trained learner of each team."""
-    config: MAPPOConfig
-    """The configuration trained with (critic_input resolved)."""
-    steps: int
-    """Environment steps (vector steps x games) taken."""
-    seconds: float
-    updates: int
-    """Updates applied per team."""
-    episode_returns: np.ndarray
-    """[E] float32 return of every finished training episode, averaged over the seats of team 0
-    (the whole team in cooperative games), in the order they ended."""
-    episode_end_steps: np.ndarray
-    """[E] int64 value of `steps` when each episode ended."""
-    last_stats: dict[int, MAPPOStats]
-    """Statistics of each team's last update."""
-
-
-def train_cooperative(game_id: str, config: MAPPOConfig = MAPPOConfig(), total_steps: int = 200_000,
-                      seed: int = 0, critic_input: str | None = None,
-                      torch_threads: int | None = 1) -> CooperativeTrainResult:
-    """MAPPO (or IPPO) on a simultaneous-move registry game, one learner per team.
-
-    `total_steps` joint environment steps are split into rollouts of `config.num_envs` games x
-    `config.num_steps` steps, each followed by one update per team. `critic_input`, when given,
-    replaces `config.critic_input` ('global' = MAPPO, 'local' = IPPO).
-
-    torch_threads: torch's intra-op threads during the call (restored after; None leaves them).
-    The nets are tiny: a second thread saves nothing, and when the cores are busy torch's thread
-    pool makes an update ~20x slower (measured on a loaded 2-core machine).
-    """
-    with threads_for(torch_threads):
-        return _train_cooperative(game_id, config, total_steps, seed, critic_input)
-
-
-def _train_cooperative(game_id: str, config: MAPPOConfig, total_steps: int, seed: int,
-                       critic_input: str | None) -> CooperativeTrainResult:
-    from ludus.games.registry import make_vector
-
-    start = time.perf_counter()
-    if critic_input is not None:
-        config = dataclasses.replace(config, critic_input=critic_input)
-    seed_sequence = np.random.SeedSequence(seed)
-    env_seed, net_seed, act_seed = (int(s.generate_state(1)[0]) for s in seed_sequence.spawn(3))
-    games = make_vector(game_id, config.num_envs, env_seed)
-    spec = games.spec
-    learners = {team: MAPPOLearner.for_game(spec, config, seed=net_seed + team) for team in team_seats(spec)}
-    rng = np.random.default_rng(act_seed)
-    steps_per_rollout = config.num_envs * config.num_steps
-    num_updates = max(1, total_steps // steps_per_rollout)
-    ts = games.reset(games.seed_source(config.num_envs))
-    returns: list[np.ndarray] = []
-    end_steps: list[np.ndarray] = []
-    steps = 0
-    last_stats: dict[int, MAPPOStats] = {}
-    first_team = min(learners)
-    for update in range(num_updates):
-        if config.anneal_lr:
-            for learner in learners.values():
-                learner.set_learning_rate_fraction(1.0 - update / num_updates)
-        rollout = collect_rollout(games, ts, learners, config.num_steps, rng, config)
-        ts = rollout.timestep
-        steps += rollout.env_steps
-        finished = rollout.episodes.team_returns[first_team]
-        returns.append(finished)
-        end_steps.append(np.full(len(finished), steps, dtype=np.int64))
-        last_stats = {team: learners[team].update(batch) for team, batch in rollout.batches.items()}
-    return CooperativeTrainResult(
-        learners=learners, config=config, steps=steps, seconds=time.perf_counter() - start,
-        updates=num_updates, episode_returns=np.concatenate(returns).astype(np.float32),
-        episode_end_steps=np.concatenate(end_steps), last_stats=last_stats)
-
-
-@dataclass(frozen=True)
-class EvaluationResult:
-    """Episode returns of a policy playing every seat of a game."""
-
-    episode_returns: np.ndarray
-    """[E] float32 per episode, the mean over seats of the seats' returns."""
-
-    @property
-    def mean(self) -> float:
-        return float(self.episode_returns.mean())
-
-    @property
-    def standard_error(self) -> float:
-        n = len(self.episode_returns)
-        return float(self.episode_returns.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
-
-
-def evaluate_policy(game_id: str, policy: Policy, episodes: int, seed: int, num_envs: int = 50,
-                    greedy: bool = True) -> EvaluationResult:
-    """Play `episodes` episodes with `policy` (a `Policy`) acting for every seat.
-
-    The game seeds follow from `seed` alone, so in fixed-length games (MPE) every policy is
-    evaluated on the same starting positions. greedy=True is how the authors' code evaluates.
-    """
-    from ludus.games.registry import make_vector
-
-    env_seed, act_seed = (int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(2))
-    num_envs = min(num_envs, episodes)
-    games = make_vector(game_id, num_envs, env_seed)
-    rng = np.random.default_rng(act_seed)
-    num_players = games.spec.num_players
-    seat_ids = np.broadcast_to(np.arange(num_players), (num_envs, num_players))
-    ts = games.reset(games.seed_source(num_envs))
-    finished: list[np.ndarray] = []
-    count = 0
-    while count < episodes:
-        acting = ts.acting
-        actions = np.zeros((num_envs, num_players), dtype=np.int64)
-        if acting.any():
-            out = policy.act(ActBatch(ts.obs[acting].reshape(int(acting.sum()), -1), ts.mask[acting],
-                                      seat_ids[acting]), rng, greedy=greedy)
-            actions[acting] = out.actions
-        ts = games.step(actions)
-        if ts.done.any():
-            done_returns = ts.final_returns[ts.done].mean(axis=1)
-            finished.append(done_returns)
-            count += len(done_returns)
-    return EvaluationResult(np.concatenate(finished)[:episodes].astype(np.float32))

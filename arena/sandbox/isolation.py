@@ -18,14 +18,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import ludus
 from ludus.arena.sandbox import cgroups
+from ludus.arena.sandbox.limits import SandboxLimits
 from ludus.errors import UserError
-
-if TYPE_CHECKING:
-    from ludus.arena.sandbox.process import SandboxLimits
 
 INIT_SCRIPT = Path(__file__).with_name("sandbox_init.py")
 REPO_ROOT = Path(ludus.__file__).resolve().parent.parent

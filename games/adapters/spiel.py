@@ -159,6 +159,18 @@ def spiel_observation_kind(game_id: str) -> ObservationKind:
     return observation_kind(load_spiel_game(parsed.game_string), parsed.kind)
 
 
+def stale_snapshot(rest: str, saved_shape: tuple[int, ...]) -> str:
+    """Why a snapshot that read observations of `saved_shape` cannot play ``spiel:<rest>`` now ('' if
+    it can). spiel: ids read information-state tensors where the game has them; a snapshot saved
+    when the same id meant the observation tensor has another input shape."""
+    game_id, now = f"spiel:{rest}", tuple(spiel_spec(rest).observation_shape)
+    if tuple(saved_shape) == now:
+        return ""
+    return (f"reads observations of shape {tuple(saved_shape)}, {game_id} gives {now}: it was saved before "
+            f"spiel: ids read information-state tensors; train it again on {game_id} (or on "
+            f"{game_id}[observation] for the old input)")
+
+
 @functools.lru_cache(maxsize=None)
 def spiel_spec(text: str) -> GameSpec:
     """The GameSpec of ``spiel:<text>`` (cached: specs are frozen values)."""

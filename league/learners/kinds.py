@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, Callable
 
+from ludus.games import registry
 from ludus.league.configio import ConfigError
 
 # The callables below take a `ludus.league.config.LeagueConfig` (named `config`), a game's
@@ -213,7 +214,7 @@ def _validate_text_ppo(config) -> None:
 
 
 def _validate_text_mmd(config) -> None:
-    if not config.game.startswith("spiel:"):
+    if not registry.reaches_game_tree(config.game):
         raise ConfigError(f"learner 'text_mmd' reads OpenSpiel game trees; {config.game!r} is not a spiel: game "
                           f"(use learner 'text_ppo')")
     if not config.text_lm.play.prompt.response_prefix:
@@ -236,7 +237,7 @@ def _make_sdcfr(spec, config, role_index: int, seed: int, init_seed: int, ranks=
 
 
 def _validate_sdcfr(config) -> None:
-    if not config.game.startswith("spiel:"):
+    if not registry.reaches_game_tree(config.game):
         raise ConfigError(f"learner 'sdcfr' traverses OpenSpiel game trees; {config.game!r} is not a spiel: game")
     if any(role.reset_every_snapshots for role in config.roles):
         raise ConfigError("learner 'sdcfr' does not reset to a snapshot (CFR's iterates build on all earlier "

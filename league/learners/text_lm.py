@@ -122,7 +122,7 @@ class TextLMMember:
         self.policy = TextLMPolicy(self.lm.model, self.lm.tokenizer, self.view, self.text.play)
 
     def freeze(self, directory: Path, lineage: Lineage) -> SnapshotRef:
-        from ludus.agents.snapshot import save_adapter_snapshot
+        from ludus.agents.lm.snapshots import save_adapter_snapshot
 
         return save_adapter_snapshot(self.lm, self.spec, directory, lineage, play=self.text.play.to_json())
 
@@ -147,7 +147,7 @@ class TextLMMember:
     def load_snapshot(self, snapshot: Path) -> None:
         """Put an 'lm_adapter' snapshot's adapters and value head into the model; one line refuses a
         snapshot whose adapters are not this model's (another `lora` config would load only in part)."""
-        from ludus.agents.snapshot import read_adapter_snapshot
+        from ludus.agents.lm.snapshots import read_adapter_snapshot
 
         record = read_adapter_snapshot(snapshot, self.text.model, self.spec.id)
         restore_adapters(self.lm, record.manifest.architecture, record.tensors, f"snapshot {record.ref.path}")

@@ -324,24 +324,3 @@ class ProcessBackend:
                 process.kill()
                 process.join()
             conn.close()
-
-
-def make_backend(config, spec: GameSpec, architectures: Mapping[str, PolicyArchitecture], members: list[Member],
-                 log_dir: str) -> Backend:
-    """The backend `config.backend` names (a LeagueConfig), holding `members` for its runners;
-    `architectures`: each learner's, by player id (the first is the runners' default)."""
-    default = next(iter(architectures.values()))
-    common = dict(game_id=config.game, spec=spec, architecture=default, num_envs=config.num_envs,
-                  cache_size=config.policy_cache_size, seed=config.seed, runner_threads=config.runner_threads,
-                  inference_dtype=config.inference_dtype,
-                  learner_architectures={pid: a for pid, a in architectures.items() if a != default})
-    if config.backend == "serial":
-        backend: Backend = SerialBackend(**common)
-    elif config.backend == "process":
-        backend = ProcessBackend(**common, num_workers=config.num_runners, log_dir=log_dir)
-    else:
-        from ludus.league.play.ray_backend import RayBackend
-
-        backend = RayBackend(**common, num_workers=config.num_runners, address=config.ray_address)
-    backend.set_population(members)
-    return backend

@@ -900,26 +900,3 @@ def _release_writer_lock(fd: int) -> None:
     os.ftruncate(fd, 0)  # so nobody reports a pid that no longer holds the lock
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
-
-
-# ---------------------------------------------------------------------------------------------
-# Atomic files (checkpoints)
-# ---------------------------------------------------------------------------------------------
-
-
-class PlayerIndex:
-    """Player ids in the order they entered a table, each with its row (ratings, payoff)."""
-
-    def __init__(self) -> None:
-        self._index: dict[str, int] = {}
-        self._ids: list[str] = []
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def __contains__(self, player_id: object) -> bool:
-        return player_id in self._index
-
-    def players(self) -> list[str]:
-        """Player ids in the order they entered the table."""
-        return list(self._ids)

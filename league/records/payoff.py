@@ -20,7 +20,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ludus.league.records.ledger import MatchResult, PlayerIndex, Store
+from ludus.league.records.ledger import MatchResult, Store
+from ludus.league.records.player_index import PlayerIndex
 
 
 class PayoffTable(PlayerIndex):

@@ -32,7 +32,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import trueskill
 
-from ludus.league.records.ledger import MatchResult, PlayerIndex, RatingRecord, Store
+from ludus.league.records.ledger import MatchResult, RatingRecord, Store
+from ludus.league.records.player_index import PlayerIndex
 from ludus.errors import UserError
 
 PARAMS_META_KEY = "trueskill_params"
