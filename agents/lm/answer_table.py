@@ -41,6 +41,18 @@ class AnswerTableConfig:
     chunk: int = field(default=32, metadata=bounds(1, 4096))
     """Information states read through the model together (memory grows with it: about one prompt's
     keys and values per state, ~4 MB for SmolLM2-135M's ~90 tokens after the shared rules)."""
+    first_token: bool = False
+    """Read only the first token of the response: an action's probability is the mass of the
+    tokens that begin its answers and no other's (`answer_start_tokens`), the rest is invalid. One
+    pass over the prompts, no response tree; an upper bound on each action's exact probability
+    (a response may still go astray after its first token), equal to it when every response that
+    starts an answer finishes it."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.chunk <= 4096:
+            from ludus.agents.lm.model import LMError
+
+            raise LMError(f"answer table chunk must be in 1..4096, got {self.chunk}")
 
 
 @dataclass
@@ -90,16 +102,17 @@ def answer_distributions(policy, obs: np.ndarray, seats: np.ndarray, masks: np.n
         prompts = [distinct[d][0] for d in members]
         answers = [distinct[d][1] for d in members]
         candidates = [_answer_tokens(policy.tokenizer, list(a)) for a in answers]
-        found[members] = _read_chunk(policy, prompts, answers, candidates, masks.shape[1])
+        found[members] = _read_chunk(policy, prompts, answers, candidates, masks.shape[1], config.first_token)
     probs[:] = found[row_of]
     return probs, np.clip(1.0 - probs.sum(axis=1), 0.0, None)
 
 
 def _read_chunk(policy, prompts: list[list[int]], answers: list[dict[str, int]],
-                candidates: list[tuple[np.ndarray, list[str]]], num_actions: int) -> np.ndarray:
+                candidates: list[tuple[np.ndarray, list[str]]], num_actions: int, first_token: bool = False
+                ) -> np.ndarray:
     """[len(prompts), num_actions] answer probabilities of one chunk (`answer_distributions`)."""
     from ludus.agents.lm.model import SharedPromptCache
-    from ludus.agents.lm.text_policy import PROBABILITY_FLOOR
+    from ludus.agents.lm.text_policy import PROBABILITY_FLOOR, answer_start_tokens
     from ludus.games.text import normal_answer
 
     model, play = policy.model, policy.play
@@ -116,6 +129,12 @@ def _read_chunk(policy, prompts: list[list[int]], answers: list[dict[str, int]],
                 break
             logits, _ = model.heads(hidden)
             log_pi = torch.log_softmax(logits.float() / play.temperature, dim=-1)
+            if first_token:
+                for row, words in enumerate(answers):
+                    actions = sorted(set(words.values()))
+                    for action, ids in zip(actions, answer_start_tokens(policy.tokenizer, words)):
+                        probs[row, action] = float(log_pi[row, torch.from_numpy(ids)].exp().double().sum())
+                break
             grown: list[_Node] = []
             last_step = step + 1 == play.max_new_tokens
             for k, node in enumerate(frontier):
