@@ -288,9 +288,12 @@ class TextLMPolicy:
         (`response_action_probabilities`) when responses are opened with "[", else sampled."""
         if not self.first_answer:
             return sampled_action_probabilities(self, batch)
-        from ludus.agents.lm.answer_table import exact_action_probabilities  # all rows batched
-
-        return exact_action_probabilities(self, batch)
+        probs = np.zeros(np.shape(batch.mask), dtype=np.float64)
+        for i in range(len(probs)):
+            probs[i] = played_distribution(*response_action_probabilities(self, batch.obs[i], int(batch.seats[i]),
+                                                                          np.asarray(batch.mask[i], dtype=bool)),
+                                           np.asarray(batch.mask[i], dtype=bool), self.play.invalid.retries)
+        return probs
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode([t for t in tokens if t >= 0 and t != self.stop_token], skip_special_tokens=True)
