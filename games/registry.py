@@ -117,6 +117,7 @@ for _adapter in (
                 summary="any OpenSpiel game by its pyspiel game string, e.g. spiel:goofspiel(num_cards=4)",
                 layout=Lazy("ludus.games.adapters.spiel:describe_layout"), game_tree=True,
                 stale_snapshot=Lazy("ludus.games.adapters.spiel:stale_snapshot"),
+                text_view=Lazy("ludus.games.adapters.spiel_text:spiel_text_view"),
                 examples=("spiel:tic_tac_toe", "spiel:connect_four", "spiel:kuhn_poker", "spiel:leduc_poker",
                           "spiel:goofspiel(num_cards=4)", "spiel:kuhn_poker(players=3)")),
     GameAdapter("pz", "pz:MODULE", "PettingZoo", Lazy("ludus.games.adapters.pz:make_pettingzoo_game"),

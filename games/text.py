@@ -357,7 +357,12 @@ def _adapter_view(game_id: str):
 
 
 def has_text_view(game_id: str) -> bool:
-    return game_id in TEXT_VIEWS or _adapter_view(game_id) is not None
+    if game_id in TEXT_VIEWS or (hook := _adapter_view(game_id)) is None:
+        return game_id in TEXT_VIEWS
+    try:  # an adapter may tell only some of its games (``spiel:``: small ones, games/adapters/spiel_text.py)
+        return hook(game_id.partition(":")[2]) is not None
+    except GameError:
+        return False
 
 
 def text_view(game_id: str) -> TextView:
