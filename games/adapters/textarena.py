@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import io
 import random
 import signal
@@ -160,8 +161,9 @@ WORD_LIST = "/usr/share/dict/american-english"
 """Debian's English word list (package wamerican; scripts/setup.sh installs it)."""
 
 
+@functools.lru_cache(maxsize=1)
 def _words_corpus() -> str | None:
-    """A directory holding NLTK's "words" corpus built from `WORD_LIST` (one word per line,
+    """(Once per process.) A directory holding NLTK's "words" corpus built from `WORD_LIST` (one word per line,
     ASCII as NLTK reads it), in Ludus's cache: what TextArena's word games (WordChains,
     LetterAuction) read, without the download they would attempt. None without the word list."""
     import os
