@@ -99,10 +99,13 @@ class InvalidResponses:
     game's worst return for it); False plays a uniformly random legal action instead."""
     penalty: float = field(default=1.0, metadata=bounds(0, 1000))
     """The learner scores a turn whose first response did not count as -penalty (not the game's result)."""
-    feedback: bool = True
+    feedback: bool = False
     """Each retry is told why the answer before it did not count (as Kaggle's game harness does:
     the response, then the game's message and the legal answers, then a new answer); False
-    samples again from the same prompt."""
+    samples again from the same prompt. Off by default: a retry that reads the failed response
+    has no closed form, so the policy's exact action distribution (`action_probabilities`, exact
+    exploitability) is then estimated by sampling. Free-text games judge moves themselves
+    (TextArena tells the seat why in its next observation) whatever this says."""
 
     def __post_init__(self) -> None:
         if self.retries < 0:
@@ -319,8 +322,9 @@ class TextLMPolicy:
 
     def action_probabilities(self, batch: ActBatch) -> np.ndarray:
         """The policy's action distribution at each row, as it plays: exact
-        (`response_action_probabilities`) when responses are opened with "[", else sampled."""
-        if not self.first_answer:
+        (`response_action_probabilities`) when responses are opened with "[" and retries sample the
+        same prompt again, else sampled (a retry told why reads its failed response)."""
+        if not self.first_answer or (self.play.invalid.feedback and self.play.invalid.retries):
             return sampled_action_probabilities(self, batch)
         probs = np.zeros(np.shape(batch.mask), dtype=np.float64)
         for i in range(len(probs)):
