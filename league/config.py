@@ -15,6 +15,7 @@ from ludus.agents.lm.pretrained import PretrainedLMConfig
 from ludus.agents.lm.text_policy import TextPlayConfig
 from ludus.agents.lm.text_exit import TextExItConfig
 from ludus.agents.lm.text_mmd import TextMMDConfig
+from ludus.agents.lm.text_smmd import TextSMMDConfig
 from ludus.agents.lm.text_ppo import TextPPOConfig
 from ludus.agents.rl.token_ppo import TokenPPOConfig
 from ludus.league.configio import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
@@ -150,6 +151,8 @@ class TextLMConfig:
     """Magnetic mirror descent on the game tree (learner 'text_mmd'): magnet, step size, distillation steps."""
     exit: TextExItConfig = field(default_factory=TextExItConfig)
     """Expert iteration with MCTS as the expert (learner 'text_exit'): search, buffer, Adam steps."""
+    smmd: TextSMMDConfig = field(default_factory=TextSMMDConfig)
+    """Sampled MMD from play (learner 'text_smmd', the default for any text game): magnet, step size, critic, RAE."""
 
 
 @dataclass(frozen=True)
