@@ -57,7 +57,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ludus.agents.lm.model import LMWithValueHead, SharedPromptCache
+from ludus.agents.lm.model import LMWithValueHead, SharedPromptCache, base_readings
 from ludus.agents.lm.pretrained import adapter_disabled, adapter_parameters
 from ludus.agents.lm.text_ppo import answer_log_probs, response_log_probs
 from ludus.agents.ppo_core import TorchAdam
@@ -68,13 +68,17 @@ from ludus.bounds import bounds
 class TextSMMDConfig:
     """Sampled MMD from play (the `text_lm.smmd` keys, learner 'text_smmd')."""
 
-    alpha: float = field(default=0.2, metadata=bounds(0, 1000))
+    alpha: float = field(default=0.5, metadata=bounds(0, 1000))
     """Magnet weight (tau in Sokota et al.): the last iterate converges to the equilibrium regularised
-    towards rho; smaller, closer to a Nash equilibrium but slower."""
+    towards rho; smaller, closer to a Nash equilibrium but slower and noisier from samples (tabular
+    Kuhn, Q from 32 sampled games an update, 8-15 updates: alpha 0.5 0.10-0.16 exploitable, alpha
+    0.2 0.14-0.24; tests/test_text_smmd.py replays it)."""
     eta: float = field(default=1.0, metadata=bounds(0, 1000, low_open=True))
     """MMD step size: how far one update moves towards exp(Q)."""
-    magnet: Literal["base", "uniform"] = "base"
-    """rho: 'base', the base model's answer distribution (adapters off), or 'uniform' over legal answers."""
+    magnet: Literal["base", "uniform"] = "uniform"
+    """rho: 'uniform' over the legal answers (MMD then converges to the entropy-regularised quantal
+    response equilibrium, whatever the base prefers) or 'base', the base model's answer distribution
+    (adapters off). The format stays the base's either way: rho is over answers, not tokens."""
     distill_steps: int = field(default=8, metadata=bounds(1, 10**6))
     """Adam steps of the adapters towards each update's MMD targets (and of the REINFORCE loss)."""
     learning_rate: float = field(default=5e-4, metadata=bounds(0, 1, low_open=True))
@@ -182,7 +186,9 @@ class TextSMMDLearner:
                      masks: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """([S, A] log pi(a|s) over legal answers (-inf elsewhere), [S] log of the answer-starting
         first-token mass, [S, H] hidden states) at the first response token; gradients flow when enabled."""
-        cache = SharedPromptCache(self.model, [list(p) for p in prompts])
+        # activated adapters: the base's readings of the prompts are kept for the run (and shared with
+        # the runners in this process), so a step reads only the activation tokens with the adapters
+        cache = SharedPromptCache(self.model, [list(p) for p in prompts], store=self._store())
         hidden = cache.prompt_hidden[torch.from_numpy(cache.entry_of)]
         logits, _ = self.model.heads(hidden)
         log_pi = torch.log_softmax(logits.float() / self.temperature, dim=-1)
@@ -194,6 +200,9 @@ class TextSMMDLearner:
             rows.append(row.index_put((torch.from_numpy(legal[present]),), log_q))
             valid.append(torch.logsumexp(log_pi[s][torch.from_numpy(np.concatenate(list(answer_groups)))], dim=0))
         return torch.stack(rows), torch.stack(valid), hidden
+
+    def _store(self):
+        return base_readings(self.model) if self.model.activation_tokens else None
 
     # ------------------------------------------------------------------ the update
 
@@ -270,7 +279,8 @@ class TextSMMDLearner:
                 pick = np.sort(self.rng.permutation(len(free))[:config.minibatch_prompts])
                 rows_free = [free[k] for k in pick]
                 reading = response_log_probs(self.model, [turns.prompts[i] for i in rows_free],
-                                             [turns.responses[i] for i in rows_free], self.temperature)
+                                             [turns.responses[i] for i in rows_free], self.temperature,
+                                             store=self._store())
                 log_seq = torch.where(reading.mask, reading.log_probs, torch.zeros_like(reading.log_probs)).sum(1)
                 behaviour = torch.tensor([float(np.sum(turns.behaviour[i])) for i in rows_free])
                 weight = (log_seq.detach() - behaviour).exp().clamp(max=config.importance_clip)
