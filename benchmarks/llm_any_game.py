@@ -72,6 +72,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0, help="training budget (wall clock, matches included)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--games", type=int, default=400, help="games a seat against each opponent")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch and runner threads (default: the recipe's 2); on a host shared by more busy "
+                             "processes than cores, 1 avoids threads waiting on each other")
     parser.add_argument("--run-dir", type=Path, default=None)
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="key=value on top of the default recipe (not for goal runs)")
@@ -84,8 +87,9 @@ def main() -> None:
     from ludus.agents.policy import RandomPolicy
 
     print(f"host: {cpu_flags()}; {os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
+    threads = [f"torch_threads={args.threads}", f"runner_threads={args.threads}"] if args.threads else []
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-any-")) / "run"
-    league = budget_league(PRESET, args.seed, run_dir, [f"game={args.game}", *args.overrides])
+    league = budget_league(PRESET, args.seed, run_dir, [f"game={args.game}", *threads, *args.overrides])
     config = league.config
     print(f"game {args.game}: learner {config.learner}, budget {args.minutes:g} min, seed {args.seed}", flush=True)
     torch.set_num_threads(config.torch_threads)
