@@ -28,7 +28,10 @@ Turns whose view lists the legal answers (and whose response is opened with
 
       L(theta) = mean_s KL(pi*(. | s) || pi_theta(. | s)) - format_coef · mean_s log V_theta(s)     (distil)
 
-  V_theta(s) the first-token mass that begins some legal answer (so the response stays an answer).
+  V_theta(s) the first-token mass that begins some legal answer (so the response stays an answer),
+  plus `rest_coef` times - mean_s sum_a pi*(a|s) log p_theta(rest of a's canonical response "bet]" |
+  s, its first token) (as `text_exit`'s rest term: the first token picks the answer, the rest must
+  close on it; the answer texts are the view's own list, not an oracle).
   Its last iterate converges to the alpha-regularised quantal response equilibrium in two-player
   zero-sum games (the paper's Theorem 3.4), so the adapters themselves are the output policy.
 
@@ -91,6 +94,10 @@ class TextSMMDConfig:
     """Distinct prompts (answer-level) or turns (free text) per Adam step, drawn at random."""
     format_coef: float = field(default=1.0, metadata=bounds(0, 100))
     """Weight of -log(mass of answer-starting tokens), averaged over the step's prompts."""
+    rest_coef: float = field(default=1.0, metadata=bounds(0, 100))
+    """Weight of -sum_a pi*(a|s) log p(rest of a's canonical response | its first token): the first
+    token picks the answer, this term makes the response close on it (the base SmolLM2 opens Kuhn
+    answers with a legal answer's first token 99% of the time but writes a legal answer only ~45%)."""
     critic_hidden: int = field(default=128, metadata=bounds(1, 10**5))
     """Width of the critic's hidden layer (Q_phi: LayerNorm, Linear, tanh, Linear to one value per action)."""
     critic_learning_rate: float = field(default=3e-3, metadata=bounds(0, 1, low_open=True))
@@ -126,6 +133,20 @@ def mmd_answer_target(log_pi: torch.Tensor, log_rho: torch.Tensor, q: torch.Tens
     return torch.log_softmax(logits, dim=-1)
 
 
+def answer_table(first_log_pi: torch.Tensor, groups: Sequence[Sequence[np.ndarray]], masks: np.ndarray
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """([S, A] log pi(a|s): each legal answer's first-token mass renormalised over the legal answers,
+    -inf elsewhere; [S] log of the answer-starting first-token mass) from first-token log-probs [S, V]."""
+    rows, valid = [], []
+    for s, answer_groups in enumerate(groups):
+        legal = np.flatnonzero(masks[s])
+        log_q, present = answer_log_probs(first_log_pi[s], answer_groups)
+        row = torch.full((masks.shape[1],), -torch.inf)
+        rows.append(row.index_put((torch.from_numpy(legal[present]),), log_q))
+        valid.append(torch.logsumexp(first_log_pi[s][torch.from_numpy(np.concatenate(list(answer_groups)))], dim=0))
+    return torch.stack(rows), torch.stack(valid)
+
+
 class AnswerCritic(nn.Module):
     """Q_phi(s, .): one value per action from the base model's hidden state at the answer."""
 
@@ -159,6 +180,9 @@ class PlayTurns:
     answer_tokens: tuple[tuple[np.ndarray, ...] | None, ...]
     """Per turn: the answer-start token groups of its legal actions (increasing action id), or None:
     the turn is trained on its whole response (free text, or a first response that did not count)."""
+    canonical: tuple[tuple[tuple[int, ...], ...] | None, ...] | None = None
+    """Per answer-level turn: each legal action's canonical response tokens ("bet]" after the prefix),
+    increasing action id; None: no rest term (`rest_coef`)."""
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -194,14 +218,8 @@ class TextSMMDLearner:
         hidden = cache.prompt_hidden[torch.from_numpy(cache.entry_of)]
         logits, _ = self.model.heads(hidden)
         log_pi = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-        rows, valid = [], []
-        for s, answer_groups in enumerate(groups):
-            legal = np.flatnonzero(masks[s])
-            log_q, present = answer_log_probs(log_pi[s], answer_groups)
-            row = torch.full((masks.shape[1],), -torch.inf)
-            rows.append(row.index_put((torch.from_numpy(legal[present]),), log_q))
-            valid.append(torch.logsumexp(log_pi[s][torch.from_numpy(np.concatenate(list(answer_groups)))], dim=0))
-        return torch.stack(rows), torch.stack(valid), hidden
+        table, valid = answer_table(log_pi, groups, masks)
+        return table, valid, hidden
 
     def _store(self):
         return base_readings(self.model) if self.model.activation_tokens else None
@@ -265,15 +283,38 @@ class TextSMMDLearner:
 
         # 4. Adam steps of the adapters on (distil) and (REINFORCE)
         self.model.train()
-        grad_norms, kls = [], []
+        grad_norms, kls, rests = [], [], []
+        canonical = None
+        if prompts and config.rest_coef > 0 and turns.canonical is not None:
+            canonical = [turns.canonical[first_turn[d]] for d in range(len(prompts))]
+            if any(c is None for c in canonical):
+                canonical = None
         for _ in range(config.distill_steps):
             loss = torch.zeros(())
             if prompts:
                 pick = np.sort(self.rng.permutation(len(prompts))[:config.minibatch_prompts])
-                log_pi, log_valid, _ = self.read_answers([prompts[d] for d in pick], [groups[d] for d in pick],
-                                                         masks[pick])
                 t = target[torch.from_numpy(pick)]
                 legal_pick = torch.isfinite(t)
+                if canonical is None:
+                    log_pi, log_valid, _ = self.read_answers([prompts[d] for d in pick], [groups[d] for d in pick],
+                                                             masks[pick])
+                else:
+                    # every legal answer's canonical response read after its prompt: the first token's
+                    # distribution gives the answer table, the tokens after it the rest term
+                    pairs = [(j, a) for j, d in enumerate(pick) for a in np.flatnonzero(masks[d])]
+                    reading = response_log_probs(self.model, [prompts[pick[j]] for j, _ in pairs],
+                                                 [canonical[pick[j]][k] for (j, _), k in
+                                                  zip(pairs, [int(np.sum(masks[pick[j]][:a])) for j, a in pairs])],
+                                                 self.temperature, store=self._store())
+                    first = {}
+                    for r, (j, _) in enumerate(pairs):
+                        first.setdefault(j, r)
+                    log_pi, log_valid = answer_table(reading.first_log_pi[[first[j] for j in range(len(pick))]],
+                                                     [groups[d] for d in pick], masks[pick])
+                    rest = (reading.log_probs[:, 1:] * reading.mask[:, 1:]).sum(1)
+                    weights = torch.stack([t[j, a] for j, a in pairs]).exp()
+                    loss = loss - config.rest_coef * (weights * rest).sum() / len(pick)
+                    rests.append(float((rest.detach().exp() * weights).sum() / len(pick)))
                 kl = torch.where(legal_pick, t.exp() * (t - log_pi), torch.zeros_like(t)).sum(1)
                 loss = loss + kl.mean() - config.format_coef * log_valid.mean()
                 kls.append(float(kl.mean().detach()))
@@ -301,6 +342,8 @@ class TextSMMDLearner:
             stats.update({"target_gap": float(gap.max()), "kl_to_target": kls[-1] if kls else 0.0,
                           "valid_first_token_mass": float(log_valid.exp().mean()),
                           "answer_prompts": float(len(prompts))})
+            if rests:
+                stats["response_rest_prob"] = rests[-1]
         stats.update({"grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
                       "mean_return": float(turns.returns.mean()) if len(turns) else 0.0, "turns": float(len(turns))})
         stats.update({f"rae_baseline_seat{r}": float(b) for r, b in enumerate(self.baselines)})

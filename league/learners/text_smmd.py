@@ -45,7 +45,8 @@ class TextSMMDLeagueLearner(TextLMMember):
         if batch.responses is None:
             raise ValueError("text_smmd trains on text agents' rows: this batch carries no responses")
         returns = turn_returns(batch)
-        prompts, responses, behaviour, groups = [], [], [], []
+        prompts, responses, behaviour, groups, canonical = [], [], [], [], []
+        known: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
         invalid = np.zeros(len(batch), dtype=bool)
         answers = np.full(len(batch), -1, dtype=np.int64)
         prefixed = bool(self.text.play.prompt.response_prefix)
@@ -63,10 +64,24 @@ class TextSMMDLeagueLearner(TextLMMember):
                                               or not all(len(g) for g in answer_groups)):
                 answer_groups = None
             groups.append(answer_groups)
+            canonical.append(None if answer_groups is None else
+                             self._canonical(prompt, batch.obs[i], int(batch.seats[i]), batch.mask[i], known))
         returns = np.where(invalid, -self.text.play.invalid.penalty, returns)
         return PlayTurns(tuple(prompts), tuple(responses), tuple(behaviour), returns.astype(np.float64),
                          batch.seats.astype(np.int64), answers, np.asarray(batch.mask, dtype=bool),
-                         tuple(groups)), invalid
+                         tuple(groups), tuple(canonical)), invalid
+
+    def _canonical(self, prompt: tuple[int, ...], obs: np.ndarray, seat: int, mask: np.ndarray,
+                   known: dict[tuple[int, ...], tuple[tuple[int, ...], ...]]) -> tuple[tuple[int, ...], ...]:
+        """Each legal action's canonical response tokens after the prefilled opening ("bet]")."""
+        from ludus.games.text import canonical_answer
+
+        if prompt not in known:
+            prefix = self.text.play.prompt.response_prefix
+            known[prompt] = tuple(
+                tuple(self.lm.tokenizer(canonical_answer(self.view, obs, seat, mask, int(a)).removeprefix(prefix),
+                                        add_special_tokens=False)["input_ids"]) for a in np.flatnonzero(mask))
+        return known[prompt]
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
         turns, invalid = self.turns(batch)
