@@ -249,8 +249,10 @@ class LeagueConfig:
     critic: team and cooperative games), 'ippo' (the same with a local critic), 'token_ppo' (tiny LMs on
     token games), 'text_ppo' (pretrained LMs through a game's text view), 'text_mmd' (the same LMs trained
     by magnetic mirror descent on a small OpenSpiel game's exact tree), 'text_exit' (the same LMs trained
-    by expert iteration, MCTS over the rules as the expert: tic-tac-toe) or 'sdcfr' (Single Deep CFR on
-    two-player OpenSpiel games: a regret-matching net trained on the game tree's sampled regrets). Each is a
+    by expert iteration, MCTS over the rules as the expert: tic-tac-toe), 'text_smmd' (the same LMs on any
+    text game from play alone: sampled MMD with a learned critic; the default LM learner) or 'sdcfr'
+    (Single Deep CFR on two-player OpenSpiel games: a regret-matching net trained on the game tree's
+    sampled regrets). Each is a
 row of the table in league/learners/kinds.py (`register_learner_kind` adds one)."""
     learner_backend: LearnerBackendConfig = field(default_factory=LearnerBackendConfig)
     """Optimizer backend of the learners."""
