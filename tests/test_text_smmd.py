@@ -57,7 +57,8 @@ def _kuhn_turns(learner, answers: list[int], returns: list[float]):
     prompt = tuple(learner.policy.encode(obs, 0, mask))
     groups = answer_start_tokens(learner.lm.tokenizer, learner.view.answers(obs, 0, mask))
     n = len(answers)
-    return PlayTurns((prompt,) * n, tuple((int(groups[a][0]),) for a in answers), (np.zeros(1),) * n, np.array(returns, dtype=np.float64),
+    responses = tuple((int(groups[a][0]),) for a in answers)
+    return PlayTurns((prompt,) * n, responses, (np.zeros(1),) * n, np.array(returns, dtype=np.float64),
                      np.zeros(n, dtype=np.int64), np.array(answers), np.repeat(mask[None], n, axis=0), (groups,) * n)
 
 
