@@ -15,6 +15,7 @@ from ludus.agents.lm.pretrained import PretrainedLMConfig
 from ludus.agents.lm.text_policy import TextPlayConfig
 from ludus.agents.lm.text_exit import TextExItConfig
 from ludus.agents.lm.text_mmd import TextMMDConfig
+from ludus.agents.lm.text_smmd import TextSMMDConfig
 from ludus.agents.lm.text_ppo import TextPPOConfig
 from ludus.agents.rl.token_ppo import TokenPPOConfig
 from ludus.games import registry
@@ -153,6 +154,8 @@ class TextLMConfig:
     """Magnetic mirror descent on the game tree (learner 'text_mmd'): magnet, step size, distillation steps."""
     exit: TextExItConfig = field(default_factory=TextExItConfig)
     """Expert iteration with MCTS as the expert (learner 'text_exit'): search, buffer, Adam steps."""
+    smmd: TextSMMDConfig = field(default_factory=TextSMMDConfig)
+    """Sampled MMD from play (learner 'text_smmd', the default for any text game): magnet, step size, critic, RAE."""
 
 
 @dataclass(frozen=True)
@@ -254,8 +257,10 @@ class LeagueConfig:
     critic: team and cooperative games), 'ippo' (the same with a local critic), 'token_ppo' (tiny LMs on
     token games), 'text_ppo' (pretrained LMs through a game's text view), 'text_mmd' (the same LMs trained
     by magnetic mirror descent on a small OpenSpiel game's exact tree), 'text_exit' (the same LMs trained
-    by expert iteration, MCTS over the rules as the expert: tic-tac-toe) or 'sdcfr' (Single Deep CFR on
-    two-player OpenSpiel games: a regret-matching net trained on the game tree's sampled regrets). Each is a
+    by expert iteration, MCTS over the rules as the expert: tic-tac-toe), 'text_smmd' (the same LMs on any
+    text game from play alone: sampled MMD with a learned critic; the default LM learner) or 'sdcfr'
+    (Single Deep CFR on two-player OpenSpiel games: a regret-matching net trained on the game tree's
+    sampled regrets). Each is a
 row of the table in league/learners/kinds.py (`register_learner_kind` adds one)."""
     learner_backend: LearnerBackendConfig = field(default_factory=LearnerBackendConfig)
     """Optimizer backend of the learners."""

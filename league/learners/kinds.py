@@ -216,7 +216,7 @@ def _validate_text_ppo(config) -> None:
 def _validate_text_mmd(config) -> None:
     if not registry.reaches_game_tree(config.game):
         raise ConfigError(f"learner 'text_mmd' reads OpenSpiel game trees; {config.game!r} is not a spiel: game "
-                          f"(use learner 'text_ppo')")
+                          f"(use learner 'text_smmd', which reads only play)")
     if not config.text_lm.play.prompt.response_prefix:
         raise ConfigError("learner 'text_mmd' reads the answer at the response's first token: it needs "
                           "text_lm.play.prompt.response_prefix (e.g. '[')")
@@ -227,7 +227,13 @@ def _validate_text_exit(config) -> None:
 
     if config.game not in EXIT_GAMES:
         raise ConfigError(f"learner 'text_exit' searches positions rebuilt from the observation: games "
-                          f"{', '.join(EXIT_GAMES)}, not {config.game!r} (use learner 'text_ppo')")
+                          f"{', '.join(EXIT_GAMES)}, not {config.game!r} (use learner 'text_smmd')")
+
+
+def _make_text_smmd(spec, config, role_index: int, seed: int, init_seed: int, ranks=None):
+    from ludus.league.learners.text_smmd import TextSMMDLeagueLearner
+
+    return TextSMMDLeagueLearner(spec, config, role_index, seed, init_seed)
 
 
 def _make_sdcfr(spec, config, role_index: int, seed: int, init_seed: int, ranks=None):
@@ -272,6 +278,15 @@ TEXT_EXIT = register_learner_kind(LearnerKind(
     "text_exit", "pretrained LMs by expert iteration, MCTS over the rules as the expert (tic-tac-toe)", ("text_lm",),
     _make_text("TextExItLeagueLearner"), _text_lm_architecture, _validate_text_lm(_validate_text_exit),
     text_lm="exit"))
+TEXT_SMMD = register_learner_kind(LearnerKind(
+    "text_smmd", "pretrained LMs on any text game from play alone: sampled MMD on the answers with a learned "
+    "critic, REINFORCE with role baselines on free text", ("text_lm",),
+    _make_text_smmd, _text_lm_architecture, _validate_text_lm(), text_lm="smmd"))
+DEFAULT_TEXT_LM_LEARNER = TEXT_SMMD.name
+"""The LM learner of a game no preset names (benchmarks/llm_any_game.py, preset `llm_any_game`):
+it reads only what the runners record, so it fits any game with a text view; `text_mmd` (small
+OpenSpiel games, whose tree it walks) and `text_exit` (games with a simulator to search) are
+for the games they suit (docs/llm.md, "Which LM learner when")."""
 SDCFR = register_learner_kind(LearnerKind(
     "sdcfr", "Single Deep CFR on two-player OpenSpiel games (a regret-matching net)", ("net", "cfr"),
     _make_sdcfr, _actor_critic_architecture, _validate_sdcfr, uses_net=True,

@@ -1,0 +1,350 @@
+"""Sampled magnetic mirror descent of a pretrained LM from its own play (pure compute:
+`TextSMMDLearner.update`; learner 'text_smmd', league/learners/text_smmd.py).
+
+It reads only what runners record: per turn, the observation and legal-action mask (rendered into
+the prompt the LM read), the response tokens, their behaviour log-probs and the seat's rewards.
+No game tree, no search, no oracle.
+
+Turns whose view lists the legal answers (and whose response is opened with
+`text_lm.play.prompt.response_prefix`, e.g. "[") are trained at the ANSWER level:
+
+* the policy is the exact answer distribution at the response's first token,
+  pi_theta(a | s) = softmax_a log M_a(s), M_a(s) = sum of the first-token probabilities of the tokens
+  that begin answer a (`ludus.agents.lm.text_policy.answer_start_tokens`), the table that
+  `text_mmd` and Kuhn poker's exploitability read;
+* a critic Q_phi(s, a) is a small head on the BASE model's hidden state at that token (adapters off:
+  features that do not drift while the adapters learn), fitted to the turns' Monte-Carlo returns of
+  the answers actually given (squared error);
+* every answer is updated at once (mean actor-critic: the whole Q_phi(s, .) enters), by magnetic
+  mirror descent (Sokota et al. 2023, "A unified approach to reinforcement learning, quantal
+  response equilibria, and two-player zero-sum games", eq. (3) in closed form, its sampled deep-RL
+  form of Sec. 5): with step size eta, magnet weight alpha (the paper's tau) and magnet rho,
+
+      pi*(a | s)  ∝  pi_t(a | s)^(1 / (1 + alpha eta)) · rho(a | s)^(alpha eta / (1 + alpha eta))
+                     · exp(eta Q_phi(s, a) / (1 + alpha eta))                                   (MMD)
+
+  pi_t the policy before the update, rho the base model's answer distribution (the untrained LM;
+  'uniform' also possible). The adapters then take `distill_steps` Adam steps on
+
+      L(theta) = mean_s KL(pi*(. | s) || pi_theta(. | s)) - format_coef · mean_s log V_theta(s)     (distil)
+
+  V_theta(s) the first-token mass that begins some legal answer (so the response stays an answer),
+  plus `rest_coef` times - mean_s sum_a pi*(a|s) log p_theta(rest of a's canonical response "bet]" |
+  s, its first token) (as `text_exit`'s rest term: the first token picks the answer, the rest must
+  close on it; the answer texts are the view's own list, not an oracle).
+  Its last iterate converges to the alpha-regularised quantal response equilibrium in two-player
+  zero-sum games (the paper's Theorem 3.4), so the adapters themselves are the output policy.
+
+Turns without an answer list (free-text moves), or whose first response did not count, are trained
+on the WHOLE response by REINFORCE with SPIRAL's role-conditioned advantage estimation (Liu et al.
+2025, arXiv 2506.24119, Algorithm 1): per role p a moving-average baseline
+
+      b_p  <-  decay · b_p + (1 - decay) · mean(R over the role's turns),   A = R - b_p          (RAE)
+
+(advantages use the baseline before the batch), turns with |A| <= min_abs_advantage are dropped
+(SPIRAL's filtering of zero-advantage turns), and
+
+      L(theta) = - mean_i A_i · min(w_i, clip) · sum_t log pi_theta(y_i,t | s_i, y_i,<t)         (REINFORCE)
+
+w_i = exp(log pi_theta(y_i) - log mu(y_i)) the detached sequence-level importance weight against the
+behaviour log-probs mu the runners recorded. A first response that named no legal action is scored
+-invalid.penalty by the caller and lands here too (so a game with answers learns its format as well).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ludus.agents.lm.model import LMWithValueHead, SharedPromptCache, base_readings
+from ludus.agents.lm.pretrained import adapter_disabled, adapter_parameters
+from ludus.agents.lm.text_ppo import answer_log_probs, response_log_probs
+from ludus.agents.ppo_core import TorchAdam
+from ludus.bounds import bounds
+
+
+@dataclass(frozen=True)
+class TextSMMDConfig:
+    """Sampled MMD from play (the `text_lm.smmd` keys, learner 'text_smmd')."""
+
+    alpha: float = field(default=0.5, metadata=bounds(0, 1000))
+    """Magnet weight (tau in Sokota et al.): the last iterate converges to the equilibrium regularised
+    towards rho; smaller, closer to a Nash equilibrium but slower and noisier from samples (tabular
+    Kuhn, Q from 32 sampled games an update, 8-15 updates: alpha 0.5 0.10-0.16 exploitable, alpha
+    0.2 0.14-0.24; tests/test_text_smmd.py replays it)."""
+    eta: float = field(default=1.0, metadata=bounds(0, 1000, low_open=True))
+    """MMD step size: how far one update moves towards exp(Q)."""
+    magnet: Literal["base", "uniform"] = "uniform"
+    """rho: 'uniform' over the legal answers (MMD then converges to the entropy-regularised quantal
+    response equilibrium, whatever the base prefers) or 'base', the base model's answer distribution
+    (adapters off). The format stays the base's either way: rho is over answers, not tokens."""
+    distill_steps: int = field(default=4, metadata=bounds(1, 10**6))
+    """Adam steps of the adapters towards each update's MMD targets (and of the REINFORCE loss).
+    Each costs a pass with gradients over the step's prompts: on a shared 2-core host (load ~12) 8
+    steps over Kuhn's 11 prompts took ~380 s of an iteration whose 32 matches took 45 s."""
+    learning_rate: float = field(default=1e-3, metadata=bounds(0, 1, low_open=True))
+    """Adam step size of the LoRA adapters."""
+    max_grad_norm: float | None = field(default=1.0, metadata=bounds(0, None, low_open=True))
+    """Global gradient-norm clip of the adapters' steps; None: none."""
+    minibatch_prompts: int = field(default=64, metadata=bounds(1, 10**6))
+    """Distinct prompts (answer-level) or turns (free text) per Adam step, drawn at random."""
+    format_coef: float = field(default=1.0, metadata=bounds(0, 100))
+    """Weight of -log(mass of answer-starting tokens), averaged over the step's prompts."""
+    rest_coef: float = field(default=1.0, metadata=bounds(0, 100))
+    """Weight of -sum_a pi*(a|s) log p(rest of a's canonical response | its first token): the first
+    token picks the answer, this term makes the response close on it (the base SmolLM2 opens Kuhn
+    answers with a legal answer's first token 99% of the time but writes a legal answer only ~45%)."""
+    critic_hidden: int = field(default=128, metadata=bounds(1, 10**5))
+    """Width of the critic's hidden layer (Q_phi: LayerNorm, Linear, tanh, Linear to one value per action)."""
+    critic_learning_rate: float = field(default=3e-3, metadata=bounds(0, 1, low_open=True))
+    """Adam step size of the critic."""
+    critic_steps: int = field(default=20, metadata=bounds(0, 10**6))
+    """Full-batch Adam steps of the critic on each update's answered turns (before the actor's target)."""
+    rae_decay: float = field(default=0.95, metadata=bounds(0, 1))
+    """RAE: decay of each role's moving-average baseline (free-text turns)."""
+    min_abs_advantage: float = field(default=1e-6, metadata=bounds(0, None))
+    """RAE: turns with |advantage| at most this are dropped (SPIRAL's zero-advantage filter)."""
+    importance_clip: float = field(default=2.0, metadata=bounds(0, None, low_open=True))
+    """REINFORCE: cap of the detached sequence-level importance weight against the behaviour log-probs."""
+    reinforce_coef: float = field(default=1.0, metadata=bounds(0, 100))
+    """Weight of the free-text REINFORCE loss beside the answer-level one."""
+
+    def __post_init__(self) -> None:
+        if not self.alpha >= 0 or not self.eta > 0:
+            raise ValueError(f"text_lm.smmd needs alpha >= 0 and eta > 0, got {self.alpha} and {self.eta}")
+        if self.distill_steps < 1 or self.minibatch_prompts < 1 or self.critic_hidden < 1:
+            raise ValueError("text_lm.smmd.distill_steps, minibatch_prompts and critic_hidden must be >= 1")
+        if not self.learning_rate > 0 or not self.critic_learning_rate > 0 or self.format_coef < 0:
+            raise ValueError("text_lm.smmd learning rates must be > 0 and format_coef >= 0")
+        if not 0 <= self.rae_decay <= 1:
+            raise ValueError(f"text_lm.smmd.rae_decay must be in [0, 1], got {self.rae_decay}")
+
+
+def mmd_answer_target(log_pi: torch.Tensor, log_rho: torch.Tensor, q: torch.Tensor, legal: torch.Tensor,
+                      alpha: float, eta: float) -> torch.Tensor:
+    """Equation (MMD), in log space, rows [N, A]: log pi* = [log pi_t + alpha eta log rho + eta Q]
+    / (1 + alpha eta), normalised over the legal answers (-inf elsewhere)."""
+    logits = (log_pi + alpha * eta * log_rho + eta * q) / (1.0 + alpha * eta)
+    logits = torch.where(legal, logits, torch.full_like(logits, -torch.inf))
+    return torch.log_softmax(logits, dim=-1)
+
+
+def answer_table(first_log_pi: torch.Tensor, groups: Sequence[Sequence[np.ndarray]], masks: np.ndarray
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """([S, A] log pi(a|s): each legal answer's first-token mass renormalised over the legal answers,
+    -inf elsewhere; [S] log of the answer-starting first-token mass) from first-token log-probs [S, V]."""
+    rows, valid = [], []
+    for s, answer_groups in enumerate(groups):
+        legal = np.flatnonzero(masks[s])
+        log_q, present = answer_log_probs(first_log_pi[s], answer_groups)
+        row = torch.full((masks.shape[1],), -torch.inf)
+        rows.append(row.index_put((torch.from_numpy(legal[present]),), log_q))
+        valid.append(torch.logsumexp(first_log_pi[s][torch.from_numpy(np.concatenate(list(answer_groups)))], dim=0))
+    return torch.stack(rows), torch.stack(valid)
+
+
+class AnswerCritic(nn.Module):
+    """Q_phi(s, .): one value per action from the base model's hidden state at the answer."""
+
+    def __init__(self, hidden_size: int, width: int, num_actions: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.LayerNorm(hidden_size, elementwise_affine=False), nn.Linear(hidden_size, width),
+                                 nn.Tanh(), nn.Linear(width, num_actions))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net(features.float())
+
+
+@dataclass(frozen=True)
+class PlayTurns:
+    """One update's turns as the learner reads them."""
+
+    prompts: tuple[tuple[int, ...], ...]
+    """The prompt each turn's LM read (the response prefix included)."""
+    responses: tuple[tuple[int, ...], ...]
+    """The first response's tokens."""
+    behaviour: tuple[np.ndarray, ...]
+    """Their behaviour log-probs (the runners' record)."""
+    returns: np.ndarray
+    """[N] Monte-Carlo return of the turn (-invalid.penalty where the first response did not count)."""
+    roles: np.ndarray
+    """[N] the seat (SPIRAL's role) of each turn."""
+    answers: np.ndarray
+    """[N] the action the first response named, -1 for none or a turn trained on free text."""
+    masks: np.ndarray
+    """[N, A] legal actions."""
+    answer_tokens: tuple[tuple[np.ndarray, ...] | None, ...]
+    """Per turn: the answer-start token groups of its legal actions (increasing action id), or None:
+    the turn is trained on its whole response (free text, or a first response that did not count)."""
+    canonical: tuple[tuple[tuple[int, ...], ...] | None, ...] | None = None
+    """Per answer-level turn: each legal action's canonical response tokens ("bet]" after the prefix),
+    increasing action id; None: no rest term (`rest_coef`)."""
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+class TextSMMDLearner:
+    """Sampled MMD on answers with a learned critic, REINFORCE+RAE on free text; LoRA adapters trained."""
+
+    def __init__(self, model: LMWithValueHead, config: TextSMMDConfig, temperature: float, num_actions: int,
+                 num_roles: int, seed: int):
+        self.model, self.config, self.temperature = model, config, temperature
+        clip = float("inf") if config.max_grad_norm is None else config.max_grad_norm
+        self.optimizer = TorchAdam(adapter_parameters(model), config.learning_rate, 1e-8, clip, fused=False)
+        hidden = int(model.lm.get_output_embeddings().weight.shape[1])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.critic = AnswerCritic(hidden, config.critic_hidden, num_actions)
+        self.critic_optimizer = TorchAdam(list(self.critic.parameters()), config.critic_learning_rate, 1e-8,
+                                          float("inf"), fused=False)
+        self.baselines = np.zeros(num_roles, dtype=np.float64)
+        self.rng = np.random.default_rng(seed)
+        self.updates = 0
+
+    # ------------------------------------------------------------------ readings
+
+    def read_answers(self, prompts: Sequence[Sequence[int]], groups: Sequence[Sequence[np.ndarray]],
+                     masks: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """([S, A] log pi(a|s) over legal answers (-inf elsewhere), [S] log of the answer-starting
+        first-token mass, [S, H] hidden states) at the first response token; gradients flow when enabled."""
+        # activated adapters: the base's readings of the prompts are kept for the run (and shared with
+        # the runners in this process), so a step reads only the activation tokens with the adapters
+        cache = SharedPromptCache(self.model, [list(p) for p in prompts], store=self._store())
+        hidden = cache.prompt_hidden[torch.from_numpy(cache.entry_of)]
+        logits, _ = self.model.heads(hidden)
+        log_pi = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+        table, valid = answer_table(log_pi, groups, masks)
+        return table, valid, hidden
+
+    def _store(self):
+        return base_readings(self.model) if self.model.activation_tokens else None
+
+    # ------------------------------------------------------------------ the update
+
+    def update(self, turns: PlayTurns) -> dict[str, float]:
+        config, stats = self.config, {}
+        answered = [i for i in range(len(turns)) if turns.answer_tokens[i] is not None]
+        free = [i for i in range(len(turns)) if turns.answer_tokens[i] is None]
+
+        # 1. answer level: distinct prompts, the policy before the update pi_t, the magnet rho, Q_phi
+        index: dict[tuple[int, ...], int] = {}
+        of_turn = np.array([index.setdefault(turns.prompts[i], len(index)) for i in answered], dtype=np.int64)
+        first_turn = {d: answered[k] for k, d in reversed(list(enumerate(of_turn.tolist())))}
+        prompts = list(index)
+        groups = [turns.answer_tokens[first_turn[d]] for d in range(len(prompts))]
+        masks = np.stack([turns.masks[first_turn[d]] for d in range(len(prompts))]) if prompts else None
+        target = None
+        if prompts:
+            legal = torch.from_numpy(masks.astype(bool))
+            with torch.no_grad():
+                log_pi_t, _, _ = self.read_answers(prompts, groups, masks)
+                with adapter_disabled(self.model):
+                    log_base, _, features = self.read_answers(prompts, groups, masks)
+            # 2. critic: Q_phi(s, a) -> R for the answers given (squared error, full batch)
+            rows = torch.from_numpy(of_turn)
+            chosen = torch.from_numpy(turns.answers[answered])
+            returns = torch.from_numpy(turns.returns[answered]).float()
+            valid = chosen >= 0
+
+            def critic_loss() -> torch.Tensor:
+                q = self.critic(features[rows]).gather(1, chosen.clamp_min(0)[:, None]).squeeze(1)
+                return 0.5 * (((q - returns) ** 2) * valid).sum() / valid.sum().clamp_min(1)
+
+            with torch.no_grad():
+                stats["critic_loss"] = float(critic_loss())
+            if bool(valid.any()):
+                for _ in range(config.critic_steps):
+                    self.critic_optimizer.step(critic_loss())
+            with torch.no_grad():
+                stats["critic_loss_after_fit"] = float(critic_loss())
+                q = self.critic(features).masked_fill(~legal, 0.0)
+            # 3. MMD's target (equation MMD) with rho the base's answers, or uniform
+            log_rho = log_base if config.magnet == "base" else torch.log(legal.float() / legal.sum(1, keepdim=True))
+            log_rho = torch.where(legal, log_rho, torch.zeros_like(log_rho))
+            zero = torch.zeros_like(log_pi_t)
+            target = mmd_answer_target(torch.where(legal, log_pi_t, zero), log_rho, q, legal, config.alpha, config.eta)
+            stats["q_spread"] = float((q.max(1).values - q.masked_fill(~legal, torch.inf).min(1).values).mean())
+
+        # free text: RAE advantages (before this batch's baselines move), zero-advantage turns dropped
+        if free:
+            free_returns, free_roles = turns.returns[free], turns.roles[free]
+            advantages = (free_returns - self.baselines[free_roles]).astype(np.float32)
+            for role in np.unique(free_roles):
+                self.baselines[role] = (config.rae_decay * self.baselines[role]
+                                        + (1 - config.rae_decay) * float(free_returns[free_roles == role].mean()))
+            kept = np.abs(advantages) > config.min_abs_advantage
+            free, advantages = [i for i, k in zip(free, kept) if k], advantages[kept]
+            stats["free_text_turns"] = float(len(free))
+
+        # 4. Adam steps of the adapters on (distil) and (REINFORCE)
+        self.model.train()
+        grad_norms, kls, rests = [], [], []
+        canonical = None
+        if prompts and config.rest_coef > 0 and turns.canonical is not None:
+            canonical = [turns.canonical[first_turn[d]] for d in range(len(prompts))]
+            if any(c is None for c in canonical):
+                canonical = None
+        for _ in range(config.distill_steps):
+            loss = torch.zeros(())
+            if prompts:
+                pick = np.sort(self.rng.permutation(len(prompts))[:config.minibatch_prompts])
+                t = target[torch.from_numpy(pick)]
+                legal_pick = torch.isfinite(t)
+                if canonical is None:
+                    log_pi, log_valid, _ = self.read_answers([prompts[d] for d in pick], [groups[d] for d in pick],
+                                                             masks[pick])
+                else:
+                    # every legal answer's canonical response read after its prompt: the first token's
+                    # distribution gives the answer table, the tokens after it the rest term
+                    pairs = [(j, a) for j, d in enumerate(pick) for a in np.flatnonzero(masks[d])]
+                    reading = response_log_probs(self.model, [prompts[pick[j]] for j, _ in pairs],
+                                                 [canonical[pick[j]][k] for (j, _), k in
+                                                  zip(pairs, [int(np.sum(masks[pick[j]][:a])) for j, a in pairs])],
+                                                 self.temperature, store=self._store())
+                    first = {}
+                    for r, (j, _) in enumerate(pairs):
+                        first.setdefault(j, r)
+                    log_pi, log_valid = answer_table(reading.first_log_pi[[first[j] for j in range(len(pick))]],
+                                                     [groups[d] for d in pick], masks[pick])
+                    rest = (reading.log_probs[:, 1:] * reading.mask[:, 1:]).sum(1)
+                    weights = torch.stack([t[j, a] for j, a in pairs]).exp()
+                    loss = loss - config.rest_coef * (weights * rest).sum() / len(pick)
+                    rests.append(float((rest.detach().exp() * weights).sum() / len(pick)))
+                kl = torch.where(legal_pick, t.exp() * (t - log_pi), torch.zeros_like(t)).sum(1)
+                loss = loss + kl.mean() - config.format_coef * log_valid.mean()
+                kls.append(float(kl.mean().detach()))
+            if free:
+                pick = np.sort(self.rng.permutation(len(free))[:config.minibatch_prompts])
+                rows_free = [free[k] for k in pick]
+                reading = response_log_probs(self.model, [turns.prompts[i] for i in rows_free],
+                                             [turns.responses[i] for i in rows_free], self.temperature,
+                                             store=self._store())
+                log_seq = torch.where(reading.mask, reading.log_probs, torch.zeros_like(reading.log_probs)).sum(1)
+                behaviour = torch.tensor([float(np.sum(turns.behaviour[i])) for i in rows_free])
+                weight = (log_seq.detach() - behaviour).exp().clamp(max=config.importance_clip)
+                adv = torch.from_numpy(advantages[pick])
+                loss = loss - config.reinforce_coef * (adv * weight * log_seq).mean()
+            if not prompts and not free:
+                break
+            grad_norms.append(self.optimizer.step(loss))
+        self.model.eval()
+        self.updates += 1
+        if prompts:
+            with torch.no_grad():
+                after, log_valid, _ = self.read_answers(prompts, groups, masks)
+            legal = torch.isfinite(target)
+            gap = torch.where(legal, (after.exp() - target.exp()).abs(), torch.zeros_like(after))
+            stats.update({"target_gap": float(gap.max()), "kl_to_target": kls[-1] if kls else 0.0,
+                          "valid_first_token_mass": float(log_valid.exp().mean()),
+                          "answer_prompts": float(len(prompts))})
+            if rests:
+                stats["response_rest_prob"] = rests[-1]
+        stats.update({"grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+                      "mean_return": float(turns.returns.mean()) if len(turns) else 0.0, "turns": float(len(turns))})
+        stats.update({f"rae_baseline_seat{r}": float(b) for r, b in enumerate(self.baselines)})
+        return stats

@@ -1,0 +1,153 @@
+"""A pretrained LM learns a text game given only by its id, from play alone (issue 77).
+
+Trains the `llm_any_game` preset (SmolLM2-135M-Instruct with LoRA, the default LM learner
+`text_smmd`: sampled magnetic mirror descent on the listed answers with a learned critic, REINFORCE
+with role baselines on free text; no game tree, no search) on `--game` for a wall-clock budget of
+training time (matches included; a run past it exits without a figure), then plays the trained
+LM against
+
+* `anchor:base`, the untrained base model (adapters off), and
+* the random legal mover, where the game lists its answers,
+
+`--games` games a seat each, and reports the score (win 1, draw 0.5, loss 0) with a Wilson 95%
+interval and the share of the LM's turns whose FIRST response named a legal move. For Kuhn poker
+also the exploitability of the LM's played policy (exact: every response enumerated,
+benchmarks/llm_kuhn.py). Prints the host's CPU flags that matter for the speed of a bf16 / fp32
+CPU run (amx, avx512_bf16, avx512f, avx2) and the load.
+
+    python benchmarks/llm_any_game.py --game spiel:kuhn_poker --minutes 30 --seed 0
+    python benchmarks/llm_any_game.py --game tic_tac_toe --minutes 30 --seed 1
+    python benchmarks/llm_any_game.py --game ta:ConnectFour-v0 --minutes 30
+
+Ends with ``goal NAME: figure (target t) PASS|FAIL``: `llm_kuhn_from_play` (exploitability
+<= 0.15) for Kuhn poker, `llm_tictactoe_from_play` (>= 0.80 against the random mover and legal
+first answers >= 0.99) for tic-tac-toe, else `llm_any_game` (the lower bound against the base > 0.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.lm_training import budget_league, train_within  # noqa: E402
+
+PRESET = "llm_any_game"
+KUHN_GAMES = ("spiel:kuhn_poker",)
+TTT_GAMES = ("tic_tac_toe", "spiel:tic_tac_toe")
+
+
+def cpu_flags() -> str:
+    """The host's CPU flags that decide an LM's speed on CPU (/proc/cpuinfo), or 'unknown'."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    shown = [f for f in flags if f.startswith("amx") or f in ("avx512_bf16", "avx512f", "avx2", "avx512_vnni")]
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
+    return f"{model}; flags: {' '.join(shown) or 'none of amx/avx512_bf16/avx512f/avx2'}"
+
+
+def score_against(game: str, policy, opponent, games_per_seat: int, seed: int, threads: int):
+    """(score, Wilson low, Wilson high, legal first-response rate of `policy`)."""
+    from ludus.evaluation.evaluate import evaluate_policies
+
+    policy.counts = {key: 0 for key in policy.counts}
+    (result,) = evaluate_policies(game, policy, {"opponent": opponent}, 2 * games_per_seat, seed=seed,
+                                  num_envs=200, threads=threads)
+    legal = policy.counts["first_valid"] / max(policy.counts["turns"], 1)
+    return result.score, result.lower, result.upper, legal
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--game", required=True, help="a game id with a text view, e.g. spiel:kuhn_poker, ta:ID")
+    parser.add_argument("--minutes", type=float, default=30.0, help="training budget (wall clock, matches included)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--games", type=int, default=400, help="games a seat against each opponent")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch and runner threads (default: the recipe's 2); on a host shared by more busy "
+                             "processes than cores, 1 avoids threads waiting on each other")
+    parser.add_argument("--run-dir", type=Path, default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="key=value on top of the default recipe (not for goal runs)")
+    args = parser.parse_args()
+
+    import torch
+
+    from ludus.agents.lm.pretrained import trained_state
+    from ludus.agents.lm.text_policy import TextLMPolicy
+    from ludus.agents.policy import RandomPolicy
+
+    print(f"host: {cpu_flags()}; {os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
+    threads = [f"torch_threads={args.threads}", f"runner_threads={args.threads}"] if args.threads else []
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-any-")) / "run"
+    league = budget_league(PRESET, args.seed, run_dir, [f"game={args.game}", *threads, *args.overrides])
+    config = league.config
+    print(f"game {args.game}: learner {config.learner}, budget {args.minutes:g} min, seed {args.seed}", flush=True)
+    torch.set_num_threads(config.torch_threads)
+    learner = league.learners["main"].impl
+    budget = 60.0 * args.minutes
+    loads: list[float] = []
+    try:
+        trained_seconds, iterations = train_within(league, budget, f"seed {args.seed} ",
+                                                   lambda _: loads.append(os.getloadavg()[0]))
+    finally:
+        league.close()
+    threads = config.torch_threads
+    model, view, play = learner.lm.model, learner.view, learner.text.play
+    adam_steps = getattr(getattr(learner, "smmd", None), "config", None)
+    adam_steps = learner.updates * adam_steps.distill_steps if adam_steps is not None else None
+    result = {"game": args.game, "seed": args.seed, "minutes": args.minutes, "iterations": iterations,
+              "train_seconds": round(trained_seconds, 1), "updates": learner.updates, "adam_steps": adam_steps,
+              "mean_load_during_training": round(sum(loads) / max(len(loads), 1), 2)}
+    goal = None
+    if args.game in KUHN_GAMES:
+        from benchmarks.llm_kuhn import exploitability_of_lm
+
+        figure, table = exploitability_of_lm(TextLMPolicy(model, learner.lm.tokenizer, view, play))
+        result["exploitability"] = figure
+        print(f"trained exploitability {figure:.4f}; P(bet or call): {table}", flush=True)
+        goal = f"goal llm_kuhn_from_play: {figure:.4f} (target 0.15) {'PASS' if figure <= 0.15 else 'FAIL'}"
+    trained = {k: v.detach().clone() for k, v in trained_state(model).items()}
+    zeros = {k: torch.zeros_like(v) for k, v in trained.items()}  # zero adapters: the untrained base
+    policy = TextLMPolicy(model, learner.lm.tokenizer, view, play, adapters=trained)
+    base = TextLMPolicy(model, learner.lm.tokenizer, view, play, adapters=zeros)
+    start = time.perf_counter()
+    vs_base = score_against(args.game, policy, base, args.games, 1000 + args.seed, threads)
+    result["vs_base"] = vs_base
+    print(f"vs anchor:base: score {vs_base[0]:.3f} [{vs_base[1]:.3f}, {vs_base[2]:.3f}] over {2 * args.games} "
+          f"games, legal first answers {vs_base[3]:.4f}", flush=True)
+    vs_random = None
+    if play.prompt.response_prefix:  # a view that lists answers: the random legal mover is an opponent
+        vs_random = score_against(args.game, policy, RandomPolicy(), args.games, 2000 + args.seed, threads)
+        result["vs_random"] = vs_random
+        print(f"vs random: score {vs_random[0]:.3f} [{vs_random[1]:.3f}, {vs_random[2]:.3f}] over "
+              f"{2 * args.games} games, legal first answers {vs_random[3]:.4f}", flush=True)
+    result["eval_seconds"] = round(time.perf_counter() - start, 1)
+    result["load_at_end"] = os.getloadavg()[0]
+    print(json.dumps(result), flush=True)
+    print(f"{iterations} iterations, {learner.updates} updates ({adam_steps} Adam steps of the adapters) in "
+          f"{trained_seconds:.0f} s of training (mean load {result['mean_load_during_training']}, now "
+          f"{result['load_at_end']:.2f})", flush=True)
+    if trained_seconds > budget:
+        raise SystemExit("past the budget: no goal")
+    if args.game in TTT_GAMES and vs_random is not None:
+        ok = vs_random[0] >= 0.80 and vs_random[3] >= 0.99
+        goal = (f"goal llm_tictactoe_from_play: score {vs_random[0]:.3f}, legal {vs_random[3]:.4f} "
+                f"(target 0.80, 0.99) {'PASS' if ok else 'FAIL'}")
+    if goal is None:
+        goal = (f"goal llm_any_game: lower bound against anchor:base {vs_base[1]:.3f} (target > 0.5) "
+                f"{'PASS' if vs_base[1] > 0.5 else 'FAIL'}")
+    print(goal, flush=True)
+
+
+if __name__ == "__main__":
+    main()
