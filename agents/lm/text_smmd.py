@@ -60,7 +60,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ludus.agents.lm.model import LMWithValueHead, SharedPromptCache, base_readings
+from ludus.agents.lm.model import LMWithValueHead
+from ludus.agents.lm.prompt_cache import SharedPromptCache, base_readings
 from ludus.agents.lm.pretrained import adapter_disabled, adapter_parameters
 from ludus.agents.lm.text_ppo import answer_log_probs, response_log_probs
 from ludus.agents.ppo_core import TorchAdam
