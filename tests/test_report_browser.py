@@ -48,12 +48,14 @@ def _run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("report") / "run"
-    league = League.create(load_config("quickstart", ["iterations=2", "log.progress=false"]), path)
+    # the small tic-tac-toe league (the old quickstart): snapshots within two iterations
+    small = str(Path(__file__).parent / "fixtures" / "small_tic_tac_toe.yaml")
+    league = League.create(load_config(small, ["iterations=2", "log.progress=false"]), path)
     try:
         league.run()
     finally:
         league.close()
-    # The quickstart game logs no exploitability; add what a Kuhn run would log, and a half-written
+    # Tic-tac-toe logs no exploitability; add what a Kuhn run would log, and a half-written
     # last line as a running league may leave it.
     with open(path / "metrics.jsonl", "a") as f:
         for step, value in EXPLOITABILITY_POINTS:

@@ -423,7 +423,8 @@ def test_protocol_round_trips_and_is_compact():
     (b'{"type":"action","action":1.0}', "must be an integer"),
     (b'{"type":"action","action":1,"extra":2}', "unknown keys"),
     (b'{"type":"action"}', "missing keys"),
-    (b'{"type":"move","action":1}', "unknown agent message type"),
+    (b'{"type":"move","action":1}', "moves are actions"),  # 'move' is for text-move games only
+    (b'{"type":"pass"}', "unknown agent message type"),
     (b'[1, 2]', "not a JSON object"),
     (b'{"type":"action","action":NaN}', "not valid JSON"),
     (b'\xff\xfe', "not valid UTF-8"),

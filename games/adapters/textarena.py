@@ -177,8 +177,11 @@ def _words_corpus() -> str | None:
             return None
         with open(WORD_LIST, encoding="utf-8", errors="ignore") as source:
             words = sorted({w.strip() for w in source if w.strip().isascii() and "'" not in w and w.strip()})
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(target, ("\n".join(words) + "\n").encode("ascii"))  # concurrent runners: all or none
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(target, ("\n".join(words) + "\n").encode("ascii"))  # concurrent runners: all or none
+        except OSError:  # a read-only cache (a sandbox): the word games are then refused, nothing else changes
+            return None
     return str(root)
 
 
