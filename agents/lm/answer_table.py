@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ludus.agents.lm.model import PromptStore
+from ludus.agents.lm.prompt_cache import PromptStore
 from ludus.agents.policy import ActBatch
 from ludus.bounds import bounds
 
@@ -123,7 +123,7 @@ def _read_chunk(policy, prompts: list[list[int]], answers: list[dict[str, int]],
                 candidates: list[tuple[np.ndarray, list[str]]], num_actions: int, store, first_token: bool = False
                 ) -> np.ndarray:
     """[len(prompts), num_actions] answer probabilities of one chunk (`answer_distributions`)."""
-    from ludus.agents.lm.model import SharedPromptCache
+    from ludus.agents.lm.prompt_cache import SharedPromptCache
     from ludus.agents.lm.text_policy import PROBABILITY_FLOOR, answer_start_tokens
     from ludus.games.text import normal_answer
 
