@@ -153,6 +153,8 @@ TINY_KINDS = {
     "text_exit": lambda bases: load_config("llm_tic_tac_toe", [*_lm_overrides(bases[0]), "text_lm.exit.steps=2",
                                                                "text_lm.exit.simulations=50",
                                                                "num_envs=4"]),
+    "text_smmd": lambda bases: load_config("llm_any_game", [*_lm_overrides(bases[0]), "text_lm.smmd.distill_steps=2",
+                                                            "text_lm.smmd.critic_steps=3"]),
     "sdcfr": lambda bases: load_config("leduc_poker", TINY_SDCFR),
 }
 """A tiny config of every learner kind Ludus ships (the LM kinds on the tests' tiny random Llama)."""

@@ -104,13 +104,6 @@ def test_free_text_turns_take_reinforce_with_role_baselines(tiny_bases):
     assert any(not torch.equal(before[k], v) for k, v in learner.module.state_dict().items())
 
 
-def test_smmd_learner_passes_the_learner_checker(tiny_bases):
-    from ludus.league.check import check_learner
-
-    report = check_learner(_config(tiny_bases[0]))
-    assert report.learner == "text_smmd" and report.tensors > 0
-
-
 def test_smmd_league_resumes_exactly(tiny_bases, tmp_path):
     from ludus.league.api import League
     from ludus.league.check import resumed_fingerprint, run_fingerprint
