@@ -165,7 +165,6 @@ def _play_text_moves(game, opponent: Policy, human_seat: int, rng: np.random.Gen
     tells its seat and types moves as text, which the game judges; a language model's whole
     response (its reasoning included) is shown beside the move it played."""
     from ludus.agents.policy import ActBatch
-    from ludus.games.adapters.textarena import decode_text
 
     print_fn(f"{game.spec.id}: you are seat {human_seat}. Type your move as the game asks; Ctrl-D quits.")
     shown = ""
@@ -173,7 +172,7 @@ def _play_text_moves(game, opponent: Policy, human_seat: int, rng: np.random.Gen
         while not is_over(game):
             seat = game.to_move()[0]
             if seat == human_seat:
-                told = decode_text(game.observation(human_seat))
+                told = game.text(human_seat)
                 print_fn(told[len(shown):].strip() if told.startswith(shown) else told.strip())
                 shown = told
                 line = input_fn("your move> ")

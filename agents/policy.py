@@ -60,8 +60,9 @@ class ActOutput:
     """Text agents that reason before they answer: each row's whole first response, reasoning
     included, for transcripts and replays (the move itself is `texts` or `actions`). None: not kept."""
     invalid_answers: np.ndarray | None = None
-    """[N] int: responses of the row's turn that the agent itself found invalid before it answered
-    (retried with feedback); the ledger records them per seat. None: none counted."""
+    """[N] int: responses of the row's turn that the agent itself found invalid (each retried, the
+    last replaced by the fallback when none counted); the ledger records them per seat. None: none
+    counted."""
 
 
 @runtime_checkable

@@ -174,9 +174,7 @@ def _text_move(game: TextMoveGame, seat: int, mask: np.ndarray, rng: np.random.G
         return -1, _JUNK[int(rng.integers(len(_JUNK)))]
     if roll < 0.1:
         return -1, _JUNK[int(rng.integers(len(_JUNK)))]
-    from ludus.games.adapters.textarena import decode_text  # the observation is text
-
-    seen = _PHRASE.findall(decode_text(game.observation(seat))) or list(_JUNK)
+    seen = _PHRASE.findall(game.text(seat)) or list(_JUNK)
     return -1, seen[int(rng.integers(len(seen)))]
 
 

@@ -79,7 +79,7 @@ class GameSpec:
     """Moves are text that the game itself judges (`TextMoveGame`): a text agent may answer in free
     text, and the game says when a move is invalid. Action ``a`` is then the game's listed answer
     ``move_text(seat, a)`` (what nets, bots and the random mover play), and a game with no list
-    (free talk, offers) has one action, which only a text agent can fill."""
+    (free talk, offers) has one action, the empty move: only a text agent really plays it."""
 
     def __post_init__(self) -> None:
         if self.num_players < 1:
@@ -208,6 +208,10 @@ class TextMoveGame(Game, Protocol):
 
     def lists_moves(self) -> bool:
         """True when the state yields its legal moves (actions are then listed answers)."""
+        ...
+
+    def text(self, seat: int) -> str:
+        """What `seat` has been told so far, as the game tells it (its observation, as text)."""
         ...
 
     def step_text(self, moves: dict[int, str]) -> np.ndarray:
