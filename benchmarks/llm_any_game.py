@@ -36,23 +36,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.host import host_line  # noqa: E402
+
 from benchmarks.lm_training import budget_league, train_within  # noqa: E402
 
 PRESET = "llm_any_game"
 KUHN_GAMES = ("spiel:kuhn_poker",)
 TTT_GAMES = ("tic_tac_toe", "spiel:tic_tac_toe")
-
-
-def cpu_flags() -> str:
-    """The host's CPU flags that decide an LM's speed on CPU (/proc/cpuinfo), or 'unknown'."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown"
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    shown = [f for f in flags if f.startswith("amx") or f in ("avx512_bf16", "avx512f", "avx2", "avx512_vnni")]
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
-    return f"{model}; flags: {' '.join(shown) or 'none of amx/avx512_bf16/avx512f/avx2'}"
 
 
 def score_against(game: str, policy, opponent, games_per_seat: int, seed: int, threads: int):
@@ -86,7 +76,7 @@ def main() -> None:
     from ludus.agents.lm.text_policy import TextLMPolicy
     from ludus.agents.policy import RandomPolicy
 
-    print(f"host: {cpu_flags()}; {os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
+    print(f"{host_line()}; load {os.getloadavg()}", flush=True)
     threads = [f"torch_threads={args.threads}", f"runner_threads={args.threads}"] if args.threads else []
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-llm-any-")) / "run"
     league = budget_league(PRESET, args.seed, run_dir, [f"game={args.game}", *threads, *args.overrides])

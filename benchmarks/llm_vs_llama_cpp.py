@@ -78,25 +78,15 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.host import host_line  # noqa: E402
+
 GOAL_VS_LLAMA = 1.0
 GOAL_GENERATION_SHARE = 0.35
 GOAL_UPDATE_SHARE = 0.25
 FORMATS = {"q4_1": None, "f32": 0, "bf16": 32}
 """llama.cpp weight formats: the GGUF's own (None), or a `llama_ftype` to requantise it to
 (LLAMA_FTYPE_ALL_F32 = 0, LLAMA_FTYPE_MOSTLY_BF16 = 32)."""
-
-
-def host_line() -> str:
-    """The CPU model and the flags that decide the matmul paths (avx2, avx512f, avx512_bf16, amx)."""
-    model, flags = "?", set()
-    with open("/proc/cpuinfo") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("model name") and model == "?":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    shown = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"]
-    return f"host: {model}, {os.cpu_count()} cpus; " + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in shown)
 
 
 # ------------------------------------------------------------------------------- llama.cpp side
