@@ -41,15 +41,21 @@ def recorded_texts(match) -> list[str] | None:
     return texts
 
 
-def recorded_reasoning(match) -> dict[int, list[str]]:
-    """What agents that reason aloud wrote, by move index: ``"seat S wrote: ..."`` lines from a
-    recorded match's metadata "reasoning" (the whole response beside each move); {} without."""
-    notes: dict[int, list[str]] = {}
+def reasoning_entries(match) -> list[tuple[int, int, str]]:
+    """(move index, seat, whole response) of a recorded match's metadata "reasoning" (what agents
+    that reason aloud wrote beside each move); malformed entries are left out, [] without."""
     entries = match.metadata.get("reasoning") if isinstance(match.metadata, dict) else None
-    for entry in entries if isinstance(entries, list) else ():
-        if (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int)
-                and isinstance(entry[1], int) and isinstance(entry[2], str)):
-            notes.setdefault(entry[0], []).append(f"   seat {entry[1]} wrote: {entry[2]!r}")
+    return [(entry[0], entry[1], entry[2]) for entry in (entries if isinstance(entries, list) else ())
+            if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int)
+            and isinstance(entry[1], int) and isinstance(entry[2], str)]
+
+
+def recorded_reasoning(match) -> dict[int, list[str]]:
+    """What agents that reason aloud wrote, by move index: ``"seat S wrote: ..."`` lines for the
+    text transcript (`reasoning_entries`); {} without."""
+    notes: dict[int, list[str]] = {}
+    for index, seat, text in reasoning_entries(match):
+        notes.setdefault(index, []).append(f"   seat {seat} wrote: {text!r}")
     return notes
 
 
@@ -148,9 +154,8 @@ def match_episode(match) -> dict:
     from ludus.text import printable
 
     said: dict[int, list] = {}
-    for entry in match.metadata.get("reasoning", []) if isinstance(match.metadata, dict) else []:
-        if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], str):
-            said.setdefault(entry[0], []).append([entry[1], printable(entry[2])])
+    for index, seat, text in reasoning_entries(match):
+        said.setdefault(index, []).append([seat, printable(text)])
     steps, before = [], 0
     for actions, board, position in replayed_steps(registry.make(match.game_id), match.seed, match.moves or (),
                                                    stop_when_over=True, texts=recorded_texts(match)):
