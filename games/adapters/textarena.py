@@ -377,8 +377,9 @@ class TextArenaGame:
     def lists_moves(self) -> bool:
         return bool(self.facts.moves)
 
-    def _state_errors(self) -> tuple[int, bool]:
-        state = self._env.state
+    def _state_errors(self, env: Any = None) -> tuple[int, bool]:
+        """(the mover's invalid moves this turn, whether it lost by one) in `env` (ours by default)."""
+        state = (env if env is not None else self._env).state
         info = state.game_info.get(self._current, {}) if isinstance(getattr(state, "game_info", None), dict) else {}
         return int(getattr(state, "error_count", 0) or 0), bool(info.get("invalid_move", False))
 
@@ -387,9 +388,8 @@ class TextArenaGame:
         trial = copy.deepcopy(self._env)
         with self._own_random(keep=False):
             trial.step(f"[{move}]")
-        state = trial.state
-        info = state.game_info.get(self._current, {}) if isinstance(getattr(state, "game_info", None), dict) else {}
-        return getattr(state, "error_count", 0) > 0 or bool(info.get("invalid_move", False))
+        errors, lost = self._state_errors(trial)
+        return errors > 0 or lost
 
     def legal_mask(self, seat: int) -> np.ndarray:
         self._need_env()
