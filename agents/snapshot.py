@@ -52,6 +52,7 @@ from ludus.agents.policy import Policy
 from ludus.agents.torch_policy import TorchPolicy
 from ludus.games import registry
 from ludus.games.core import GameSpec
+from ludus.games.mix import plays
 from ludus.games.registry import Lazy
 from ludus.errors import UserError
 
@@ -354,13 +355,15 @@ def _architecture_mismatch(spec: GameSpec, config: NetConfig, shapes: Mapping[st
 
 
 def _read_kind(path: str | os.PathLike, expect_game: str | None,
-               kind: str) -> tuple[Path, SnapshotManifest, bytes]:
+               kind: str, parts: bool = False) -> tuple[Path, SnapshotManifest, bytes]:
     """The manifest of the snapshot at `path`, refused (one line) unless it plays `expect_game`
-    (when given), holds a `kind` model and lists that kind's weights file."""
+    (when given; with `parts`, a snapshot of a mix also plays each of its games: a text agent reads
+    a game alone as it read it in the mix, games/mix.py), holds a `kind` model and lists that kind's
+    weights file."""
     weights = snapshot_kind(kind).weights
     directory = Path(path)
     manifest, manifest_bytes = read_manifest(directory)
-    if expect_game is not None and manifest.game_id != expect_game:
+    if expect_game is not None and not (manifest.game_id == expect_game or parts and plays(manifest.game_id, expect_game)):
         raise SnapshotError(f"snapshot {directory} plays {manifest.game_id!r}, not {expect_game!r}: "
                             f"pick a snapshot of {expect_game!r}")
     if manifest.kind != kind:
@@ -410,11 +413,12 @@ def load_snapshot(path: str | os.PathLike, expect_game: str | None = None) -> Lo
     return LoadedSnapshot(ref, manifest, config, net)
 
 
-def read_verified(path: str | os.PathLike, kind: str,
-                  expect_game: str | None = None) -> tuple[SnapshotRef, SnapshotManifest, bytes]:
+def read_verified(path: str | os.PathLike, kind: str, expect_game: str | None = None,
+                  parts: bool = False) -> tuple[SnapshotRef, SnapshotManifest, bytes]:
     """The ref, manifest and weights bytes of a snapshot of `kind` (every file re-hashed; the bytes
-    returned are the bytes hashed): the start of a `SnapshotKind.policy` loader written outside."""
-    directory, manifest, manifest_bytes = _read_kind(path, expect_game, kind)
+    returned are the bytes hashed): the start of a `SnapshotKind.policy` loader written outside.
+    `parts`: a text agent's kind, whose snapshot of a mix plays each of its games (`_read_kind`)."""
+    directory, manifest, manifest_bytes = _read_kind(path, expect_game, kind, parts)
     ref, data = _check_files(directory, manifest, manifest_bytes, keep=snapshot_kind(kind).weights)
     return ref, manifest, data
 

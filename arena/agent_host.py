@@ -162,7 +162,8 @@ def snapshot_player(path: Path, game: str | None) -> PolicyPlayer:
 
     torch.set_num_threads(1)
     ref = verify_snapshot(path)
-    return PolicyPlayer(policy_from_snapshot(path, expect_game=game), registry.spec(ref.game_id),
+    # an LM of several games plays the one it was entered for (`game`), through that game's own view
+    return PolicyPlayer(policy_from_snapshot(path, expect_game=game), registry.spec(game or ref.game_id),
                         f"snapshot-{ref.snapshot_id[:12]}")
 
 

@@ -342,7 +342,8 @@ def _folder(root: Path, game_id: str | None, config: "SandboxConfig", limits: "S
 
 def _snapshot(root: Path, game_id: str | None, config: "SandboxConfig", limits: "SandboxLimits",
               timeout_s: float, max_bytes: int) -> Submission:
-    from ludus.agents.snapshot import SnapshotError, read_manifest, verify_snapshot
+    from ludus.agents.snapshot import KIND_LM_ADAPTER, SnapshotError, read_manifest, verify_snapshot
+    from ludus.games.mix import plays
 
     _scan_files(root, max_bytes)
     try:
@@ -350,13 +351,15 @@ def _snapshot(root: Path, game_id: str | None, config: "SandboxConfig", limits: 
         ref = verify_snapshot(root)
     except SnapshotError as exc:
         _fail(f"unreadable snapshot: {exc}")
-    check_submission_game(manifest.game_id, game_id, f"snapshot {root}")
+    # an LM trained on several games plays any one of them alone (a string comparison of the ids)
+    played = (game_id if game_id is not None and manifest.kind == KIND_LM_ADAPTER and plays(manifest.game_id, game_id)
+              else manifest.game_id)
+    check_submission_game(played, game_id, f"snapshot {root}")
     # the weights are parsed (safetensors, no pickle) in a sandbox, like every stranger's code path
-    _sandboxed_check(root, ["--snapshot", "{copy}", "--game", manifest.game_id], f"snapshot {root}",
+    _sandboxed_check(root, ["--snapshot", "{copy}", "--game", played], f"snapshot {root}",
                      config, limits, timeout_s)
     return Submission(SubmissionKind.SNAPSHOT, source_name(root) or f"snapshot-{ref.snapshot_id[:12]}",
-                      ref.snapshot_id[:12],
-                      manifest.game_id, root, ref.snapshot_id)
+                      ref.snapshot_id[:12], played, root, ref.snapshot_id)
 
 
 _SOURCE_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,60}")  # fullmatch, as _NAME_RE

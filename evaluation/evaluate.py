@@ -46,6 +46,7 @@ import numpy as np
 from ludus.agents.mixture import component_paths, is_mixture, read_mixture
 from ludus.agents.policy import Policy
 from ludus.agents.threads import torch_threads
+from ludus.games.mix import match_game_id, mix_parts
 from ludus.league.records.ledger import outcomes_from_returns
 from ludus.league.records.population import Member
 from ludus.league.records.ratings import Rating, fit_placement
@@ -99,6 +100,19 @@ class OpponentResult:
 
 
 @dataclass(frozen=True)
+class GameResults:
+    """A run of several games: the evaluation's games of one of them (each game a seed drew)."""
+
+    game: str
+    opponents: tuple[OpponentResult, ...]
+    total_games: int
+    score: float
+    lower: float
+    upper: float
+    """Wilson 95% interval of `score`."""
+
+
+@dataclass(frozen=True)
 class EvaluationReport:
     """What `evaluate_checkpoint` found."""
 
@@ -145,6 +159,8 @@ class EvaluationReport:
     """Players in the fit: the checkpoint and the frozen members with games."""
     bt_games: int = 0
     """Games in the fit: the ledger's games between frozen members plus the evaluation games."""
+    by_game: tuple[GameResults, ...] = ()
+    """A run of several games (games/mix.py): the same games split by the game each played."""
 
     @property
     def placement(self) -> Rating | None:
@@ -427,6 +443,13 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
     order = {m.player_id: i for i, m in enumerate(opponents)}
     per_opponent = tuple(sorted(per_opponent, key=lambda r: order[r.opponent]))
     total, score, lower, upper = overall(per_opponent)
+    by_game = []
+    for part in mix_parts(spec.id):
+        own = [m for m in matches if match_game_id(spec.id, m.assignment.seed) == part.game_id]
+        results = tuple(sorted(tally_matches(own, candidate_id, spec.team_of_seat, kinds, ratings),
+                               key=lambda r: order[r.opponent]))
+        if results:
+            by_game.append(GameResults(part.game_id, results, *overall(results)))
 
     rated_games = [(opp, outcome) for opp, outcome in placement_games(matches, candidate_id,
                                                                       spec.team_of_seat) if opp in ratings]
@@ -444,7 +467,7 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike, run_dir: str | os.Pa
         placement_mu=None if placement is None else placement.mu,
         placement_sigma=None if placement is None else placement.sigma,
         placement_games=len(rated_games), rank=rank, rated_members=len(ratings),
-        seconds=time.perf_counter() - start, **bt)
+        seconds=time.perf_counter() - start, **bt, by_game=tuple(by_game))
 
 
 def bt_placement(run_dir: str | os.PathLike, members: Sequence[str], candidate: str,
@@ -526,6 +549,10 @@ def format_evaluation(report: EvaluationReport) -> str:
     lines += format_results_table(report.opponents)
     lines.append(f"overall: {report.total_games} games, score {report.score:.3f} "
                  f"[{report.lower:.3f}, {report.upper:.3f}]")
+    for game in report.by_game:
+        lines.append(f"game {game.game}: {game.total_games} games, score {game.score:.3f} "
+                     f"[{game.lower:.3f}, {game.upper:.3f}]")
+        lines += ["  " + line for line in format_results_table(game.opponents)]
     if report.placement is not None:
         p = report.placement
         lines.append(f"TrueSkill placement (opponents' ratings fixed, {report.placement_games} games): "

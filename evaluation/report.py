@@ -27,10 +27,12 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ludus import charts, pages
+from ludus.games.mix import mix_parts
 from ludus.evaluation.metagame import MetaGameReport, PayoffMatrix, PayoffRecorder, solve_metagame
 from ludus.league.records.population import Member
 from ludus.league.records.ranking import TIES, RankingError, RankingViews, ledger_records, ranking_views
 from ludus.league.records.ratings import Rating
+from ludus.league.status import GameStatus, game_statuses
 
 MAX_HEATMAP_PLAYERS = 40
 """Payoff heatmap size limit: anchors plus the newest members."""
@@ -115,6 +117,8 @@ class RunReport:
     has teams (a side of several seats)."""
     ranking: RankingViews | None = None
     """Bradley-Terry and the other order-free views of the frozen members (None: no games between two)."""
+    games: tuple[GameStatus, ...] = ()
+    """A run of several games: each game's TrueSkill, games, score and invalid-answer share."""
 
     @property
     def is_team_game(self) -> bool:
@@ -188,6 +192,7 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
                     mix_counts[pair] = mix_counts.get(pair, 0) + 1
         history = store.ratings_history()
         latest = store.latest_ratings()
+        per_game = game_statuses(store, [p.game_id for p in mix_parts(run.game_id)]) if mix_parts(run.game_id) else ()
     payoff = record.matrix()
 
     per_player: dict[str, list[tuple[int, float, float]]] = {}
@@ -226,7 +231,7 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
         sides=sides, side_results=tuple(
             SideResult(pid, side, int(t[0]), int(t[1]), int(t[2]), int(t[3]), t[4] / t[0])
             for (pid, side), t in sorted(side_totals.items(), key=lambda kv: (kv[0][1], kv[0][0]))),
-        ranking=ranking)
+        ranking=ranking, games=per_game)
 
 
 def _add_side_results(totals: dict[tuple[str, int], list[float]], match, side_of_team: Mapping[int, int]) -> None:
@@ -487,6 +492,22 @@ def _leaderboard(report: RunReport) -> str:
     return "".join(parts)
 
 
+def _games_section(report: RunReport) -> str:
+    """A run of several games: one table per game (TrueSkill from that game's rating matches)."""
+    parts = []
+    for game in report.games:
+        rows = "".join(
+            f'<tr><td class="name">{_e(m.player_id)}</td>'
+            + ("<td>-</td>" * 3 if m.mu is None else f"<td>{m.mu:.2f}</td><td>{m.sigma:.2f}</td><td>{m.conservative:.2f}</td>")
+            + f"<td>{m.games:,}</td><td>{m.score:.3f}</td>"
+            + ("<td>-</td>" if m.invalid_answers is None else f"<td>{m.invalid_answers:.1%}</td>") + "</tr>"
+            for m in game.members)
+        parts.append(f'<h3>{_e(game.game)}: {game.matches:,} matches</h3><table class="game"><tr>'
+                     '<th class="name">player</th><th>mu</th><th>sigma</th><th>mu-3&sigma;</th><th>games</th>'
+                     f"<th>score</th><th>invalid answers</th></tr>{rows}</table>")
+    return "".join(parts)
+
+
 def _teams_section(report: RunReport) -> str:
     """Per side: its seats and results; per member: its results on each side it played."""
     if not report.side_results:
@@ -558,6 +579,10 @@ def render_html(report: RunReport, png_dir_name: str | None = None) -> str:
                 "Each line is a frozen member's TrueSkill mean after each of its rating matches; the band is "
                 "mu +- 1.96 sigma. Anchors are dashed.", "No rating matches yet."),
         '<h2 id="leaderboard-title">Leaderboard</h2>', _leaderboard(report),
+        *(['<h2 id="games">Per game</h2>', '<p class="meta">This run plays several games; each match is one of '
+            "them, drawn from its seed. TrueSkill here is rebuilt from each game's own rating matches; games, score "
+            "and the share of a text agent's answers that did not count are over all its matches of that game.</p>",
+            _games_section(report)] if report.games else []),
         '<h2 id="payoff">Payoff</h2>',
         _figure(payoff_chart(report), "fig-payoff",
                 "Mean outcome (win 1, draw 0.5, loss 0) of the row player against the column player over training, "

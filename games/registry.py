@@ -7,6 +7,7 @@ or an adapter prefix followed by the foreign name:
 * ``pz:<module path of a PettingZoo env>`` e.g. ``pz:pettingzoo.classic.connect_four_v3``
 * ``gym:<Gymnasium env id>`` e.g. ``gym:CartPole-v1``
 * ``ta:<TextArena env id>`` e.g. ``ta:SimpleNegotiation-v0`` (games/adapters/textarena.py: every two-player game)
+* ``mix:<id>|<id>@<weight>`` several games as one, each match drawn from its seed (games/mix.py)
 
 Each prefix is one `GameAdapter` record in `ADAPTERS` (the adapter modules are named by module
 path and imported on first use); `register_adapter` adds one from outside the package.
@@ -133,6 +134,13 @@ for _adapter in (
                 text_view=Lazy("ludus.games.adapters.textarena:textarena_view"),
                 layout=Lazy("ludus.games.adapters.textarena:describe_layout"),
                 examples=("ta:TicTacToe-v0", "ta:KuhnPoker-v0", "ta:SimpleNegotiation-v0")),
+    # A mix may name ``pz:``/``gym:`` ids, which import modules: only the operator names one.
+    GameAdapter("mix", "mix:ID|ID@WEIGHT", "several games", Lazy("ludus.games.mix:make_mix_game"),
+                summary="several games as one, each match the game its seed draws by weight (config key games:), "
+                        "e.g. mix:ta:TicTacToe-v0|ta:KuhnPoker-v0@2",
+                spec=Lazy("ludus.games.mix:mix_game_spec"), resolves_by_import=True,
+                text_view=Lazy("ludus.games.mix:mix_text_view"), layout=Lazy("ludus.games.mix:describe_layout"),
+                examples=("mix:tic_tac_toe|connect_four",)),
 ):
     register_adapter(_adapter)
 del _adapter

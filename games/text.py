@@ -81,6 +81,7 @@ def parse_response(view: TextView, response: str, obs: np.ndarray, seat: int, ma
     """The action of `response`: its last answer (the first with `last=False`: a response that
     was opened with "[" for the LM answers first), looked up in the view's answers. `pattern`: how
     an answer is written, a regex whose first group is the answer (default: in square brackets)."""
+    view, obs, mask = told(view, obs, mask)
     found = (pattern or _ANSWER).findall(response)
     if not found:
         return ParsedResponse(None, "no answer")
@@ -104,13 +105,25 @@ def answer_pattern(text: str) -> "re.Pattern[str]":
     return compiled
 
 
-def is_free_text(view: TextView) -> bool:
-    """True when `view` lists no answers: a response's answer is the move, judged by the game."""
+def told(view: TextView, obs: np.ndarray, mask: np.ndarray) -> tuple[TextView, np.ndarray, np.ndarray]:
+    """The view that tells `obs`, with the observation and mask as that view reads them: `view`
+    itself, or for a view of several games (games/mix.py `MixTextView.part`) the view of the game
+    `obs` belongs to, so an agent reads the very prompt that game alone would give it."""
+    part = getattr(view, "part", None)
+    return part(obs, mask) if part is not None else (view, obs, mask)
+
+
+def is_free_text(view: TextView, obs: np.ndarray | None = None, mask: np.ndarray | None = None) -> bool:
+    """True when `view` (at `obs`, for a view of several games) lists no answers: a response's
+    answer is the move, judged by the game."""
+    if obs is not None:
+        view = told(view, obs, np.ones(1, dtype=bool) if mask is None else mask)[0]
     return bool(getattr(view, "free_text", False))
 
 
 def canonical_answer(view: TextView, obs: np.ndarray, seat: int, mask: np.ndarray, action: int) -> str:
     """The canonical spelling of a legal action ("[4]"): what a scripted text agent would say."""
+    view, obs, mask = told(view, obs, mask)
     for answer, a in view.answers(obs, seat, mask).items():
         if a == action:
             return f"[{answer}]"

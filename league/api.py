@@ -184,7 +184,7 @@ def replay_match(run_dir: str | Path, match_id: int) -> Replay:
     moves = match.moves
     if moves is None:
         raise RunError(f"match {match_id} has no recorded moves")
-    header = f"match {match_id} ({match.kind}): {' vs '.join(match.player_ids)}, seed {match.seed}"
+    header = f"match {match_id} ({match.kind}, {match.game_id}): {' vs '.join(match.player_ids)}, seed {match.seed}"
     texts, notes = recorded_texts(match), recorded_reasoning(match)
     forfeited = [seat.status != "ok" for seat in match.seats]
     failed = [seat.error for seat in match.seats if seat.status == "error"]

@@ -29,7 +29,7 @@ import json
 import os
 import shutil
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
@@ -158,6 +158,8 @@ class CheckpointState:
     learners: dict[str, LearnerState]
     closing_rated: bool = False
     """The closing rating round (the last iteration's snapshots rated) has been recorded."""
+    game_payoffs: dict[str, Any] = field(default_factory=dict)
+    """A run of several games: each game's payoff table (league/records/recorder.py)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"format_version": FORMAT_VERSION, "iteration": self.iteration, "next_match_id": self.next_match_id,
@@ -166,6 +168,7 @@ class CheckpointState:
                 "ledger_last_seq": self.ledger.last_seq, "ledger": self.ledger.to_json(),
                 "config_digest": self.config_digest, "rng": self.rng, "population": self.population.to_json(),
                 "payoff": self.payoff, "ratings": self.ratings,
+                **({"game_payoffs": self.game_payoffs} if self.game_payoffs else {}),
                 "learners": {pid: s.to_json() for pid, s in self.learners.items()}}
 
     @classmethod
@@ -176,7 +179,8 @@ class CheckpointState:
                    rng=data["rng"], population=Population.from_json(data["population"]), payoff=data["payoff"],
                    ratings=data["ratings"],
                    learners={pid: LearnerState.from_json(s) for pid, s in data["learners"].items()},
-                   closing_rated=bool(data.get("closing_rated", False)))
+                   closing_rated=bool(data.get("closing_rated", False)),
+                   game_payoffs=dict(data.get("game_payoffs", {})))
 
 
 @dataclass(frozen=True)

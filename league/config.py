@@ -192,11 +192,32 @@ the table of learner kinds, league/learners/kinds.py; `text_lm_learners()` inclu
 
 
 @dataclass(frozen=True)
+class GameWeight:
+    """One game of a run that plays several (`games`), and its share of the matches."""
+
+    game: str = ""
+    """Game id (see `ludus games`)."""
+    weight: float = field(default=1.0, metadata=bounds(0, 1e6, low_open=True))
+    """Its matches' share is weight / the sum of the weights."""
+
+
+DEFAULT_GAME = "tic_tac_toe"
+
+
+@dataclass(frozen=True)
 class LeagueConfig:
     """Everything `ludus train` needs. Keys are documented by the string under each field."""
 
-    game: str = "tic_tac_toe"
-    """Game id (see `ludus games`)."""
+    game: str = DEFAULT_GAME
+    """Game id (see `ludus games`). With `games`, it is written for you: the mix of those games
+    (``mix:A|B@2``, games/mix.py)."""
+    games: tuple[GameWeight, ...] = ()
+    """Several games for one run, with weights (SPIRAL trains one LM on three): each match plays one,
+    drawn from its seed by weight; matchmaking, payoffs and TrueSkill are kept per game as well as
+    combined, and the ledger records each match under its own game's id. Every learner kind plays
+    the mix (nets read the game's index in the observation; an LM reads each game's own prompt).
+    Entries are ``{game: ID, weight: W}`` or a bare id (weight 1), e.g. ``--set "games=[ta:TicTacToe-v0,
+    {game: ta:KuhnPoker-v0, weight: 2}]"`` (which replaces a preset's `game`). Empty: the run plays `game`."""
     game_module: str = ""
     """Python module whose import registers `game` with `ludus.games.registry.register` (e.g.
     my_package.games); imported before the game is built, here and by every `ludus` command given
@@ -306,6 +327,18 @@ row of the table in league/learners/kinds.py (`register_learner_kind` adds one).
         return next((role for role in self.roles if role.meta_nash > 0), None)
 
     def __post_init__(self) -> None:
+        if self.games:
+            from ludus.games.core import GameError
+            from ludus.games.mix import MixPart, format_mix
+
+            try:
+                mix = format_mix([MixPart(g.game, g.weight) for g in self.games])
+            except GameError as exc:
+                raise ConfigError(f"config key 'games': {exc}") from None
+            if self.game not in (DEFAULT_GAME, mix):
+                raise ConfigError(f"config keys 'game' ({self.game}) and 'games' both name the run's game: set "
+                                  f"one ('games' writes game = {mix})")
+            object.__setattr__(self, "game", mix)
         positive = ("iterations", "matches_per_iteration", "num_envs", "num_runners",
                     "snapshot_every_steps", "torch_threads", "runner_threads", "policy_cache_size", "max_opponents_per_iteration")
         for key in positive:
@@ -570,7 +603,10 @@ def _from_preset(data: dict[str, Any], source: str) -> dict[str, Any]:
         if name in seen:
             raise ConfigError(f"config key {PRESET_KEY!r}: presets {' -> '.join(seen + [name])} start from each other")
         seen.append(name)
-        data = merge_config_data(preset_data(name), {k: v for k, v in data.items() if k != PRESET_KEY})
+        base = preset_data(name)
+        if "games" in data and "game" not in data:
+            base = {k: v for k, v in base.items() if k != "game"}  # the file's games replace the preset's game
+        data = merge_config_data(base, {k: v for k, v in data.items() if k != PRESET_KEY})
     return data
 
 
@@ -592,6 +628,9 @@ def load_config(source: str | None, overrides: list[str] | None = None) -> Leagu
                           f"{', '.join(preset_names())}")
     data = _from_preset(data, source or "--set")
     overrides = overrides or []
+    keys = {item.split("=", 1)[0].strip() for item in overrides}
+    if "games" in keys and "game" not in keys:
+        data = {k: v for k, v in data.items() if k != "game"}  # `--set games=[...]` replaces the preset's game
     if "roles" not in data and any(item.startswith("roles.") for item in overrides):
         # `--set roles.main.pfsp=...` on a config that keeps the default role: name it explicitly.
         data = {**data, "roles": [to_dict(role) for role in LeagueConfig.__dataclass_fields__["roles"].default]}
@@ -635,7 +674,7 @@ def registering_module(game: str) -> str:
 
 
 def config_from_dict(data: dict[str, Any]) -> LeagueConfig:
-    config = from_dict(LeagueConfig, _with_role_nets(data))
+    config = from_dict(LeagueConfig, _with_role_nets(_with_game_weights(data)))
     from ludus.games.core import GameError
     from ludus.games.registry import spec
 
@@ -645,6 +684,14 @@ def config_from_dict(data: dict[str, Any]) -> LeagueConfig:
     except GameError as exc:
         raise ConfigError(f"config key 'game': {exc}") from None
     return config
+
+
+def _with_game_weights(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with each entry of `games` that is a bare game id written as ``{game: ID}`` (weight 1)."""
+    games = data.get("games")
+    if not isinstance(games, list):
+        return data  # absent, or not a list: from_dict names the problem
+    return {**data, "games": [{"game": g} if isinstance(g, str) else g for g in games]}
 
 
 def _with_role_nets(data: dict[str, Any]) -> dict[str, Any]:

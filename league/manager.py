@@ -292,7 +292,7 @@ class League:
         if self.backend is None:
             self.backend = self._make_backend()
         view = LeagueView(self.population, self.payoff, self.ratings,
-                          {pid: learner.version for pid, learner in self.learners.items()})
+                          {pid: learner.version for pid, learner in self.learners.items()}, self.recorder.game_payoffs)
         plan = self.planner.closing(self.iteration, self.next_match_id, view, self.rng)
         if plan.tasks:
             self.next_match_id = plan.next_match_id
@@ -306,7 +306,7 @@ class League:
 
     def _plan(self, iteration: int, matches: int | None = None) -> list[PlayTask]:
         view = LeagueView(self.population, self.payoff, self.ratings,
-                          {pid: learner.version for pid, learner in self.learners.items()})
+                          {pid: learner.version for pid, learner in self.learners.items()}, self.recorder.game_payoffs)
         plan = self.planner.plan(iteration, self.next_match_id, view, self.rng, matches)
         self.next_match_id = plan.next_match_id
         return list(plan.tasks)
@@ -367,7 +367,8 @@ class League:
             config_digest=config_digest(config_to_dict(self.config)), rng=rng_to_json(self.rng),
             population=self.population, payoff=self.payoff.to_json(), ratings=self.ratings.to_json(),
             learners={pid: learner.state for pid, learner in self.learners.items()},
-            closing_rated=self.closing_rated)
+            closing_rated=self.closing_rated,
+            game_payoffs={game: table.to_json() for game, table in self.recorder.game_payoffs.items()})
         write_checkpoint(self.run_dir, state, {pid: learner.impl.state_dict() for pid, learner in self.learners.items()},
                          self._in_flight)
         self._checkpoint_seq = state.ledger.last_seq
@@ -381,7 +382,7 @@ class League:
         self._checkpoint_seq = state.ledger.last_seq
         try:
             self.rng = rng_from_json(state.rng)
-            self.recorder.restore(state.population, state.payoff, state.ratings)
+            self.recorder.restore(state.population, state.payoff, state.ratings, state.game_payoffs)
             for index, role in enumerate(self.config.roles):
                 impl = self._make_learner_impl(index)
                 impl.load_state_dict(read_learner_tensors(directory, role.name))

@@ -14,13 +14,14 @@ uncertainty and match quality. Matches are split into one task per runner shard.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
 import numpy as np
 
 from ludus.games.core import GameSpec
+from ludus.games.mix import match_game_id, mix_parts
 from ludus.league.config import LeagueConfig, RoleConfig
 from ludus.league.records.matchmaking import MatchmakingMix, sample_opponents, schedule_rating_matches
 from ludus.league.records.payoff import PayoffTable
@@ -39,6 +40,8 @@ class LeagueView:
     ratings: RatingTable
     learner_versions: Mapping[str, int]
     """Each live learner's policy version, in role order."""
+    game_payoffs: Mapping[str, PayoffTable] = field(default_factory=dict)
+    """A run of several games: each game's payoff table (PFSP reads the one of the match's game)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Planner:
         self.run_dir = run_dir
         """Read by PSRO's meta-game (the payoffs of frozen members are cached there)."""
         self.sides = list(spec.sides)
+        self.mixed = bool(mix_parts(spec.id))
 
     def plan(self, iteration: int, first_match_id: int, league: LeagueView, rng: np.random.Generator,
              matches: int | None = None) -> Plan:
@@ -89,21 +93,29 @@ class Planner:
                                   pfsp_weighting=role.pfsp_weighting, pfsp_p=role.pfsp_power)
                    if role.self_play + role.pfsp + role.uniform > 0 else None)
             candidates = self._candidates(role, league.population)
-            if role.team is None:
-                # Symmetric game: every other side draws from the same pool.
-                drawn = self._draw_opponents(role, mix, candidates, count * (len(sides) - 1), league, rng)
-                draws_of_side = {side: drawn for side in range(len(sides))}
-            else:
-                draws_of_side = {}
+            match_ids = [next(ids) for _ in range(count)]
+            per_match = 1 if role.team is not None else len(sides) - 1
+            draws_of_side: dict[int, list[str]] = {}
+            # A run of several games draws each game's opponents by that game's payoffs (PFSP per
+            # game); the matches' games follow from their seeds, known before play.
+            for game, js in self._by_game(match_ids).items():
+                payoff = league.game_payoffs[game] if game is not None else league.payoff
+                if role.team is None:
+                    # Symmetric game: every other side draws from the same pool.
+                    drawn = self._draw_opponents(role, mix, candidates, len(js) * per_match, league, rng, payoff)
+                    for side in range(len(sides)):
+                        _scatter(draws_of_side.setdefault(side, [""] * count * per_match), js, per_match, drawn)
+                    continue
                 for side in range(len(sides)):
                     if side == role.team:
                         continue
                     pool = [c for c in candidates if self._side_of(league.population[c]) in (None, side)]
-                    drawn = sample_opponents(rng, mix, role.name, pool, league.payoff, league.ratings, count)
+                    drawn = sample_opponents(rng, mix, role.name, pool, payoff, league.ratings, len(js))
                     # Asymmetric sides: 'self-play' means the newest snapshot of the other side.
                     newest = pool[-1] if pool else role.name
-                    draws_of_side[side] = [newest if d == role.name else d for d in drawn]
-            for j in range(count):
+                    _scatter(draws_of_side.setdefault(side, [""] * count), js, 1,
+                             [newest if d == role.name else d for d in drawn])
+            for j, match_id in enumerate(match_ids):
                 # In symmetric games the learner takes every side in turn, so all seats are learnt.
                 own = role.team if role.team is not None else (iteration * count + j) % len(sides)
                 side_players, k = [], 0
@@ -115,8 +127,18 @@ class Planner:
                         k += 1
                     else:
                         side_players.append(draws_of_side[side][j])
-                out.append(self._assign(next(ids), side_players, "training"))
+                out.append(self._assign(match_id, side_players, "training"))
         return out
+
+    def _by_game(self, match_ids: list[int]) -> dict[str | None, list[int]]:
+        """The positions of `match_ids` by the game each match plays (a run of several games), in
+        the games' order; {None: all of them} for a run of one game."""
+        if not self.mixed:
+            return {None: list(range(len(match_ids)))}
+        groups: dict[str | None, list[int]] = {p.game_id: [] for p in mix_parts(self.spec.id)}
+        for j, match_id in enumerate(match_ids):
+            groups[match_game_id(self.spec.id, match_seed(self.config.seed, match_id))].append(j)
+        return {game: js for game, js in groups.items() if js}
 
     def _candidates(self, role: RoleConfig, population: Population) -> list[str]:
         """The opponent pool of a role (AlphaStar, Vinyals et al. 2019, 'League composition')."""
@@ -138,8 +160,9 @@ class Planner:
         return pool
 
     def _draw_opponents(self, role: RoleConfig, mix: MatchmakingMix | None, candidates: list[str], n: int,
-                        league: LeagueView, rng: np.random.Generator) -> list[str]:
-        """n opponents: a `meta_nash` share from the meta-game's meta-strategy, the rest by `mix`."""
+                        league: LeagueView, rng: np.random.Generator, payoff: PayoffTable) -> list[str]:
+        """n opponents: a `meta_nash` share from the meta-game's meta-strategy, the rest by `mix`
+        (PFSP reading `payoff`)."""
         total = role.self_play + role.pfsp + role.uniform + role.meta_nash
         num_nash = int(rng.binomial(n, role.meta_nash / total)) if role.meta_nash > 0 and candidates else 0
         drawn: list[str] = []
@@ -150,7 +173,7 @@ class Planner:
             weights = meta_strategy(self.spec, members, self.run_dir, MetaSolver.of(role))
             drawn = [candidates[i] for i in rng.choice(len(candidates), size=num_nash, p=weights).tolist()]
         if n - num_nash > 0:
-            drawn += sample_opponents(rng, mix, role.name, candidates, league.payoff, league.ratings, n - num_nash)
+            drawn += sample_opponents(rng, mix, role.name, candidates, payoff, league.ratings, n - num_nash)
         if not num_nash:
             return drawn
         # Interleave deterministically so seat rotation mixes both kinds of opponents.
@@ -221,3 +244,9 @@ class Planner:
                     learners=learners, learner_versions=versions,
                     gamma=self.config.ppo.gamma, gae_lambda=self.config.ppo.gae_lambda))
         return tuple(tasks)
+
+
+def _scatter(out: list[str], positions: list[int], per_match: int, drawn: list[str]) -> None:
+    """Put `drawn` (`per_match` opponents for each of `positions`, in order) at those matches' slots of `out`."""
+    for k, j in enumerate(positions):
+        out[j * per_match:(j + 1) * per_match] = drawn[k * per_match:(k + 1) * per_match]

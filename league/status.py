@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ludus.games.mix import mix_parts
 from ludus.league.checkpoint import CHECKPOINT_POINTER, STATE_FILE
 from ludus.league.records.ledger import Store
 from ludus.league.rundata import read_run
@@ -57,6 +58,75 @@ class MemberStatus:
 
 
 @dataclass(frozen=True)
+class GameMemberStatus:
+    """One member's figures in one game of a run of several games."""
+
+    player_id: str
+    mu: float | None
+    """TrueSkill from this game's rating matches alone (None: it played none)."""
+    sigma: float | None
+    games: int
+    """Its matches of this game, training and rating."""
+    score: float | None
+    """Mean outcome (win 1, draw .5) over them."""
+    invalid_answers: float | None
+    """Text agents: the share of its turns in this game whose answer did not count."""
+
+    @property
+    def conservative(self) -> float | None:
+        return None if self.mu is None else self.mu - 3 * self.sigma
+
+
+@dataclass(frozen=True)
+class GameStatus:
+    """A run of several games (config key `games`): one game's matches, ratings and answer rates."""
+
+    game: str
+    matches: int
+    members: tuple[GameMemberStatus, ...]
+    """The members that played it, best conservative rating first."""
+
+
+def game_statuses(store: Store, game_ids: list[str]) -> tuple[GameStatus, ...]:
+    """Per game of a run of several games: TrueSkill rebuilt from that game's rating matches (the
+    same updates, in ledger order, a live table of that game would make), each member's games,
+    score and invalid-answer share. A scan of the ledger: a run of several games is an LM run,
+    whose ledgers hold thousands of matches, not millions."""
+    from ludus.league.records.ratings import RatingTable, TrueSkillParams, load_params
+
+    params = load_params(store)
+    tables = {g: RatingTable(params or TrueSkillParams()) for g in game_ids}
+    counts = {g: {} for g in game_ids}
+    matches = dict.fromkeys(game_ids, 0)
+    for recorded in store.iter_matches():
+        match = recorded.result
+        if match.game_id not in counts:
+            continue
+        matches[match.game_id] += 1
+        if match.kind == "rating":
+            tables[match.game_id].update(match)
+        seen = set()
+        for seat in match.seats:
+            row = counts[match.game_id].setdefault(seat.player_id, [0, 0.0, 0, 0])
+            if seat.player_id not in seen:  # a player's seats in one match (self-play, a team) are one game
+                seen.add(seat.player_id)
+                row[0] += 1
+                row[1] += seat.outcome
+            row[2] += int(seat.metadata.get("turns", 0))
+            row[3] += int(seat.metadata.get("invalid", 0))
+    out = []
+    for game in game_ids:
+        rated = tables[game].as_dict()
+        members = [GameMemberStatus(pid, rated[pid].mu if pid in rated else None,
+                                    rated[pid].sigma if pid in rated else None, n, total / n,
+                                    invalid / turns if turns else None)
+                   for pid, (n, total, turns, invalid) in counts[game].items()]
+        members.sort(key=lambda m: (m.conservative is None, -(m.conservative or 0.0), m.player_id))
+        out.append(GameStatus(game, matches[game], tuple(members)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class StatusReport:
     """What `ludus status` shows."""
 
@@ -77,6 +147,8 @@ class StatusReport:
     """For a learner that trains towards an exact table (text_mmd on a small poker game): that
     table's latest exploitability (``losses/<main>/table_exploitability``), the headline such a
     run reports while it trains; the LM's own is `ludus evaluate RUN --exploitability`."""
+    games: tuple[GameStatus, ...] = ()
+    """A run of several games: each game's own table (`game_statuses`); empty otherwise."""
 
     def to_json(self) -> dict:
         return {
@@ -85,6 +157,9 @@ class StatusReport:
             "total_env_steps": self.total_env_steps, "anchors": list(self.anchors),
             "exploitability": self.exploitability, "exploitability_step": self.exploitability_step,
             "target_exploitability": self.target_exploitability,
+            "games": [{"game": g.game, "matches": g.matches,
+                       "members": [{**m.__dict__, "conservative": m.conservative} for m in g.members]}
+                      for g in self.games],
             "members": [{**m.__dict__, "conservative": m.conservative,
                          "vs_anchors": {a: {"games": n, "score": v} for a, n, v in m.vs_anchors}}
                         for m in self.members],
@@ -164,6 +239,8 @@ def status(run_dir: str | Path) -> StatusReport:
         # the payoff table counts only a live learner's training games: every other member's
         # score against an anchor comes from the anchor's newest rating matches in the ledger
         met = {a: store.head_to_head(a, ANCHOR_RECENT_MATCHES) for a in anchors}
+        parts = mix_parts(run.game_id)
+        per_game = game_statuses(store, [p.game_id for p in parts]) if parts else ()
     versus = anchor_scores(run.run_dir, [m.player_id for m in run.members], anchors)
     for anchor, opponents in met.items():
         for player, (games, total) in opponents.items():
@@ -187,7 +264,7 @@ def status(run_dir: str | Path) -> StatusReport:
     return StatusReport(str(run_dir), run.game_id, run.iteration, run.config["iterations"], run.total_matches,
                         run.total_env_steps, tuple(members), tuple(anchors),
                         None if found is None else found[0], None if found is None else found[1],
-                        None if target is None else target[0])
+                        None if target is None else target[0], per_game)
 
 
 def anchor_label(player_id: str) -> str:
@@ -225,10 +302,21 @@ def format_status(report: StatusReport) -> str:
         invalid = "" if not texts else (f" {m.invalid_answers:7.1%}" if m.invalid_answers is not None else f" {'-':>7}")
         lines.append(f"{m.player_id:<24} {m.kind:<9} {m.role:<17} {mu} {sigma} {cons} {m.games:>7} {score} {cells}"
                      f"{ret} {length}{invalid}")
+    for game in report.games:
+        lines.append(f"game {game.game}: {game.matches:,} matches")
+        for m in game.members:
+            mu = f"{m.mu:7.2f}" if m.mu is not None else f"{'-':>7}"
+            sigma = f"{m.sigma:6.2f}" if m.sigma is not None else f"{'-':>6}"
+            cons = f"{m.conservative:7.2f}" if m.conservative is not None else f"{'-':>7}"
+            invalid = f" {m.invalid_answers:7.1%}" if m.invalid_answers is not None else (f" {'-':>7}" if texts else "")
+            lines.append(f"  {m.player_id:<22} {'':<9} {'':<17} {mu} {sigma} {cons} {m.games:>7} {m.score:6.3f}"
+                         f"{' ' * (sum(w + 1 for w in widths) + 18)}{invalid}")
     lines.append(f"(score: mean outcome over all its games, win 1, draw .5"
                  + (", 'vs <anchor>': its score against that anchor over their recent games"
                     if report.anchors else "")
                  + f"; return, length: means over each player's last {RECENT_GAMES} games"
                  + ("; invalid: the share of a text agent's turns there whose answer did not count" if texts else "")
+                 + ("; per game: TrueSkill from that game's rating matches, its games, score and invalid share"
+                    if report.games else "")
                  + ")")
     return "\n".join(lines)

@@ -158,7 +158,7 @@ def read_adapter_snapshot(path: str | os.PathLike, base: Any | None = None,
     from safetensors import SafetensorError
     from safetensors.torch import load as safetensors_load
 
-    ref, manifest, data = read_verified(path, KIND_LM_ADAPTER, expect_game)
+    ref, manifest, data = read_verified(path, KIND_LM_ADAPTER, expect_game, parts=True)
     directory = ref.path
     architecture = manifest.architecture
     try:

@@ -33,7 +33,8 @@ from ludus.agents.lm.model import LMError, LMWithValueHead
 from ludus.agents.lm.prompt_cache import BaseReadings, PromptStore, base_readings
 from ludus.agents.policy import ActBatch, ActOutput, sample_legal_uniform
 from ludus.games.core import GameError
-from ludus.games.text import ParsedResponse, TextView, answer_pattern, is_free_text, normal_answer, parse_response
+from ludus.games.text import (ParsedResponse, TextView, answer_pattern, is_free_text, normal_answer, parse_response,
+                              told)
 from ludus.bounds import bounds, range_problem
 
 
@@ -69,6 +70,7 @@ class PromptFormat:
     the opponent hears (the reasoning stays private); a response without it plays its last answer."""
 
     def messages(self, view: TextView, obs: np.ndarray, seat: int, mask: np.ndarray) -> list[dict[str, str]]:
+        view, obs, mask = told(view, obs, mask)  # a mix of games: the prompt of the game `obs` is from
         instruction = self.think_instruction if self.think else self.answer_instruction
         fields = dict(rules=view.rules(), role=view.role(seat), title=view.title,
                       state=view.state(obs, seat, mask), instruction=instruction)
@@ -291,6 +293,8 @@ class TextLMPolicy:
         self.first_answer = bool(play.prompt.response_prefix)
         self.pattern = answer_pattern(play.prompt.answer_pattern)
         self.free_text = is_free_text(view)
+        """Every game of the view lists no answers (a view of several games decides row by row: `act`)."""
+        self.mixed = getattr(view, "part", None) is not None
         self.generator = LMPolicy(model, pad_id=self.stop_token)
         # the prompts' readings by one set of adapters (a frozen snapshot's, or a runner copy's until
         # its next weights), kept for one task; activated adapters read the base's instead, kept for
@@ -370,15 +374,15 @@ class TextLMPolicy:
         gen, texts = self._generate(prompts, rng, greedy)
         all_texts = [[t] for t in texts]
         attempts = np.ones(n, dtype=np.int64)
-        if self.free_text:
-            # The game judges the move (and applies its own rule to an invalid one): every row plays.
-            moves = tuple(self.move_text(t) for t in texts)
-            parsed = [self.parse(t, obs[i], int(seats[i]), mask[i]) for i, t in enumerate(texts)]
-            actions = np.zeros(n, dtype=np.int64)
-        else:
-            moves = ()
-            parsed = [self.parse(texts[i], obs[i], int(seats[i]), mask[i]) for i in range(n)]
-            actions = np.array([-1 if p.action is None else p.action for p in parsed], dtype=np.int64)
+        free = (np.array([is_free_text(self.view, obs[i], mask[i]) for i in range(n)], dtype=bool) if self.mixed
+                else np.full(n, self.free_text))
+        parsed = [self.parse(texts[i], obs[i], int(seats[i]), mask[i]) for i in range(n)]
+        # In a free-text game the game judges the move (and applies its own rule to an invalid one):
+        # the row plays its text as it is. Listed answers are parsed, retried, then fall back.
+        moves = tuple(self.move_text(t) if f else None for t, f in zip(texts, free.tolist())) if free.any() else ()
+        actions = np.array([0 if free[i] else -1 if p.action is None else p.action for i, p in enumerate(parsed)],
+                           dtype=np.int64)
+        if not free.all():
             last, last_parsed = list(texts), list(parsed)
             for _ in range(self.play.invalid.retries):
                 failed = np.flatnonzero(actions < 0)
@@ -412,8 +416,8 @@ class TextLMPolicy:
         # response's first token (the state the turn was decided in).
         return ActOutput(actions, token_log_probs.sum(axis=1).astype(np.float32), gen.values[:, 0].copy(),
                          responses.astype(np.int64), token_log_probs,
-                         forfeits=fallback.copy() if self.play.invalid.forfeit and not self.free_text else None,
-                         texts=list(moves) if self.free_text else None,
+                         forfeits=fallback.copy() if self.play.invalid.forfeit and not free.all() else None,
+                         texts=list(moves) if moves else None,
                          said=list(texts) if self.play.prompt.think else None,
                          invalid_answers=(attempts - 1 + fallback).astype(np.int64))
 
@@ -434,7 +438,9 @@ def text_policy_from_snapshot(path: Any, expect_game: str | None = None, base: A
     expected = {k: tuple(v.shape) for k, v in trained_state(lm.model).items()}
     if {k: tuple(v.shape) for k, v in record.tensors.items()} != expected:
         raise SnapshotError(f"snapshot {record.ref.path}: adapter tensors do not fit the base's adapters")
-    return TextLMPolicy(lm.model, lm.tokenizer, text_view(record.manifest.game_id), play, adapters=record.tensors)
+    # a snapshot of a mix playing one of its games reads that game's own view (games/mix.py)
+    view = text_view(expect_game or record.manifest.game_id)
+    return TextLMPolicy(lm.model, lm.tokenizer, view, play, adapters=record.tensors)
 
 
 def snapshot_play(record: Any) -> TextPlayConfig:

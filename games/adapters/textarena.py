@@ -544,6 +544,8 @@ class TextArenaView:
         return f"{decode_text(obs).strip()}\nYour legal moves: {legal}"
 
     def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
+        if self.free_text:
+            return {}  # the game judges the text itself; its one action (the empty move) has no answer
         return {normal_answer(self.moves[a]): int(a) for a in np.flatnonzero(mask)}
 
     def normal_form(self, answer: str) -> str:

@@ -20,6 +20,7 @@ from ludus.agents.lm.text_policy import answer_start_tokens
 from ludus.agents.lm.text_smmd import PlayTurns, TextSMMDLearner
 from ludus.agents.rollout import RolloutBatch
 from ludus.games.core import GameSpec
+from ludus.games.mix import mix_parts, part_of_observations
 from ludus.league.learners.text_lm import TextLMMember, turn_returns
 from ludus.league.seeds import rng_from_tensor, rng_to_tensor
 
@@ -33,8 +34,9 @@ class TextSMMDLeagueLearner(TextLMMember):
         self.smmd = self._new_smmd(seed)
 
     def _new_smmd(self, seed: int) -> TextSMMDLearner:
+        # SPIRAL's roles are (game, seat) pairs: a run of several games keeps a baseline for each
         return TextSMMDLearner(self.lm.model, self.text.smmd, self.text.play.temperature, self.spec.num_actions,
-                               self.spec.num_players, seed)
+                               self.spec.num_players * max(len(mix_parts(self.spec.id)), 1), seed)
 
     @property
     def updates(self) -> int:
@@ -67,8 +69,11 @@ class TextSMMDLeagueLearner(TextLMMember):
             canonical.append(None if answer_groups is None else
                              self._canonical(prompt, batch.obs[i], int(batch.seats[i]), batch.mask[i], known))
         returns = np.where(invalid, -self.text.play.invalid.penalty, returns)
+        roles = batch.seats.astype(np.int64)
+        if mix_parts(self.spec.id):
+            roles = roles + self.spec.num_players * part_of_observations(batch.obs)
         return PlayTurns(tuple(prompts), tuple(responses), tuple(behaviour), returns.astype(np.float64),
-                         batch.seats.astype(np.int64), answers, np.asarray(batch.mask, dtype=bool),
+                         roles, answers, np.asarray(batch.mask, dtype=bool),
                          tuple(groups), tuple(canonical)), invalid
 
     def _canonical(self, prompt: tuple[int, ...], obs: np.ndarray, seat: int, mask: np.ndarray,

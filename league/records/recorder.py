@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from ludus.games.core import GameSpec
+from ludus.games.mix import match_game_id, mix_parts
 from ludus.league.checkpoint import RunError
 from ludus.league.learners.learning import Learner
 from ludus.league.records.ledger import MatchResult, PlayerRecord, SeatResult, Store, outcomes_from_returns
@@ -44,16 +45,26 @@ class Recorder:
         self.population = population
         self.payoff = payoff
         self.ratings = ratings
+        self.game_payoffs: dict[str, PayoffTable] = {p.game_id: PayoffTable(payoff.decay) for p in mix_parts(spec.id)}
+        """A run of several games (games/mix.py): each game's own payoff table, beside the combined
+        one, so matchmaking (PFSP) reads how a learner fares in the game it is about to play."""
 
-    def restore(self, population: Population, payoff: dict, ratings: dict) -> None:
+    def restore(self, population: Population, payoff: dict, ratings: dict,
+                game_payoffs: Mapping[str, dict] | None = None) -> None:
         """As of a checkpoint. The ledger may hold matches of the interrupted iteration beyond it;
         those are played again identically, re-rated in order, not appended again (`record`)."""
         self.population, self.payoff, self.ratings = population, PayoffTable.from_json(payoff), RatingTable.from_json(ratings)
+        if set(game_payoffs or {}) != set(self.game_payoffs):
+            raise RunError(f"the checkpoint's per-game payoff tables ({sorted(game_payoffs or {})}) are not the run's "
+                           f"games ({sorted(self.game_payoffs)}); the run cannot resume")
+        self.game_payoffs = {game: PayoffTable.from_json(data) for game, data in (game_payoffs or {}).items()}
 
     def add_member(self, member: Member) -> None:
         self.population.add(member)
         if member.kind != "learner":
             self.payoff.add(member.player_id)
+            for table in self.game_payoffs.values():
+                table.add(member.player_id)
         if self.store.player(member.player_id) is not None:
             return  # re-created while replaying an interrupted iteration
         self.store.add_player(PlayerRecord(
@@ -90,7 +101,10 @@ class Recorder:
             for r in batch:
                 if r.kind == "training":
                     training += 1
-                    games.extend(self._training_pairs(r, learners))
+                    pairs = self._training_pairs(r, learners)
+                    games.extend(pairs)
+                    if self.game_payoffs:
+                        self.game_payoffs[r.game_id].update_pairs(pairs)
                     seats = {s.team: s.episode_return for s in r.seats if s.player_id in learners}
                     returns.extend(seats.values())
                     lengths.extend([r.length] * len(seats))
@@ -114,7 +128,9 @@ class Recorder:
                        "forfeited: gave no legal move" if s in played.forfeited else "",
                        metadata=answer_counts(played, s))
             for s, pid in enumerate(a.players))
-        return MatchResult(match_id=a.match_id, kind=a.kind, game_id=self.spec.id, seed=a.seed, seats=seats,
+        # a run of several games records each match under its own game (replayed alone from its seed)
+        return MatchResult(match_id=a.match_id, kind=a.kind, game_id=match_game_id(self.spec.id, a.seed), seed=a.seed,
+                           seats=seats,
                            length=played.length, started_at=started_at, duration_s=duration,
                            moves=tuple(played.moves), truncated=played.truncated,
                            metadata={**({} if iteration is None else {"iteration": iteration}),
