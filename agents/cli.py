@@ -10,6 +10,11 @@ def _run_play(args: argparse.Namespace) -> int:
 
     from ludus.agents.play import play_terminal
 
+    if args.web:
+        from ludus.agents.play_web import serve_local
+
+        serve_local(args.game, args.against, seat=args.seat, seed=args.seed, port=args.port)
+        return 0
     seed = args.seed if args.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
     print(f"seed {seed} (replay this game with --seed {seed})")
     play_terminal(args.game, args.against, human_seat=args.seat, seed=seed)
@@ -54,15 +59,19 @@ def _run_export(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     play = subparsers.add_parser(
-        "play", help="play a game in the terminal against a bot or a snapshot",
+        "play", help="play a game in the terminal (or the browser: --web) against a bot or a snapshot",
         description="Play GAME in the terminal: the board is drawn, legal move numbers are listed, "
-                    "you type one. Ctrl-D quits.")
+                    "you type one. Ctrl-D quits. With --web, play it on a page in the browser instead.")
     play.add_argument("game", metavar="GAME", help="game id, e.g. tic_tac_toe or spiel:connect_four")
     play.add_argument("--against", required=True, metavar="BOT|SNAPSHOT",
                       help="a bot (random, mcts-100, mcts(simulations=100,uct_c=1.4), perfect) "
                            "or a snapshot directory")
     play.add_argument("--seat", type=int, default=0, help="your seat (0 moves first; default 0)")
     play.add_argument("--seed", type=int, default=None, help="seed of the game and the opponent (default: random)")
+    play.add_argument("--web", action="store_true",
+                      help="play in the browser instead: serve the play page on http://127.0.0.1:PORT/ (loopback "
+                           "only; board games by clicking, text games by typing)")
+    play.add_argument("--port", type=int, default=8001, help="--web: the port (default 8001)")
     play.set_defaults(run=_run_play)
 
     export = subparsers.add_parser(

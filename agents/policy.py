@@ -129,6 +129,18 @@ class AskedAlone:
         return self.policy.act(batch, rng, greedy)
 
 
+class SeatForfeit(Exception):
+    """Raised from an in-process player's `act` to give up the match instead of moving (a person at
+    a web seat who did not move in time, `ludus.agents.human_seat`): the match loop records a
+    forfeit of that seat with `status` ('timeout', 'error' or 'invalid', as an agent's fault) and
+    `reason`, exactly as for a sandboxed agent that faulted."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
 def zero_output(actions: np.ndarray) -> ActOutput:
     """ActOutput for deterministic bots: log-prob 0 and value 0."""
     n = len(actions)

@@ -81,6 +81,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None, help="matches at once (default: one per core)")
     p.add_argument("--uploads-per-hour", type=int, default=30, help="per account (default 30)")
     p.add_argument("--max-upload-mb", type=int, default=64, help="largest archive accepted (default 64 MiB)")
+    p.add_argument("--human-move-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="a person at the /play page who does not move this long forfeits (default 300)")
+    p.add_argument("--human-games", type=int, default=8, metavar="N",
+                   help="games with people in progress at once (default 8; one per account)")
     p.set_defaults(run=_serve)
 
     token = commands.add_parser("token", help="accounts of the arena service: API tokens")
@@ -203,6 +207,7 @@ def _replay(args) -> int:
 
 
 def _serve(args) -> int:
+    from ludus.agents.human_seat import HumanSettings
     from ludus.arena.scheduler import SchedulerSettings
     from ludus.arena.service import ServiceConfig, serve
     from ludus.arena.uploads import UploadLimits
@@ -213,7 +218,8 @@ def _serve(args) -> int:
                            upload=UploadLimits(max_upload_bytes=args.max_upload_mb << 20),
                            uploads_per_hour=args.uploads_per_hour,
                            scheduler=SchedulerSettings(placement_games=args.placement_games,
-                                                       pairs_per_round=args.pairs_per_round, workers=args.workers))
+                                                       pairs_per_round=args.pairs_per_round, workers=args.workers),
+                           human=HumanSettings(move_timeout_s=args.human_move_timeout, max_games=args.human_games))
     serve(arena, config)
     return 0
 

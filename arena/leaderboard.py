@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ludus.arena.store import Entrant, read_info, tournament_key
+from ludus.arena.store import HUMAN_KIND, read_humans, read_info, tournament_key
 from ludus.league.records.ledger import MatchResult, Store
 from ludus.league.records.ranking import TIES, RankingError, RankingViews, ledger_records, ranking_views
 from ludus.league.records.ratings import RatingTable, TrueSkillParams, load_params, rebuild_ratings
@@ -52,9 +52,9 @@ class LeaderboardRow:
     rank: int
     player_id: str
     kind: str
-    """'submission' or 'bot'."""
+    """'submission', 'bot' or 'human' (a person who played at the service's web seat)."""
     submission_kind: str
-    """'python', 'executable', 'snapshot' or 'builtin'."""
+    """'python', 'executable', 'snapshot', 'builtin' or 'human'."""
     mu: float
     sigma: float
     wins: int
@@ -182,7 +182,10 @@ def build_leaderboard(store: Store, recent: int = 200, cache: RankingCache | Non
     params = load_params(store) or TrueSkillParams()
     entrants = active_entrants(store)
     table: RatingTable = rebuild_ratings(store, params, kinds=("arena",))
-    by_id: dict[str, Entrant] = {e.player_id: e for e in entrants}
+    # (kind, submission kind) of every member of the board: the entrants and the people who played
+    # at the service's web seat, rated by the same matches
+    by_id: dict[str, tuple[str, str]] = {e.player_id: (e.kind, e.submission_kind.value) for e in entrants}
+    by_id.update({h.player_id: (HUMAN_KIND, HUMAN_KIND) for h in read_humans(store)})
     ids = list(by_id)
     index = {pid: i for i, pid in enumerate(ids)}
     n = len(ids)
@@ -223,7 +226,7 @@ def build_leaderboard(store: Store, recent: int = 200, cache: RankingCache | Non
     for rank, pid in enumerate(ranked, 1):
         r = table.rating(pid)
         i = index[pid]
-        rows.append(LeaderboardRow(rank, pid, by_id[pid].kind, by_id[pid].submission_kind.value, r.mu, r.sigma,
+        rows.append(LeaderboardRow(rank, pid, *by_id[pid], r.mu, r.sigma,
                                    sum(wins[i]), sum(draws[i]), sum(losses[i]), dict(faults[pid])))
     order = [index[pid] for pid in ranked]
 

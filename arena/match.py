@@ -11,7 +11,7 @@ import select
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from ludus.text import printable, safe_file_name
 
 if TYPE_CHECKING:
     from ludus.agents.policy import Policy
+    from ludus.games.core import Game
 
 
 class MatchStatus(str, enum.Enum):
@@ -529,15 +530,19 @@ def _seat_seeds(seed: int, num_players: int) -> list[np.random.SeedSequence]:
 
 def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: int,
                limits: MatchLimits = MatchLimits(), match_id: str | None = None,
-               greedy: bool = False) -> MatchRecord:
-    """Play one match between sandboxed agents and/or in-process policies (bots, snapshots).
+               greedy: bool = False, watch: "Callable[[Game], None] | None" = None) -> MatchRecord:
+    """Play one match between sandboxed agents and/or in-process policies (bots, snapshots, a
+    person's web seat).
 
     Sandboxed seats are held to `limits`; in-process policies are trusted code and are not timed
-    out (their exceptions propagate). A fault ends the match at once as a forfeit
-    (`forfeit_returns`). Each seat's randomness derives from `seed`, so a match between
-    deterministic-given-seed agents replays exactly.
+    out (their exceptions propagate), except that one may give up the match by raising
+    `ludus.agents.policy.SeatForfeit` (a person's web seat that timed out), which is recorded as
+    that seat's fault. A fault ends the match at once as a forfeit (`forfeit_returns`). Each
+    seat's randomness derives from `seed`, so a match between deterministic-given-seed agents
+    replays exactly. `watch(game)`, if given, is called after the reset and after every step (a
+    web seat shows the position to its person).
     """
-    from ludus.agents.policy import ActBatch
+    from ludus.agents.policy import ActBatch, SeatForfeit
     from ludus.games import registry
     from ludus.games.core import is_over
 
@@ -561,6 +566,8 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
     think = [0.0] * spec.num_players
     moves: list[MoveRecord] = []
     game.reset(seed)
+    if watch is not None:
+        watch(game)
 
     for seat, agent in enumerate(sandboxed):
         if agent is not None:
@@ -600,7 +607,12 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
                 t0 = time.monotonic()
                 batch = ActBatch(game.observation(seat)[None], masks[seat][None], np.array([seat]),
                                  [game.history()] if agent.needs_history else None)
-                out = agent.act(batch, rngs[seat], greedy=greedy)
+                try:
+                    out = agent.act(batch, rngs[seat], greedy=greedy)
+                except SeatForfeit as exc:
+                    think[seat] += time.monotonic() - t0
+                    faults[seat] = AgentFault(MatchStatus(exc.status), exc.reason)
+                    continue
                 action = int(out.actions[0])
                 move_think[seat] = time.monotonic() - t0
                 think[seat] += move_think[seat]
@@ -619,6 +631,8 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
             game.step(actions)
         for seat in movers:
             moves.append(MoveRecord(seat, actions[seat], move_think[seat], texts.get(seat)))
+        if watch is not None:
+            watch(game)
 
     # Each seat listens settle_s from its own last answer (in practice only the last mover
     # waits), and one shared window after `end`: a match waits about 2 x settle_s, not per seat.

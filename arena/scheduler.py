@@ -83,6 +83,13 @@ class Scheduler:
         self.recorded = 0
         """Matches this scheduler has recorded."""
         self.rounds = 0
+        self.reserved_through = -1
+        """The largest match id the round being played may use (set under `write_lock`): a match
+        recorded by someone else meanwhile (a person's game at the web seat) takes an id past it."""
+
+    def next_free_id(self, store: Store) -> int:
+        """A match id for a match recorded outside the rounds (call under `write_lock`)."""
+        return max(store.max_match_id(), self.reserved_through) + 1
 
     # -- the loop
 
@@ -113,7 +120,10 @@ class Scheduler:
             params = load_params(store) or ensure_params(store, arena.config.trueskill)
             table = rebuild_ratings(store, params, kinds=(MATCH_KIND,))
             games = {pid: n for pid, (n, _) in store.player_totals().items()}
-            next_id = store.max_match_id() + 1
+            next_id = self.next_free_id(store)
+            # a round plans at most two matches per pairing (placement or ladder: both side orders)
+            self.reserved_through = next_id + 2 * self.settings.pairs_per_round - 1
+            seen_seq = store.last_seq()
             if self.session is None:
                 self.session = count_tournaments(store) + 1
                 store.set_meta(tournament_key(self.session), {
@@ -130,6 +140,7 @@ class Scheduler:
         ids = [e.player_id for e in entrants]
         batch = plan_round(rng, table, ids, games, self.settings.placement_games, self.settings.pairs_per_round,
                            next_id, self.rounds, spec.sides)
+        assert all(p.match_id <= self.reserved_through for p in batch), "a round planned past its reserved ids"
         settings = TournamentSettings(game=info.game, format="ladder", games_per_pair=2, seed=self.settings.seed,
                                       limits=arena.config.match_limits, stderr_bytes=arena.config.stderr_bytes,
                                       workers=self.settings.workers)
@@ -147,7 +158,10 @@ class Scheduler:
         for result in play_in_parallel(batch, play_one, self.settings.workers or os.cpu_count() or 1):
             deaths = self._deaths(result.player_ids)
             with self.write_lock, Store.open(arena.directory, mode="write") as store:
+                if store.last_seq() != seen_seq:  # a person's game was recorded meanwhile: rate after it
+                    table = rebuild_ratings(store, params, kinds=(MATCH_KIND,))
                 rate_and_record(store, table, [result], kinds=(MATCH_KIND,))
+                seen_seq = store.last_seq()
                 if deaths:
                     mark_dead(store, deaths)
                     log.warning("the scheduler gave up on %s", "; ".join(f"{p} ({w})" for p, w in deaths.items()))

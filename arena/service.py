@@ -49,16 +49,20 @@ from starlette.requests import ClientDisconnect
 
 from ludus.arena.accounts import (ACCOUNT, ACCOUNTS_KEY, OPERATOR, Account, NameTakenError, NotYoursError, authenticate,
                             check_name_free, dead, entrant_owners, withdraw, withdrawn)
+from ludus.agents.human_seat import HumanSettings
+from ludus.agents.play_web import add_play_routes
 from ludus.arena.api import Arena, check_entrant_name
+from ludus.arena.human import ArenaHumans
 from ludus.arena.leaderboard import INTERVAL_Z, RankingCache, build_leaderboard
 from ludus.arena.scheduler import Scheduler, SchedulerSettings
-from ludus.arena.store import ArenaError, ledger_exists, make_writable, read_entrants
+from ludus.arena.store import HUMAN_KIND, ArenaError, ledger_exists, make_writable, read_entrants, read_humans
 from ludus.arena.submission import SubmissionError
 from ludus.arena.uploads import UploadLimits, unpack_archive
 from ludus.league.records.ledger import Store
 from ludus.league.records.replay import MATCH_ID_LIMIT
 from ludus.errors import UserError
 from ludus.pages import PAGE_CSS, csp_hash
+from ludus.play_page import PLAY_JS, PLAY_PAGE_CSS, play_page
 
 log = logging.getLogger(__name__)
 BOARD_REFRESH_S = 1.0
@@ -93,6 +97,8 @@ class ServiceConfig:
     """A connection's request line and headers must arrive within this long (slowloris)."""
     body_timeout_s: float = 300.0
     """A request's whole body must arrive within this long after its headers (64 MiB at 220 KB/s)."""
+    human: HumanSettings = HumanSettings()
+    """The web seats (``/play``): a person's move timeout, games at once, longest text move."""
 
 
 def _clean_incoming(incoming: Path) -> int:
@@ -179,6 +185,7 @@ class ArenaService:
         self.scheduler_error: str | None = None
         self.auth_failures = FailureBuckets(config.auth_failures_burst, config.auth_failures_per_minute / 60)
         self._incoming_lock = _clean_incoming(arena.directory / INCOMING_DIRNAME)
+        self.humans = ArenaHumans(arena, config.human, self.write_lock, self.scheduler, self.refresh_board)
         self.refresh_board()
 
     # -- lifecycle
@@ -197,6 +204,7 @@ class ArenaService:
             self.refresh_board()
 
     def close(self) -> None:
+        self.humans.games.close()  # games in progress end unrecorded; their opponents' processes are shut down
         self.stop_event.set()
         if self.thread is not None:
             self.thread.join()
@@ -294,7 +302,10 @@ class ArenaService:
         with Store.open(self.arena.directory, mode="read") as store:
             entrant = next((e for e in read_entrants(store) if e.player_id == player_id), None)
             if entrant is None:
-                raise ArenaError(f"no entrant {player_id!r}")
+                person = next((h for h in read_humans(store) if h.player_id == player_id), None)
+                if person is None:
+                    raise ArenaError(f"no entrant {player_id!r}")
+                return self._person(store, person)
             history = [{"seq": r.seq, "mu": r.mu, "sigma": r.sigma} for r in store.ratings_history(player_id)]
             matches = [m.result for m in store.iter_matches(kinds=("arena",), player_id=player_id)][-50:]
             gone = withdrawn(store)
@@ -306,6 +317,15 @@ class ArenaService:
                 "withdrawn": player_id in gone, "dead": None if death is None else death.why, "history": history,
                 "matches": [match_json(m) for m in reversed(matches)], "bradley_terry": self.bt_row(player_id)}
 
+    def _person(self, store: Store, person) -> dict[str, Any]:
+        """A person who played at the web seat, in the shape of an entrant's record."""
+        history = [{"seq": r.seq, "mu": r.mu, "sigma": r.sigma} for r in store.ratings_history(person.player_id)]
+        matches = [m.result for m in store.iter_matches(kinds=("arena",), player_id=person.player_id)][-50:]
+        return {"player_id": person.player_id, "kind": HUMAN_KIND, "submission_kind": HUMAN_KIND, "version": "-",
+                "digest": "", "created_at": person.created_at, "account": person.account, "entered_by": ACCOUNT,
+                "withdrawn": False, "dead": None, "history": history,
+                "matches": [match_json(m) for m in reversed(matches)], "bradley_terry": self.bt_row(person.player_id)}
+
     def bt_row(self, player_id: str) -> dict[str, Any] | None:
         """The entrant's Bradley-Terry row of the cached board, with the board's stability line."""
         board = self.leaderboard()
@@ -313,6 +333,12 @@ class ArenaService:
         if row is None or row.get("bt") is None:
             return None
         return {**row["bt"], "stability": (board.get("bradley_terry") or {}).get("stability_text")}
+
+    def num_seats(self) -> int:
+        from ludus.games import registry
+
+        game = self.arena.game
+        return 2 if game is None else registry.spec(game).num_players
 
     def match(self, match_id: int):
         try:
@@ -411,8 +437,12 @@ def _link(path: str, *parts: object) -> str:
 def _page(title: str, body: str, script: str = "") -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-            '<nav><a href="/">leaderboard</a><a href="/submit">submit</a><a href="/api/leaderboard">JSON</a></nav>'
+            f"{_NAV}"
             f"<h1>{_e(title)}</h1>{body}" + (f"<script>{script}</script>" if script else "") + "</body></html>\n")
+
+
+_NAV = ('<nav><a href="/">leaderboard</a><a href="/play">play</a><a href="/submit">submit</a>'
+        '<a href="/api/leaderboard">JSON</a></nav>')
 
 
 # Live: re-read the page when the ledger has new matches (a poll of the cached JSON, every 3 s).
@@ -536,7 +566,9 @@ def entrant_page(data: dict[str, Any]) -> str:
         f'<tr><td><a href="/matches/{m["id"]}">{m["id"]}</a></td><td class="name">'
         f'{_e(" vs ".join(m["players"]))}</td><td>{_e(m["returns"])}</td><td class="name">{_e(m["statuses"])}</td></tr>'
         for m in data["matches"])
-    owner = "entered by the operator" if data["account"] is None else f"account {_e(data['account'])}"
+    owner = ("entered by the operator" if data["account"] is None else
+             f"a person, account {_e(data['account'])}, who plays at the web seat" if data["kind"] == HUMAN_KIND
+             else f"account {_e(data['account'])}")
     bt = data.get("bradley_terry")
     ranking = ('<p class="meta" id="bt">Bradley-Terry: no games against another entrant yet.</p>' if bt is None else
                f'<p id="bt">Bradley-Terry <b>{bt["rating"]:.0f}</b>'
@@ -608,8 +640,8 @@ def security_headers() -> list[tuple[bytes, bytes]]:
     injected one included, is refused, as are frames of the pages on other sites."""
     from ludus.replay_page import PLAYER_JS, REPLAY_PAGE_CSS
 
-    scripts = " ".join(csp_hash(js) for js in (_LIVE_JS, _SUBMIT_JS, PLAYER_JS))
-    styles = " ".join(csp_hash(css) for css in (_CSS, REPLAY_PAGE_CSS))
+    scripts = " ".join(csp_hash(js) for js in (_LIVE_JS, _SUBMIT_JS, PLAYER_JS, PLAY_JS))
+    styles = " ".join(csp_hash(css) for css in (_CSS, REPLAY_PAGE_CSS, PLAY_PAGE_CSS))
     policy = (f"default-src 'none'; script-src {scripts}; style-src {styles}; connect-src 'self'; img-src 'self'; "
               "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
     return [(b"content-security-policy", policy.encode()), (b"x-content-type-options", b"nosniff"),
@@ -766,6 +798,21 @@ def make_app(service: ArenaService):
     @app.get("/submit", response_class=HTMLResponse)
     async def page_submit():
         return submit_page(service.config)
+
+    def identify(request: Request) -> str | JSONResponse:
+        account = authorize(request)
+        return account if isinstance(account, JSONResponse) else account.name
+
+    add_play_routes(app, service.humans.games, identify, service.humans.start, service.num_seats)
+
+    @app.get("/play", response_class=HTMLResponse)
+    def page_play():
+        return play_page(service.arena.game or "?", service.num_seats(), service.humans.opponents(), token=True,
+                         title="Play an entrant", nav=_NAV, replays=True, intro=(
+                             '<p class="meta">Sign in with your API token, choose an entrant and your seat, and '
+                             "play: click a cell on a board, or type your move in a text game. The game is recorded "
+                             "and rated on the leaderboard as <code>human:ACCOUNT</code>; without a move for "
+                             f"{service.config.human.move_timeout_s:g} s you forfeit.</p>"))
 
     return app
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -36,6 +37,12 @@ SUBMISSIONS_DIRNAME = "submissions"
 LAYOUT_VERSION = 1
 ENTRANT_KINDS = ("submission", "bot")
 """`PlayerRecord.kind` of arena entrants: a stranger's code run in a sandbox, or a built-in bot."""
+
+
+HUMAN_KIND = "human"
+"""`PlayerRecord.kind` of a person who played at the service's web seat (arena/human.py)."""
+HUMAN_PREFIX = "human:"
+"""A person's player id is ``human:ACCOUNT``: no entrant name has a ':', so it never meets an entrant's."""
 
 
 class ArenaError(UserError):
@@ -143,6 +150,41 @@ def read_info(store: Store) -> ArenaInfo | None:
 def read_entrants(store: Store) -> list[Entrant]:
     """Entrants in submission order."""
     return [Entrant.from_record(r) for r in store.players() if r.kind in ENTRANT_KINDS]
+
+
+@dataclass(frozen=True)
+class HumanPlayer:
+    """A person who played at the service's web seat: rated on the leaderboard like an entrant,
+    never scheduled (only they choose when to play)."""
+
+    player_id: str
+    """``human:ACCOUNT``."""
+    account: str
+    created_at: float
+
+
+def human_id(account: str) -> str:
+    return HUMAN_PREFIX + account
+
+
+def read_humans(store: Store) -> list[HumanPlayer]:
+    """The people who played at the web seat, in order of their first game."""
+    return [HumanPlayer(r.player_id, str(r.metadata.get("account", r.player_id[len(HUMAN_PREFIX):])), r.created_at)
+            for r in store.players(HUMAN_KIND)]
+
+
+def ensure_human(store: Store, account: str) -> HumanPlayer:
+    """The person of `account` as a player of the arena (store opened for writing), registered on
+    their first game."""
+    player_id = human_id(account)
+    record = store.player(player_id)
+    if record is None:
+        record = PlayerRecord(player_id=player_id, kind=HUMAN_KIND, created_at=time.time(),
+                              metadata={"account": account})
+        store.add_player(record)
+    elif record.kind != HUMAN_KIND:
+        raise ArenaError(f"the player id {player_id!r} is taken by a {record.kind}; rename the account")
+    return HumanPlayer(player_id, account, record.created_at)
 
 
 def tournament_key(number: int) -> str:
