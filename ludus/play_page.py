@@ -22,9 +22,10 @@ form label { display: block; margin: 8px 0 2px; } input[type=text], input[type=p
 #board { border-collapse: collapse; margin: 10px 0; } #board td { padding: 2px; border: none; }
 #board button.cell { width: 52px; height: 52px; font-size: 26px; font-weight: 700; border: 1px solid #bbb;
   background: #fafafa; border-radius: 6px; cursor: pointer; font-family: DejaVu Sans Mono, Menlo, monospace; }
-#board button.cell:disabled { cursor: default; color: inherit; }
+#board button.cell:disabled { cursor: default; color: #222; }
 #board button.cell:enabled:hover { background: #e4eefc; border-color: #1f4e8c; }
-#board button.mark-x { color: #1f4e8c; } #board button.mark-o { color: #c0392b; }
+#board button.cell.mark-x, #board button.cell.mark-x:disabled { color: #1f4e8c; }
+#board button.cell.mark-o, #board button.cell.mark-o:disabled { color: #c0392b; }
 #view { font-family: DejaVu Sans Mono, Menlo, monospace; font-size: 14px; background: #fafafa; border: 1px solid #ddd;
   padding: 10px 14px; white-space: pre-wrap; max-height: 32em; overflow-y: auto; }
 #legal button { margin: 3px; font-family: DejaVu Sans Mono, Menlo, monospace; }
