@@ -3,7 +3,9 @@
 Ratings are a pure function of the ledger (`ludus.league.records.ratings.rebuild_ratings` over the 'arena'
 matches); entrants are ranked by the conservative estimate mu - 3 sigma (a skill the entrant
 exceeds with ~99.9% probability), so a newcomer with few games ranks low until its rating
-settles. The 95% interval is mu +- 1.96 sigma. Forfeits count as losses: an agent that crashes
+settles. The people who played entrants at the service's web seat (``human:ACCOUNT``,
+arena/human.py) are members of the board beside the entrants, rated by the same matches. The
+95% interval is mu +- 1.96 sigma. Forfeits count as losses: an agent that crashes
 or times out is rated by what it did.
 
 Beside TrueSkill (online, so it depends on the order of the games) the board carries the

@@ -25,7 +25,9 @@ Crash safety: a match is appended to the ledger with its rating update in one tr
 (`ludus.league.records.ratings.rate_and_record`), and match ids are allocated from the ledger's largest id when
 a round is planned. A scheduler killed with SIGKILL loses only the matches that were being
 played; restarted, it reads the ratings back from the ledger and plans from there, so no
-recorded match is lost or recorded twice. Writes go through `write_lock` (the service's uploads
+recorded match is lost or recorded twice. A person's game at the web seat (arena/human.py) may be
+recorded while a round plays: it takes an id past the ids the round reserved (`reserved_through`),
+and the round rates its next match after it. Writes go through `write_lock` (the service's uploads
 write to the same ledger) and hold the ledger's writer lock only for the moment of the write.
 """
 

@@ -8,6 +8,8 @@ One process serves one arena directory:
   in size and in uploads per hour per account, unpacked without trusting it (arena/uploads.py) and
   validated in the sandbox before it is entered as ``NAME@k`` (the k-th version);
   ``POST /api/entrants/ID/withdraw`` takes one of the account's entrants out;
+  ``POST /api/play``, ``GET /api/play/ID`` and ``POST /api/play/ID/move`` seat the account's person
+  against an entrant (arena/human.py; the page ``/play``), rated on the leaderboard as ``human:ACCOUNT``;
 * **reads** are open: ``GET /api/leaderboard``, ``/api/entrants/ID``, ``/api/matches/ID`` and
   ``/api/matches/ID/episode`` (the match as episode JSON, ludus.league.records.replay.match_episode), and the same
   as pages: ``/`` (live leaderboard with 95% intervals and head-to-head counts), ``/entrants/ID``,
