@@ -23,8 +23,8 @@ import queue
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -37,7 +37,7 @@ MAX_LEGAL_LISTED = 400
 """Legal moves listed to the page at most (a longer list is cut: the page could not show it anyway)."""
 MAX_BODY_BYTES = 16 << 10
 """Largest JSON body the play API reads."""
-LOCAL_PLAYER = "you"
+LOCAL_PLAYER = "person"
 """Who plays at `ludus play --web` (no accounts there)."""
 
 
@@ -487,7 +487,6 @@ class StartRequest:
     seat: int
     opponent: str | None = None
     """The entrant to play (the arena); None where the server has one opponent (`ludus play --web`)."""
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def parse_start(body: Any, num_seats: int) -> StartRequest:

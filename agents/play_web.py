@@ -138,7 +138,7 @@ def serve_local(game_id: str, against: str, seat: int = 0, seed: int | None = No
 
     def start(who: str, request: StartRequest) -> HumanGame:
         game_seed = secrets.randbits(31) if seed is None else seed + next(numbers)
-        players = tuple("you" if s == request.seat else against for s in range(spec.num_players))
+        players = tuple(LOCAL_PLAYER if s == request.seat else against for s in range(spec.num_players))
 
         def play(human: HumanSeat, watch: Callable[[Any], None]) -> GameOver:
             return local_match(game_id, opponent, request.seat, game_seed, human, watch)

@@ -1,7 +1,7 @@
 """A person's seat at `ludus arena serve`: a signed-in account plays an entrant on the ``/play`` page.
 
 The person is the leaderboard member ``human:ACCOUNT`` (`ludus.arena.store.ensure_human`, registered
-at their first game; never scheduled). Their opponent is an active entrant, played exactly as in
+with their first recorded game; never scheduled). Their opponent is an active entrant, played exactly as in
 the scheduler's matches: `entrant_agents` makes its player (a sandboxed process for a submission,
 an in-process bot for a built-in one) with the arena's sandbox limits and time control, and the
 match is the arena's `play_match` with the person's `HumanSeat` at their seat. The finished match
@@ -29,7 +29,7 @@ from ludus.agents.human_seat import (GameOver, HumanGame, HumanGames, HumanSeat,
                                      StartRequest, check_web_playable)
 from ludus.arena.accounts import scheduled_entrants
 from ludus.arena.match import SandboxedAgent, play_match
-from ludus.arena.store import Entrant, ensure_human, read_info, verify_copy
+from ludus.arena.store import Entrant, ensure_human, human_id, read_info, verify_copy
 from ludus.arena.tournament import (MATCH_KIND, Pairing, TournamentSettings, entrant_agents, entrant_versions,
                                     match_result)
 from ludus.league.records.ledger import MatchResult, Store
@@ -79,17 +79,15 @@ class ArenaHumans:
                               f"the play page lists the ones that play", 404)
         verify_copy(entrant, arena.directory, arena.config.sandbox_limits.max_submission_mb << 20)
         spec = registry.spec(game_id)
-        with self.write_lock, Store.open(arena.directory, mode="write") as store:
-            person = ensure_human(store, account)
-        players = tuple(person.player_id if s == request.seat else entrant.player_id for s in range(spec.num_players))
+        players = tuple(human_id(account) if s == request.seat else entrant.player_id for s in range(spec.num_players))
         seed = secrets.randbits(62)
 
         def play(human: HumanSeat, watch) -> GameOver:
-            return self._play(game_id, entrant, request.seat, players, seed, human, watch)
+            return self._play(game_id, entrant, account, request.seat, players, seed, human, watch)
 
         return self.games.start(HumanGame(game_id, request.seat, account, players, play, self.settings))
 
-    def _play(self, game_id: str, entrant: Entrant, seat: int, players: tuple[str, ...], seed: int,
+    def _play(self, game_id: str, entrant: Entrant, account: str, seat: int, players: tuple[str, ...], seed: int,
               human: HumanSeat, watch) -> GameOver:
         """Play the match (in the game's thread), record and rate it; its `GameOver`."""
         from ludus.games import registry
@@ -114,6 +112,7 @@ class ArenaHumans:
         with self.write_lock, Store.open(arena.directory, mode="write") as store:
             if read_info(store) is None:
                 raise MoveRefused("the arena is gone", 410)
+            ensure_human(store, account)  # a member of the board from their first recorded game on
             result: MatchResult = dataclasses.replace(draft, match_id=self.scheduler.next_free_id(store),
                                                       metadata=metadata)
             params = load_params(store) or ensure_params(store, arena.config.trueskill)

@@ -153,7 +153,7 @@ def test_play_web_serves_a_local_game_by_typed_text(tmp_path):
         assert server.request("GET", "/", headers={"Host": "attacker.example"})[0] == 421
         status, state = post(server, "/api/play", {"seat": 0}, None)
         assert status == 201 and state["text_moves"] and state["status"] == "your-turn", state
-        assert "Tic Tac Toe" in state["view"] and state["players"] == ["you", "random"]
+        assert "Tic Tac Toe" in state["view"] and state["players"] == ["person", "random"]
         game = state["game_id"]
         for body, words in [({"text": ""}, "empty"), ({"text": "x" * 2001}, "at most 2000"),
                             ({"text": "[4]\n[5]"}, "one line")]:

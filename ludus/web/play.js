@@ -115,7 +115,12 @@
     var useGrid = state.layout && state.grid;
     board.hidden = !useGrid;
     view.hidden = !!useGrid;
-    if (useGrid) drawGrid(state, mine); else view.textContent = state.view || "";
+    if (useGrid) {
+      drawGrid(state, mine);
+    } else if (view.textContent !== (state.view || "")) {
+      view.textContent = state.view || "";
+      view.scrollTop = view.scrollHeight;  // a text game's newest lines are at the end
+    }
     legalBox.innerHTML = "";
     if (!useGrid && mine) {
       (state.legal || []).forEach(function (m) {
