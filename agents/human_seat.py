@@ -290,6 +290,15 @@ class HumanGame:
             raise GameAborted()
         return move
 
+    def settled(self) -> bool:
+        """The match waits for the person, or for the opponent to think, or is over: what the
+        state says now stays true until someone moves (between a step and the person's turn it
+        would say 'waiting' for a moment)."""
+        with self._lock:
+            if self._waiting is not None or self.finished_at is not None:
+                return True
+            return self._position is not None and self.seat not in self._position.to_move
+
     def abort(self) -> None:
         """Stop the game at the person's next turn (or now, if it waits for them); nothing is recorded."""
         self._moves.put(_STOP)

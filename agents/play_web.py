@@ -93,7 +93,7 @@ def add_play_routes(app, games: HumanGames, identify: Callable[[Any], Any],
 def _wait_started(game: HumanGame, timeout: float = 5.0) -> None:
     """Let the match reach its first position before answering (the page then draws it at once)."""
     end = time.monotonic() + timeout
-    while time.monotonic() < end and game._position is None and game.finished_at is None:
+    while time.monotonic() < end and not game.settled():
         time.sleep(0.02)
 
 
