@@ -348,6 +348,7 @@ def _charts(board: Leaderboard) -> list[str]:
     from ludus import charts
 
     parts = []
+    colors = charts.player_colors([r.player_id for r in board.rows])  # one colour per entrant in every chart
     tracked = [r for r in board.rows if board.history.get(r.player_id)][:MAX_RATING_LINES]
     if tracked:
         series = []
@@ -357,7 +358,7 @@ def _charts(board: Leaderboard) -> list[str]:
                 r.player_id, tuple(p.seq for p in points), tuple(p.mu for p in points),
                 lower=tuple(p.mu - INTERVAL_Z * p.sigma for p in points),
                 upper=tuple(p.mu + INTERVAL_Z * p.sigma for p in points),
-                dashed=r.kind == "bot", markers=len(points) < 30))
+                dashed=r.kind == "bot", markers=len(points) < 30, color=colors[r.player_id]))
         hidden = len([r for r in board.rows if board.history.get(r.player_id)]) - len(tracked)
         chart = charts.line_chart(series, title="TrueSkill mu over the arena's matches (bands: 95% intervals)"
                                   + (f" — {hidden} more not shown" if hidden else ""),
@@ -367,7 +368,8 @@ def _charts(board: Leaderboard) -> list[str]:
                      f"</figcaption></figure>")
         bars = charts.bar_chart([r.player_id for r in board.rows], [r.mu for r in board.rows],
                                 title="Skill estimate mu with its 95% interval, in rank order", y_label="mu",
-                                intervals=[r.interval for r in board.rows], value_format="{:.1f}")
+                                intervals=[r.interval for r in board.rows], value_format="{:.1f}",
+                                colors=[colors[r.player_id] for r in board.rows])
         parts.append(f'<figure id="fig-skill">{bars.svg()}<figcaption>Bars: mu; whiskers: mu &plusmn; 1.96 '
                      f"&sigma;. Rank is by mu &minus; 3 &sigma;.</figcaption></figure>")
     else:

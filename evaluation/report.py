@@ -259,6 +259,12 @@ def _member_kind(report: RunReport) -> dict[str, str]:
     return {m.player_id: m.kind for m in report.members}
 
 
+def player_colors(report: RunReport) -> dict[str, str]:
+    """The page's colour of each member (`charts.player_colors`, in the members' order): the same
+    member in the same colour in the ratings, Bradley-Terry and meta-game charts."""
+    return charts.player_colors([m.player_id for m in report.members] + [t.player_id for t in report.tracks])
+
+
 def ratings_chart(report: RunReport) -> charts.Chart | None:
     """mu over the ledger: the anchors and the best snapshots with their 95% bands, and every
     other rated member as a thin pale line (the early snapshots are where learning shows)."""
@@ -276,7 +282,9 @@ def ratings_chart(report: RunReport) -> charts.Chart | None:
                                 "upper": tuple(m + INTERVAL_Z * s for m, s in zip(t.mu, t.sigma))}
         return charts.Series(t.player_id, t.seq, t.mu, dashed=kind.get(t.player_id) == "anchor",
                              markers=not thin and len(t.seq) < 30, thin=thin,
-                             color="#9A9A9A" if thin else None, **band)
+                             color="#9A9A9A" if thin else colors[t.player_id], **band)
+
+    colors = player_colors(report)
 
     title = "TrueSkill mu over the ledger (bands: 95% intervals)" + (
         f"; thin grey: the other {len(rest)} members" if rest else "")
@@ -352,12 +360,16 @@ def payoff_chart(report: RunReport) -> charts.Chart | None:
                           x_label="column (opponent)", counts=games.astype(int).tolist(), min_count=MIN_CELL_GAMES)
 
 
-def metagame_charts(meta: MetaGameReport) -> tuple[charts.Chart, charts.Chart]:
+def metagame_charts(meta: MetaGameReport,
+                    colors: Mapping[str, str] | None = None) -> tuple[charts.Chart, charts.Chart]:
+    """The Nash mixture and alpha-rank bars, each member in its page colour (`colors`; default: by
+    the meta-game's order)."""
+    colors = colors if colors is not None else charts.player_colors(meta.players)
+    bars = [colors.get(p, charts.color_of(0)) for p in meta.players]
     nash = charts.bar_chart(list(meta.players), list(meta.nash), title="Meta-game Nash mixture",
-                            y_label="probability", value_range=(0.0, 1.0), value_format="{:.2f}")
+                            y_label="probability", value_range=(0.0, 1.0), value_format="{:.2f}", colors=bars)
     rank = charts.bar_chart(list(meta.players), list(meta.alpharank), title="alpha-rank stationary distribution",
-                            y_label="mass", value_range=(0.0, 1.0), value_format="{:.2f}",
-                            colors=[charts.PALETTE[2]] * len(meta.players))
+                            y_label="mass", value_range=(0.0, 1.0), value_format="{:.2f}", colors=bars)
     return nash, rank
 
 
@@ -426,7 +438,9 @@ def bt_chart(report: RunReport) -> charts.Chart | None:
     if views is None or views.intervals is None:
         return None
     rows = views.rows()
+    colors = player_colors(report)
     return charts.bar_chart([r["player"] for r in rows], [r["rating"] for r in rows],
+                            colors=[colors.get(r["player"], charts.color_of(0)) for r in rows],
                             title="Bradley-Terry rating with its 95% bootstrap interval", y_label="rating (mean 1000)",
                             intervals=[(r["low"], r["high"]) for r in rows], value_format="{:.0f}",
                             reference=1000.0)
@@ -539,10 +553,10 @@ def _learning_section(report: RunReport) -> str:
     return '<div class="row">' + "".join(_figure(c, fig_id, caption, "") for fig_id, c, caption in found) + "</div>"
 
 
-def _metagame_section(meta: MetaGameReport | None) -> str:
+def _metagame_section(meta: MetaGameReport | None, colors: Mapping[str, str]) -> str:
     if meta is None:
         return '<p class="empty" id="metagame-empty">Fewer than two frozen members have played each other yet.</p>'
-    nash, rank = metagame_charts(meta)
+    nash, rank = metagame_charts(meta, colors)
     parts = ['<div class="row">',
              _figure(nash, "fig-nash", "Maximin mixture of the zero-sum meta-game 2P-1 (symmetric Nash).", ""),
              _figure(rank, "fig-alpharank", "alpha-rank (alpha=100, population 50): where evolution spends its time.",
@@ -593,7 +607,7 @@ def render_html(report: RunReport, png_dir_name: str | None = None) -> str:
             "and of each member on it (a match counts once for a member, however many of its side's seats it "
             "held; the side's return is the mean of its seats').</p>", _teams_section(report)]
           if report.is_team_game else []),
-        '<h2 id="metagame">Meta-game</h2>', _metagame_section(report.metagame),
+        '<h2 id="metagame">Meta-game</h2>', _metagame_section(report.metagame, player_colors(report)),
         '<h2 id="genealogy">Genealogy</h2>',
         _figure(genealogy_chart(report), "fig-genealogy",
                 "Members by the iteration they joined, coloured by role; a line joins each snapshot to the one "
@@ -622,7 +636,7 @@ def report_charts(report: RunReport) -> dict[str, charts.Chart]:
         "exploitability": exploitability_chart(report), "matchmaking": matchmaking_chart(report),
         "bradley_terry": bt_chart(report)}
     if report.metagame is not None:
-        found["nash"], found["alpharank"] = metagame_charts(report.metagame)
+        found["nash"], found["alpharank"] = metagame_charts(report.metagame, player_colors(report))
     for fig_id, chart, _ in learning_charts(report):
         found[fig_id.removeprefix("fig-")] = chart
     return {name: chart for name, chart in found.items() if chart is not None}

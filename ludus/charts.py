@@ -45,6 +45,13 @@ def color_of(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
+def player_colors(players: Sequence[str]) -> dict[str, str]:
+    """One colour per player for a whole page, by the players' order there (the palette's order,
+    cycling past its end): every chart of the page that shows a player, as a line or a bar, draws
+    it in the same colour, so a reader follows one player from chart to chart."""
+    return {player: color_of(i) for i, player in enumerate(dict.fromkeys(players))}
+
+
 @dataclass
 class Chart:
     """A finished chart: its figure, size in pixels, title, and hover texts by artist id."""

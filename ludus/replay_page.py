@@ -1,8 +1,9 @@
 """The replay player: an episode (`ludus.league.records.replay.match_episode`) as a page section that animates
 it move by move — play/pause, step back and forward, first/last, a scrub bar, the list of moves
 (click to jump), arrow keys — with one small self-contained script (`ludus/web/replay_player.js`,
-inlined: no CDN, no network). Board games show their board; dialogue games their private contexts
-and the transcript, as the game renders them. Used by the arena service's match pages,
+inlined: no CDN, no network). Board games show their board (drawn as SVG where the board text is
+a grid of cells); dialogue games their private contexts and the transcript, as the game renders
+them. Used by the arena service's match pages,
 `ludus arena leaderboard --html` and `ludus replay RUN MATCH --html`.
 """
 
@@ -25,6 +26,7 @@ PLAYER_CSS = """
 .ludus-replay .step-label { color: #444; font-size: 13px; }
 .ludus-replay .moves { font-size: 12px; color: #555; max-height: 14em; overflow-y: auto; padding-left: 1.5em; }
 .ludus-replay .moves li { cursor: pointer; } .ludus-replay .moves li.current { font-weight: bold; color: #000; }
+.ludus-replay .board-drawing { margin: 6px 0; } .ludus-replay [hidden] { display: none; }
 """
 
 

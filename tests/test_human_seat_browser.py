@@ -63,6 +63,14 @@ def test_a_person_plays_an_entrant_by_clicking_and_is_on_the_leaderboard(tmp_pat
 
         browser.evaluate("document.getElementById('replay-link').click()")
         browser.wait_for(f"location.pathname === '/matches/{match_id}' && !!document.querySelector('.ludus-replay')")
+        # the replay draws the board as a board: 9 cells, and at the last step the recorded marks
+        browser.evaluate("document.querySelector('.ludus-replay .last').click()")
+        board = browser.evaluate("document.querySelector('.ludus-replay .board').textContent")
+        assert browser.evaluate("document.querySelectorAll('.board-drawing svg rect').length") == 9
+        drawn = browser.evaluate("[...document.querySelectorAll('.board-drawing [data-mark]')]"
+                                 ".map(m => m.dataset.mark).join('')")
+        assert drawn == "".join(c for c in board if c not in ".\n") and drawn.count("x") == clicks
+        browser.screenshot(SCREENSHOTS / "play-replay.png")
         browser.goto(f"{base}/")
         row = "document.querySelector('tr.entrant[data-player=\"human:dana\"]')"
         assert browser.wait_for(f"{row} && {row}.querySelector('td.games').textContent", timeout=30) == "1"

@@ -215,3 +215,26 @@ def test_bar_chart_whiskers_and_png(tmp_path):
     chart.png(str(tmp_path / "bars.png"), scale=1.0)
     image = Image.open(tmp_path / "bars.png")
     assert image.size == (chart.width, chart.height)
+
+
+def test_a_member_has_one_colour_in_every_chart_of_the_page(run_dir):
+    """The ratings lines, the Bradley-Terry bars and the meta-game bars draw each member in its page
+    colour (`charts.player_colors`): the colour found next to a member's name is the same in each."""
+    from ludus.evaluation.report import bt_chart, metagame_charts, player_colors, ratings_chart
+
+    assert charts.player_colors(["a", "b", "a", "c"]) == {"a": charts.PALETTE[0], "b": charts.PALETTE[1],
+                                                          "c": charts.PALETTE[2]}
+    report = build_report(run_dir)
+    colors = player_colors(report)
+    used = {c.lower() for c in colors.values()}
+    svgs = [ratings_chart(report).svg(), bt_chart(report).svg()]
+    if report.metagame is not None:
+        svgs += [c.svg() for c in metagame_charts(report.metagame, colors)]
+    for svg in svgs:
+        fills = {m.lower() for m in re.findall(r"(?:fill|stroke):\s*(#[0-9a-fA-F]{6})", svg)}
+        assert fills & used, "no member colour in a chart"
+    bars = bt_chart(report)
+    rows = report.ranking.rows()
+    bar_fill = r'-bar-\d+"><title>[^<]*</title>\s*<path[^>]*?fill:\s*(#[0-9a-fA-F]{6})'
+    drawn = [m.lower() for m in re.findall(bar_fill, bars.svg())]
+    assert drawn[:len(rows)] == [colors[r["player"]].lower() for r in rows]
