@@ -382,6 +382,8 @@ class HumanSeat:
     """The person's seat as an in-process player of a match loop: `act` waits for their move."""
 
     needs_history = False
+    asks_a_person = True
+    """Match loops ask this seat before the agents of a simultaneous step (`ludus.arena.match.play_match`)."""
 
     def __init__(self, game: HumanGame):
         self.game = game

@@ -537,7 +537,9 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
     Sandboxed seats are held to `limits`; in-process policies are trusted code and are not timed
     out (their exceptions propagate), except that one may give up the match by raising
     `ludus.agents.policy.SeatForfeit` (a person's web seat that timed out), which is recorded as
-    that seat's fault. A fault ends the match at once as a forfeit (`forfeit_returns`). Each
+    that seat's fault. A player with a true `asks_a_person` attribute (a person's web seat) is
+    asked before the sandboxed agents of a simultaneous step, so that its minutes do not run on
+    their clocks. A fault ends the match at once as a forfeit (`forfeit_returns`). Each
     seat's randomness derives from `seed`, so a match between deterministic-given-seed agents
     replays exactly. `watch(game)`, if given, is called after the reset and after every step (a
     web seat shows the position to its person).
@@ -580,6 +582,35 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
         texts: dict[int, str] = {}  # text-move games: moves said as text
         asked: dict[int, float] = {}
         move_think: dict[int, float] = {}
+
+        def ask_in_process(seat: int) -> None:
+            agent = agents[seat]
+            t0 = time.monotonic()
+            batch = ActBatch(game.observation(seat)[None], masks[seat][None], np.array([seat]),
+                             [game.history()] if agent.needs_history else None)
+            try:
+                out = agent.act(batch, rngs[seat], greedy=greedy)
+            except SeatForfeit as exc:
+                think[seat] += time.monotonic() - t0
+                faults[seat] = AgentFault(MatchStatus(exc.status), exc.reason)
+                return
+            action = int(out.actions[0])
+            move_think[seat] = time.monotonic() - t0
+            think[seat] += move_think[seat]
+            if spec.text_moves and out.texts is not None and out.texts[0] is not None:
+                actions[seat], texts[seat] = -1, str(out.texts[0])
+                return
+            if not masks[seat][action]:
+                raise SandboxError(f"in-process policy {type(agent).__name__} chose illegal action {action}")
+            actions[seat] = action
+
+        # A person's seat moves before any agent is asked (a simultaneous step): their minutes
+        # must not run on the agents' clocks.
+        people = [seat for seat in movers if getattr(agents[seat], "asks_a_person", False)]
+        for seat in people:
+            ask_in_process(seat)
+        if any(faults):
+            break
         for seat in movers:  # ask every sandboxed mover first, so they think in parallel
             agent = sandboxed[seat]
             if agent is not None:
@@ -603,25 +634,8 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
                         actions[seat], texts[seat] = -1, result
                     else:
                         actions[seat] = result
-            else:
-                t0 = time.monotonic()
-                batch = ActBatch(game.observation(seat)[None], masks[seat][None], np.array([seat]),
-                                 [game.history()] if agent.needs_history else None)
-                try:
-                    out = agent.act(batch, rngs[seat], greedy=greedy)
-                except SeatForfeit as exc:
-                    think[seat] += time.monotonic() - t0
-                    faults[seat] = AgentFault(MatchStatus(exc.status), exc.reason)
-                    continue
-                action = int(out.actions[0])
-                move_think[seat] = time.monotonic() - t0
-                think[seat] += move_think[seat]
-                if spec.text_moves and out.texts is not None and out.texts[0] is not None:
-                    actions[seat], texts[seat] = -1, str(out.texts[0])
-                    continue
-                if not masks[seat][action]:
-                    raise SandboxError(f"in-process policy {type(agent).__name__} chose illegal action {action}")
-                actions[seat] = action
+            elif seat not in people:
+                ask_in_process(seat)
         if any(faults):
             break
         if texts:

@@ -171,3 +171,35 @@ def test_play_web_serves_a_local_game_by_typed_text(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_a_persons_minutes_do_not_run_on_the_agents_clock_in_a_simultaneous_game(tmp_path):
+    """Goofspiel: both seats bid at once. The person takes three times the agent's whole time
+    control over each bid; the sandboxed agent, asked only after the person has moved, never times
+    out. In-process (the service's objects without HTTP), so the timing is the test's own."""
+    from ludus.agents.human_seat import StartRequest
+    from ludus.arena.api import Arena
+    from ludus.arena.match import MatchLimits
+    from ludus.arena.service import ArenaService, ServiceConfig
+    from tests.test_arena import config
+
+    require_isolation()
+    game = "spiel:goofspiel(num_cards=3)"
+    arena = Arena.open(tmp_path / "arena", game, config(match_limits=MatchLimits(0.3, 0.2)))
+    arena.submit(EXAMPLES / "random_python", name="randy")
+    service = ArenaService(arena, ServiceConfig(schedule=False))
+    try:
+        played = service.humans.start("alice", StartRequest(0, "randy"))
+        end = time.monotonic() + 60
+        while played.finished_at is None:
+            assert time.monotonic() < end
+            state = played.state("alice")
+            if state["status"] == "your-turn":
+                time.sleep(1.5)  # three times the agent's 0.3 s + 0.2 s
+                played.move("alice", state["legal"][0]["action"])
+            time.sleep(0.05)
+        state = played.state("alice")
+        assert state["status"] == "over" and state["statuses"] == ["ok", "ok"], state
+        assert "P0 hand" in state["view"] and state["match_id"] is not None
+    finally:
+        service.close()
