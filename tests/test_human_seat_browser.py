@@ -47,6 +47,10 @@ def test_a_person_plays_an_entrant_by_clicking_and_is_on_the_leaderboard(tmp_pat
                 assert marks.count("x") == clicks  # every click of ours is on the board, and only those
                 if clicks == 1:
                     browser.screenshot(SCREENSHOTS / "play-in-progress.png")
+                    browser.goto(f"{base}/play")  # a reload comes back to the game in progress
+                    browser.wait_for("document.body.dataset.status === 'your-turn'", timeout=30)
+                    assert browser.evaluate("[...document.querySelectorAll('#board button.cell')]"
+                                            ".map(b => b.textContent || '.').join('')") == marks
                 # the disabled cells are the taken ones: click the first free cell
                 browser.evaluate("document.querySelector('#board button.cell:enabled').click()")
                 clicks += 1

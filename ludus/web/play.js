@@ -12,7 +12,7 @@
   var legalBox = document.getElementById("legal"), textForm = document.getElementById("text-move");
   var result = document.getElementById("result");
   var gameId = null, timer = null, busy = false, last = null;
-  var tokenKey = "ludus-play-token";
+  var tokenKey = "ludus-play-token", gameKey = "ludus-play-game";
 
   function headers() {
     var h = {"Content-Type": "application/json"};
@@ -39,6 +39,7 @@
       if (rd[0] !== 201) { say("refused (" + rd[0] + "): " + rd[1].error); return; }
       say("");
       gameId = rd[1].game_id;
+      sessionStorage.setItem(gameKey, gameId);  // a reload of the page comes back to this game
       gameBox.dataset.gameId = gameId;
       gameBox.hidden = false;
       show(rd[1]);
@@ -66,8 +67,21 @@
   function poll() {
     if (!gameId) return;
     call("GET", "/api/play/" + encodeURIComponent(gameId)).then(function (rd) {
-      if (rd[0] === 200) show(rd[1]); else say("refused (" + rd[0] + "): " + rd[1].error);
+      if (rd[0] === 200) { show(rd[1]); return; }
+      if (rd[0] === 404 || rd[0] === 403) {  // gone (or another account's): forget it
+        sessionStorage.removeItem(gameKey);
+        clearInterval(timer); timer = null; gameId = null; gameBox.hidden = true;
+      }
+      say("refused (" + rd[0] + "): " + rd[1].error);
     }).catch(function () {});
+  }
+
+  var saved = sessionStorage.getItem(gameKey);
+  if (saved) {  // the page was reloaded during (or after) a game: show it again
+    gameId = saved;
+    gameBox.dataset.gameId = gameId;
+    gameBox.hidden = false;
+    setTimeout(poll, 0);
   }
 
   function drawGrid(state, mine) {
