@@ -581,9 +581,11 @@ def entrant_page(data: dict[str, Any]) -> str:
                + ("" if bt["rating_without_forfeits"] is None else
                   f'; without forfeited matches {bt["rating_without_forfeits"]:.0f} (#{bt["rank_without_forfeits"]})')
                + "</p>" + (f'<p class="meta">{_e(bt["stability"])}</p>' if bt.get("stability") else ""))
-    body = (f'<p class="meta">{_e(data["submission_kind"])} &middot; version {_e(data["version"])} &middot; '
-            f'<span id="owner">{owner}</span> &middot; digest {_e(data["digest"][:16])}'
-            f'{" &middot; <b>withdrawn</b>" if data["withdrawn"] else ""}'
+    person = data["kind"] == HUMAN_KIND  # no version, no code: a person
+    body = (f'<p class="meta">{_e(data["submission_kind"])} &middot; '
+            + ("" if person else f'version {_e(data["version"])} &middot; ')
+            + f'<span id="owner">{owner}</span>' + ("" if person else f' &middot; digest {_e(data["digest"][:16])}')
+            + f'{" &middot; <b>withdrawn</b>" if data["withdrawn"] else ""}'
             f'{" &middot; <b>dead</b> (" + _e(data["dead"]) + ")" if data.get("dead") else ""}</p>{ranking}'
             f'<h2>Rating history (latest 30)</h2><table id="history"><tr><th>after ledger seq</th><th>mu</th>'
             f'<th>sigma</th></tr>{points}</table><h2>Matches (latest 50)</h2><table id="entrant-matches"><tr>'

@@ -84,6 +84,11 @@ def test_a_person_plays_an_entrant_by_clicking_and_is_on_the_leaderboard(tmp_pat
                          "document.querySelector('tr.entrant[data-player=\"random\"] td.games').textContent) >= 2",
                          timeout=120)
         browser.screenshot(SCREENSHOTS / "play-leaderboard.png")
+        browser.evaluate(f"{row}.querySelector('a').click()")  # the person's own page
+        browser.wait_for("location.pathname === '/entrants/human%3Adana'")
+        assert "a person, account dana" in browser.wait_for("document.getElementById('owner').textContent")
+        assert browser.evaluate("document.querySelectorAll('#entrant-matches tr').length") == 2  # header + 1
+        browser.screenshot(SCREENSHOTS / "play-person.png")
     finally:
         browser.close()
         server.stop()
