@@ -110,6 +110,14 @@
   }
 
   function show(state) {
+    if (last === null) {  // the form says which game this is (after a reload it would not)
+      var opponent = state.players.filter(function (p, k) { return k !== state.seat; })[0];
+      if (form.opponent && config.choose_opponent &&
+          Array.prototype.some.call(form.opponent.options, function (o) { return o.value === opponent; })) {
+        form.opponent.value = opponent;
+      }
+      form.seat.value = String(state.seat);
+    }
     last = state;
     document.body.dataset.status = state.status;
     var mine = state.status === "your-turn";
