@@ -71,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kind", default=None, help="only matches of this kind (training, rating, evaluation, arena)")
     p.add_argument("--iteration", type=int, default=None,
                    help="only matches of this iteration (1-based; in an arena, this tournament)")
+    p.add_argument("--game", default=None, help="only matches of this game (a run of several games, config key games)")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--limit", type=int, default=None, help="show the newest N that pass (default 50)")
     shown.add_argument("--all", action="store_true", help="show every match that passes")
@@ -256,7 +257,7 @@ def _matches(args) -> int:
         from ludus.league.rundata import read_run
 
         read_run(directory)  # one line if it is no run
-    which = MatchFilter(args.player, args.status, args.kind, args.iteration)
+    which = MatchFilter(args.player, args.status, args.kind, args.iteration, args.game)
     listing = list_matches(directory, which, None if args.all else DEFAULT_LIMIT if args.limit is None else args.limit)
     print(format_listing(listing, directory, arena=args.arena_dir is not None))
     return 0

@@ -30,6 +30,8 @@ class MatchFilter:
     """Only matches of this kind (one of `MATCH_KINDS`: training, rating, evaluation, arena)."""
     iteration: int | None = None
     """Only matches of this league iteration (1-based), or of this arena tournament."""
+    game: str | None = None
+    """Only matches of this game (a run of several games records each match under its own)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,15 @@ def list_matches(directory: str | Path, which: MatchFilter, limit: int | None = 
                 continue
             if which.iteration is not None and round_of(match) != which.iteration:
                 continue
+            if which.game is not None and match.game_id != which.game:
+                continue
             kept.append(match)
             total += 1
+        if which.game is not None and total == 0 and store.count_matches() > 0:
+            games = sorted({r.result.game_id for r in store.iter_matches()})
+            if which.game not in games:
+                raise UserError(f"no match of game {which.game!r} in the ledger of {directory} (its games: "
+                                f"{', '.join(games)})")
         return MatchListing(tuple(kept), total, store.count_matches())
 
 
@@ -83,20 +92,23 @@ def _returns(value: float) -> str:
     return f"{value:g}"
 
 
-def format_match(match: MatchResult) -> str:
-    """One line: id, kind, iteration, each seat's player and return, length, and any fault."""
+def format_match(match: MatchResult, game: bool = False) -> str:
+    """One line: id, kind, iteration, (with `game`, the match's game,) each seat's player and
+    return, length, and any fault."""
     when = round_of(match)
     seats = "  ".join(f"{s.player_id} {_returns(s.episode_return)}" for s in match.seats)
     faults = "; ".join(f"{s.player_id} {s.status}" + (f" ({s.error})" if s.error else "")
                        for s in match.seats if s.status != "ok")
     return (f"{match.match_id:>8}  {match.kind:<10} {'-' if when is None else when:>5}  {match.length:>5}  "
-            f"{seats}" + (f"   [{faults}]" if faults else ""))
+            + (f"{match.game_id}  " if game else "") + f"{seats}" + (f"   [{faults}]" if faults else ""))
 
 
 def format_listing(listing: MatchListing, directory: str, arena: bool) -> str:
     """The header, one line per match, and a footer that says what was left out and what next."""
-    lines = [f"{'match':>8}  {'kind':<10} {'tour' if arena else 'iter':>5}  {'steps':>5}  seats (player return)"]
-    lines += [format_match(m) for m in listing.matches]
+    several = len({m.game_id for m in listing.matches}) > 1  # a run of several games: say which each played
+    lines = [f"{'match':>8}  {'kind':<10} {'tour' if arena else 'iter':>5}  {'steps':>5}  "
+             + ("game  " if several else "") + "seats (player return)"]
+    lines += [format_match(m, several) for m in listing.matches]
     shown = len(listing.matches)
     replay = f"ludus arena replay ID --arena {directory}" if arena else f"ludus replay {directory} ID"
     if listing.total == 0:

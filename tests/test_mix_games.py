@@ -10,6 +10,7 @@ import pytest
 
 from ludus.games import registry
 from ludus.games.check import check_game
+from ludus.errors import UserError
 from ludus.games.core import GameError
 from ludus.games.mix import match_game_id, mix_parts, parse_mix, plays
 
@@ -106,6 +107,14 @@ def test_a_two_game_lm_league_rates_per_game_plays_each_game_alone_and_resumes_e
         matches = [recorded.result for recorded in store.iter_matches()]
     games = {m.game_id for m in matches}
     assert games == {p.game_id for p in mix_parts(config.game)}  # each match under its own game
+    from ludus.league.matchlist import MatchFilter, format_listing, list_matches
+
+    listing = list_matches(tmp_path / "whole", MatchFilter(game="ta:TicTacToe-v0"), None)
+    assert listing.total == sum(m.game_id == "ta:TicTacToe-v0" for m in matches) > 0
+    assert "ta:SimpleNegotiation" in format_listing(list_matches(tmp_path / "whole", MatchFilter(), None),
+                                                    str(tmp_path / "whole"), arena=False)
+    with pytest.raises(UserError, match="its games: ta:"):
+        list_matches(tmp_path / "whole", MatchFilter(game="ta:Nim-v0"), None)
     replayed = replay_match(tmp_path / "whole", matches[-1].match_id)
     assert replayed.matches and matches[-1].game_id in replayed.transcript
     report = status(tmp_path / "whole")

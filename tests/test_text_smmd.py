@@ -116,6 +116,29 @@ def test_smmd_league_resumes_exactly(tiny_bases, tmp_path):
     assert len(snapshots) > 1 and (rows, snapshots) == resumed_fingerprint(config, tmp_path / "half")
 
 
+def test_reset_to_a_snapshot_restores_its_adapters_with_fresh_optimizers_and_keeps_the_critic(tiny_bases, tmp_path):
+    """An exploiter's reset (AlphaStar): the snapshot's adapters come back, Adam starts again, and
+    the critic (it reads the base's features, the same for every snapshot) and the baselines stay."""
+    from ludus.agents.lm.pretrained import trained_state
+    from ludus.agents.snapshot import Lineage
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.learners.text_smmd import TextSMMDLeagueLearner
+
+    learner = TextSMMDLeagueLearner(game_spec(KUHN), _config(tiny_bases[0]), 0, seed=0, init_seed=1)
+    snapshot = tmp_path / "snap"
+    learner.freeze(snapshot, Lineage(role="main"))
+    saved = {k: v.clone() for k, v in trained_state(learner.lm.model).items()}
+    learner.smmd.update(_kuhn_turns(learner, [0, 1, 0, 1], [-1.0, 1.0, -1.0, 1.0]))
+    learner.smmd.baselines[:] = [0.25, -0.5]
+    critic = {k: v.clone() for k, v in learner.smmd.critic.state_dict().items()}
+    assert any(not torch.equal(saved[k], v) for k, v in trained_state(learner.lm.model).items())
+    learner.reset_to(snapshot, seed=7)
+    assert all(torch.equal(saved[k], v) for k, v in trained_state(learner.lm.model).items())
+    assert all(torch.equal(critic[k], v) for k, v in learner.smmd.critic.state_dict().items())
+    assert learner.smmd.baselines.tolist() == [0.25, -0.5] and learner.updates == 1
+    assert not learner.smmd.optimizer.optimizer.state  # Adam starts again
+
+
 def test_it_is_the_default_lm_learner():
     from ludus.league.api import load_config
     from ludus.league.learners.kinds import DEFAULT_TEXT_LM_LEARNER
