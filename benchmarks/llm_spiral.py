@@ -66,7 +66,7 @@ def per_game_rows(run_dir: Path, newest: str) -> tuple[list[str], bool]:
                 lines.append(f"  {pid:<14} no matches")
                 continue
             rating = "unrated" if m.mu is None else f"mu {m.mu:6.2f} sigma {m.sigma:5.2f} (mu-3s {m.conservative:6.2f})"
-            invalid = "-" if m.invalid_answers is None else f"{m.invalid_answers:.1%}"
+            invalid = "-" if m.invalid_answers is None else f"{m.invalid_answers:.2f} a turn"
             lines.append(f"  {pid:<14} {rating}  games {m.games:>5}  score {m.score:.3f}  invalid answers {invalid}")
     return lines, complete
 

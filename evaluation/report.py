@@ -489,9 +489,9 @@ def _leaderboard(report: RunReport) -> str:
             parts.append('<p class="meta" id="bt-clean">Bradley-Terry without forfeited matches: ' + ", ".join(
                 f"{_e(clean.players[i])} {clean.rating[i]:.0f}" for i in clean.order()) + "</p>")
         if views.answers:
-            body = "".join(f'<tr><td class="name">{_e(p)}</td><td>{k / t:.1%}</td><td>{k}</td><td>{t}</td></tr>'
+            body = "".join(f'<tr><td class="name">{_e(p)}</td><td>{k / t:.2f}</td><td>{k}</td><td>{t}</td></tr>'
                            for p, (t, k) in sorted(views.answers.items()))
-            parts.append('<table id="invalid-answers"><tr><th class="name">text agent</th><th>invalid answers</th>'
+            parts.append('<table id="invalid-answers"><tr><th class="name">text agent</th><th>invalid answers per turn</th>'
                          f"<th>invalid</th><th>turns</th></tr>{body}</table>")
         parts += [f'<p class="warning">warning: {_e(w.text)}</p>' for w in views.warnings]
         if views.multi_game:
@@ -514,11 +514,11 @@ def _games_section(report: RunReport) -> str:
             f'<tr><td class="name">{_e(m.player_id)}</td>'
             + ("<td>-</td>" * 3 if m.mu is None else f"<td>{m.mu:.2f}</td><td>{m.sigma:.2f}</td><td>{m.conservative:.2f}</td>")
             + f"<td>{m.games:,}</td><td>{m.score:.3f}</td>"
-            + ("<td>-</td>" if m.invalid_answers is None else f"<td>{m.invalid_answers:.1%}</td>") + "</tr>"
+            + ("<td>-</td>" if m.invalid_answers is None else f"<td>{m.invalid_answers:.2f}</td>") + "</tr>"
             for m in game.members)
         parts.append(f'<h3>{_e(game.game)}: {game.matches:,} matches</h3><table class="game"><tr>'
                      '<th class="name">player</th><th>mu</th><th>sigma</th><th>mu-3&sigma;</th><th>games</th>'
-                     f"<th>score</th><th>invalid answers</th></tr>{rows}</table>")
+                     f"<th>score</th><th>invalid answers per turn</th></tr>{rows}</table>")
     return "".join(parts)
 
 

@@ -44,8 +44,9 @@ class MemberStatus:
     recent_length: float | None = None
     """Mean length (steps) of those games."""
     invalid_answers: float | None = None
-    """Text agents: the share of its turns over its last `RECENT_GAMES` games whose answer did not
-    count (retried, or refused by the game); None for agents that play by actions."""
+    """Text agents: its answers that did not count, per turn, over its last `RECENT_GAMES` games
+    (each retried answer and each move the game refused counts, so a turn that failed three times
+    counts 3; 0 when every first answer counted); None for agents that play by actions."""
     vs_anchors: tuple[tuple[str, float, float | None], ...] = ()
     """(anchor, games, score) against each anchor of the run, in `StatusReport.anchors` order: win 1,
     draw .5; a live learner's over its recent games with it (decayed counts of the league's payoff
@@ -70,7 +71,7 @@ class GameMemberStatus:
     score: float | None
     """Mean outcome (win 1, draw .5) over them."""
     invalid_answers: float | None
-    """Text agents: the share of its turns in this game whose answer did not count."""
+    """Text agents: its answers in this game that did not count, per turn (retries and refused moves)."""
 
     @property
     def conservative(self) -> float | None:
@@ -299,7 +300,7 @@ def format_status(report: StatusReport) -> str:
                         for a, w in zip(report.anchors, widths))
         ret = f"{m.recent_return:9.3g}" if m.recent_return is not None else f"{'-':>9}"
         length = f"{m.recent_length:7.1f}" if m.recent_length is not None else f"{'-':>7}"
-        invalid = "" if not texts else (f" {m.invalid_answers:7.1%}" if m.invalid_answers is not None else f" {'-':>7}")
+        invalid = "" if not texts else (f" {m.invalid_answers:7.2f}" if m.invalid_answers is not None else f" {'-':>7}")
         lines.append(f"{m.player_id:<24} {m.kind:<9} {m.role:<17} {mu} {sigma} {cons} {m.games:>7} {score} {cells}"
                      f"{ret} {length}{invalid}")
     for game in report.games:
@@ -308,15 +309,16 @@ def format_status(report: StatusReport) -> str:
             mu = f"{m.mu:7.2f}" if m.mu is not None else f"{'-':>7}"
             sigma = f"{m.sigma:6.2f}" if m.sigma is not None else f"{'-':>6}"
             cons = f"{m.conservative:7.2f}" if m.conservative is not None else f"{'-':>7}"
-            invalid = f" {m.invalid_answers:7.1%}" if m.invalid_answers is not None else (f" {'-':>7}" if texts else "")
+            invalid = f" {m.invalid_answers:7.2f}" if m.invalid_answers is not None else (f" {'-':>7}" if texts else "")
             lines.append(f"  {m.player_id:<22} {'':<9} {'':<17} {mu} {sigma} {cons} {m.games:>7} {m.score:6.3f}"
                          f"{' ' * (sum(w + 1 for w in widths) + 18)}{invalid}")
     lines.append(f"(score: mean outcome over all its games, win 1, draw .5"
                  + (", 'vs <anchor>': its score against that anchor over their recent games"
                     if report.anchors else "")
                  + f"; return, length: means over each player's last {RECENT_GAMES} games"
-                 + ("; invalid: the share of a text agent's turns there whose answer did not count" if texts else "")
-                 + ("; per game: TrueSkill from that game's rating matches, its games, score and invalid share"
+                 + ("; invalid: a text agent's answers that did not count there, per turn (each retry and each move "
+                    "the game refused counts: 0 when every first answer counted)" if texts else "")
+                 + ("; per game: TrueSkill from that game's rating matches, its games, score and invalid answers per turn"
                     if report.games else "")
                  + ")")
     return "\n".join(lines)

@@ -276,7 +276,7 @@ def test_the_ranking_shows_each_text_agents_invalid_answer_rate():
     rows = {r["player"]: r for r in views.rows()}
     assert rows["lm"]["invalid_answer_rate"] == pytest.approx(0.25) and rows["base"]["invalid_answer_rate"] == 0.0
     text = "\n".join(format_views(views))
-    assert "invalid answers" in text and "25.0%  (12 in 48 turns)" in text
+    assert "invalid answers" in text and "0.25  (12 in 48 turns)" in text
 
 
 def test_status_shows_a_text_agents_invalid_answer_share(tmp_path):
@@ -286,4 +286,4 @@ def test_status_shows_a_text_agents_invalid_answer_share(tmp_path):
                MemberStatus("anchor:random", "anchor", "anchor", 25.0, 1.0, 10, 0.4, None, 0, -0.1, 8.0, None))
     text = format_status(StatusReport(str(tmp_path), NEGOTIATION, 2, 2, 20, 160, members))
     header, main_row, anchor_row = text.splitlines()[1:4]
-    assert header.split()[-1] == "invalid" and main_row.split()[-1] == "25.0%" and anchor_row.split()[-1] == "-"
+    assert header.split()[-1] == "invalid" and main_row.split()[-1] == "0.25" and anchor_row.split()[-1] == "-"

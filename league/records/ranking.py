@@ -750,7 +750,7 @@ def format_views(views: RankingViews, trueskill=None, label: str = "player") -> 
         lines.append("invalid answers (responses that did not count, retries and moves the game refused "
                      "included, per turn):")
         for p, (turns, invalid) in sorted(views.answers.items()):
-            lines.append(f"  {p:<{width}} {invalid / turns:6.1%}  ({invalid} in {turns} turns)")
+            lines.append(f"  {p:<{width}} {invalid / turns:6.2f}  ({invalid} in {turns} turns)")
     for w in views.warnings:
         lines.append(f"warning: {w.text}")
     if views.multi_game:
