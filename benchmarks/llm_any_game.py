@@ -20,7 +20,8 @@ CPU run (amx, avx512_bf16, avx512f, avx2) and the load.
     python benchmarks/llm_any_game.py --game ta:ConnectFour-v0 --minutes 30
 
 Ends with ``goal NAME: figure (target t) PASS|FAIL``: `llm_kuhn_from_play` (exploitability
-<= 0.15) for Kuhn poker, `llm_tictactoe_from_play` (>= 0.80 against the random mover and legal
+<= 0.15 of the run's output policy: the recipe's average of its snapshots; the last iterate's is
+printed beside it) for Kuhn poker, `llm_tictactoe_from_play` (>= 0.80 against the random mover and legal
 first answers >= 0.99) for tic-tac-toe, else `llm_any_game` (the lower bound against the base > 0.5).
 """
 
@@ -103,8 +104,20 @@ def main() -> None:
         from benchmarks.llm_kuhn import exploitability_of_lm
 
         figure, table = exploitability_of_lm(TextLMPolicy(model, learner.lm.tokenizer, view, play))
+        result["exploitability_last_iterate"] = figure
+        print(f"the learner's last iterate: exploitability {figure:.4f}; P(bet or call): {table}", flush=True)
+        if config.output_policy != "newest":
+            # the run's output: the average of its snapshots (the last iterate of MMD from sampled Q
+            # swings around the equilibrium; averaging iterates is fictitious play's remedy)
+            from ludus.agents.mixture import OUTPUT_POLICY_DIR, read_mixture
+            from ludus.agents.solvers.exploitability import exploitability, mixture_tabular
+
+            mixed, _ = mixture_tabular(run_dir / OUTPUT_POLICY_DIR, args.game)
+            figure = exploitability(args.game, mixed)
+            members = len(read_mixture(run_dir / OUTPUT_POLICY_DIR).components)
+            print(f"the run's output policy ({config.output_policy} of {members} snapshots): exploitability "
+                  f"{figure:.4f}", flush=True)
         result["exploitability"] = figure
-        print(f"trained exploitability {figure:.4f}; P(bet or call): {table}", flush=True)
         goal = f"goal llm_kuhn_from_play: {figure:.4f} (target 0.15) {'PASS' if figure <= 0.15 else 'FAIL'}"
     trained = {k: v.detach().clone() for k, v in trained_state(model).items()}
     zeros = {k: torch.zeros_like(v) for k, v in trained.items()}  # zero adapters: the untrained base

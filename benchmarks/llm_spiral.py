@@ -48,9 +48,10 @@ def newest_snapshot(run_dir: Path) -> tuple[str, Path]:
     return newest.player_id, run_dir / newest.snapshot_path
 
 
-def per_game_rows(run_dir: Path, newest: str) -> tuple[list[str], bool]:
-    """The per-game lines of the newest snapshot and the base, and whether every game has both
-    players' rating and invalid-answer rate."""
+def per_game_rows(run_dir: Path) -> tuple[list[str], bool]:
+    """Per game, the lines of the learner's newest snapshot rated in that game and of the base, and
+    whether every game has both players' rating and invalid-answer rate. (The snapshot frozen at
+    the budget's last iteration has played no rating match yet: no iteration followed to rate it.)"""
     from ludus.league.status import status
 
     report = status(run_dir)
@@ -58,6 +59,8 @@ def per_game_rows(run_dir: Path, newest: str) -> tuple[list[str], bool]:
     for game in report.games:
         lines.append(f"{game.game}: {game.matches:,} matches")
         rows = {m.player_id: m for m in game.members}
+        rated = [m.player_id for m in game.members if m.player_id.startswith("main@") and m.mu is not None]
+        newest = max(rated, key=lambda pid: int(pid.split("@")[1]), default="main@?")
         for pid in (newest, BASE):
             m = rows.get(pid)
             if m is None or m.mu is None or m.invalid_answers is None:
@@ -103,16 +106,25 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, default=None)
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="key=value on top of the preset (not for goal runs)")
+    parser.add_argument("--read", type=Path, default=None, metavar="RUN",
+                        help="no training: read a run this script trained before (its log gave the exit code and "
+                             "minutes, passed again with --exited-after MINUTES)")
+    parser.add_argument("--exited-after", type=float, default=None, help="with --read: the minutes it took")
     args = parser.parse_args()
     print(f"{host_line()}; load {os.getloadavg()}", flush=True)
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-spiral-")) / "run"
-    command = ["ludus", "train", PRESET, "--run", str(run_dir), "--time-budget", f"{args.minutes:g}m",
-               "--set", f"seed={args.seed}", "--set", "iterations=1000000", "--set", "log.wandb=disabled",
-               *[x for item in args.overrides for x in ("--set", item)]]
-    print("$ " + " ".join(command), flush=True)
-    start = time.monotonic()
-    code = subprocess.run(command).returncode
-    wall = time.monotonic() - start
+    if args.read is not None:
+        if args.exited_after is None:
+            raise SystemExit("--read RUN needs --exited-after MINUTES (from the log of the run)")
+        run_dir, code, wall = args.read, 0, 60 * args.exited_after
+    else:
+        run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="ludus-spiral-")) / "run"
+        command = ["ludus", "train", PRESET, "--run", str(run_dir), "--time-budget", f"{args.minutes:g}m",
+                   "--set", f"seed={args.seed}", "--set", "iterations=1000000", "--set", "log.wandb=disabled",
+                   *[x for item in args.overrides for x in ("--set", item)]]
+        print("$ " + " ".join(command), flush=True)
+        start = time.monotonic()
+        code = subprocess.run(command).returncode
+        wall = time.monotonic() - start
     print(f"`ludus train` exited {code} after {wall / 60:.1f} min", flush=True)
     if code != 0:
         print(f"goal llm_spiral_mix_plays: exit {code} (target 0, a {args.minutes:g} min run) FAIL")
@@ -121,7 +133,7 @@ def main() -> None:
     seconds = [float(m["charts/iteration_seconds"]) for m in metrics if "charts/iteration_seconds" in m]
     trained, iterations = sum(seconds), len(seconds)
     newest, snapshot = newest_snapshot(run_dir)
-    lines, complete = per_game_rows(run_dir, newest)
+    lines, complete = per_game_rows(run_dir)
     print(f"{iterations} iterations, {trained / 60:.1f} min of training; newest snapshot {newest}")
     print("\n".join(lines), flush=True)
     # the run stops at the iteration boundary after which the next would overrun the budget
