@@ -91,7 +91,7 @@ class GameStatus:
 def game_statuses(store: Store, game_ids: list[str]) -> tuple[GameStatus, ...]:
     """Per game of a run of several games: TrueSkill rebuilt from that game's rating matches (the
     same updates, in ledger order, a live table of that game would make), each member's games,
-    score and invalid-answer share. A scan of the ledger: a run of several games is an LM run,
+    score and invalid answers per turn. A scan of the ledger: a run of several games is an LM run,
     whose ledgers hold thousands of matches, not millions."""
     from ludus.league.records.ratings import RatingTable, TrueSkillParams, load_params
 
