@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ludus.agents.play import result_words
 from ludus.agents.policy import ActBatch, ActOutput, Policy, SeatForfeit
 from ludus.errors import UserError
 from ludus.games.core import Game, GameSpec, forfeit_returns, is_over
@@ -369,13 +370,10 @@ class HumanGame:
 
 
 def verdict(over: GameOver, seat: int) -> str:
-    """The result as the person reads it."""
-    mine = over.returns[seat]
-    best_other = max(r for s, r in enumerate(over.returns) if s != seat)
+    """The result as the person reads it, with any forfeit."""
     forfeits = [f"seat {s} forfeited ({status}: {reason})" for s, (status, reason)
                 in enumerate(zip(over.statuses, over.reasons)) if status != "ok"]
-    word = "you won" if mine > best_other else "you lost" if mine < best_other else "a draw"
-    return f"{word} ({mine:g})" + (f"; {'; '.join(forfeits)}" if forfeits else "")
+    return result_words(np.array(over.returns), seat) + (f"; {'; '.join(forfeits)}" if forfeits else "")
 
 
 class HumanSeat:

@@ -94,15 +94,22 @@ def _ask_action(game: Game, seat: int, input_fn: Callable[[str], str], print_fn:
         return action
 
 
-def _verdict(returns: np.ndarray, seat: int) -> str:
+def result_words(returns: np.ndarray, seat: int) -> str:
+    """A finished game's result as the person at `seat` reads it ("you won (1)"), in the terminal
+    and at the web seat (`ludus.agents.human_seat`)."""
+    returns = np.asarray(returns, dtype=np.float64)
     mine, others = returns[seat], np.delete(returns, seat)
     if len(others) == 0:
-        return f"Game over: you scored {mine:g}."
+        return f"you scored {mine:g}"
     if mine > others.max():
-        return f"Game over: you won ({mine:g})."
+        return f"you won ({mine:g})"
     if mine < others.max():
-        return f"Game over: you lost ({mine:g})."
-    return f"Game over: a draw ({mine:g})."
+        return f"you lost ({mine:g})"
+    return f"a draw ({mine:g})"
+
+
+def _verdict(returns: np.ndarray, seat: int) -> str:
+    return f"Game over: {result_words(returns, seat)}."
 
 
 def play_terminal(game_id: str, opponent: Policy | str, human_seat: int = 0, seed: int = 0,
