@@ -27,7 +27,6 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ludus import charts, pages
-from ludus.games.mix import mix_parts
 from ludus.evaluation.metagame import MetaGameReport, PayoffMatrix, PayoffRecorder, solve_metagame
 from ludus.league.records.population import Member
 from ludus.league.records.ranking import TIES, RankingError, RankingViews, ledger_records, ranking_views
@@ -118,7 +117,7 @@ class RunReport:
     ranking: RankingViews | None = None
     """Bradley-Terry and the other order-free views of the frozen members (None: no games between two)."""
     games: tuple[GameStatus, ...] = ()
-    """A run of several games: each game's TrueSkill, games, score and invalid-answer share."""
+    """A run of several games: each game's TrueSkill, games, score and invalid answers per turn."""
 
     @property
     def is_team_game(self) -> bool:
@@ -192,7 +191,7 @@ def build_report(run_dir: str | os.PathLike) -> RunReport:
                     mix_counts[pair] = mix_counts.get(pair, 0) + 1
         history = store.ratings_history()
         latest = store.latest_ratings()
-        per_game = game_statuses(store, [p.game_id for p in mix_parts(run.game_id)]) if mix_parts(run.game_id) else ()
+        per_game = game_statuses(store, run.game_id)
     payoff = record.matrix()
 
     per_player: dict[str, list[tuple[int, float, float]]] = {}

@@ -88,13 +88,17 @@ class GameStatus:
     """The members that played it, best conservative rating first."""
 
 
-def game_statuses(store: Store, game_ids: list[str]) -> tuple[GameStatus, ...]:
-    """Per game of a run of several games: TrueSkill rebuilt from that game's rating matches (the
-    same updates, in ledger order, a live table of that game would make), each member's games,
-    score and invalid answers per turn. A scan of the ledger: a run of several games is an LM run,
-    whose ledgers hold thousands of matches, not millions."""
+def game_statuses(store: Store, run_game: str) -> tuple[GameStatus, ...]:
+    """Per game of a run of several games (`run_game` a mix id; () for a run of one game):
+    TrueSkill rebuilt from that game's rating matches (the same updates, in ledger order, a live
+    table of that game would make), each member's games, score and invalid answers per turn. A scan
+    of the ledger: a run of several games is an LM run, whose ledgers hold thousands of matches,
+    not millions."""
     from ludus.league.records.ratings import RatingTable, TrueSkillParams, load_params
 
+    game_ids = [p.game_id for p in mix_parts(run_game)]
+    if not game_ids:
+        return ()
     params = load_params(store)
     tables = {g: RatingTable(params or TrueSkillParams()) for g in game_ids}
     counts = {g: {} for g in game_ids}
@@ -240,8 +244,7 @@ def status(run_dir: str | Path) -> StatusReport:
         # the payoff table counts only a live learner's training games: every other member's
         # score against an anchor comes from the anchor's newest rating matches in the ledger
         met = {a: store.head_to_head(a, ANCHOR_RECENT_MATCHES) for a in anchors}
-        parts = mix_parts(run.game_id)
-        per_game = game_statuses(store, [p.game_id for p in parts]) if parts else ()
+        per_game = game_statuses(store, run.game_id)
     versus = anchor_scores(run.run_dir, [m.player_id for m in run.members], anchors)
     for anchor, opponents in met.items():
         for player, (games, total) in opponents.items():
