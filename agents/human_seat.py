@@ -463,11 +463,8 @@ def local_match(game_id: str, opponent: Policy, seat: int, seed: int, human: Hum
         texts: dict[int, str] = {}
         for mover in game.to_move():
             player = human if mover == seat else opponent
-            mask = game.legal_mask(mover)
-            batch = ActBatch(game.observation(mover)[None], mask[None], np.array([mover]),
-                             [game.history()] if player.needs_history else None)
             try:
-                out = player.act(batch, rng)
+                out = player.act(ActBatch.at_seat(game, mover, player), rng)
             except SeatForfeit as exc:
                 faulted = [s == mover for s in range(spec.num_players)]
                 return GameOver(forfeit_returns(spec, faulted),

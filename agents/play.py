@@ -59,13 +59,7 @@ def resolve_opponent(text: str, spec: GameSpec) -> Policy:
 
 
 def _opponent_action(opponent: Policy, game: Game, seat: int, rng: np.random.Generator) -> int:
-    batch = ActBatch(
-        obs=game.observation(seat)[None],
-        mask=game.legal_mask(seat)[None],
-        seats=np.array([seat], dtype=np.int64),
-        histories=[game.history()] if opponent.needs_history else None,
-    )
-    return int(opponent.act(batch, rng).actions[0])
+    return int(opponent.act(ActBatch.at_seat(game, seat, opponent), rng).actions[0])
 
 
 def _ask_action(game: Game, seat: int, input_fn: Callable[[str], str], print_fn: Callable[..., None],

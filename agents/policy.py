@@ -9,9 +9,12 @@ an MLP costs 39 us per board alone, 1.65 us per board in a batch of 1,024).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ludus.games.core import Game
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,14 @@ class ActBatch:
 
     def __len__(self) -> int:
         return int(self.mask.shape[0])
+
+    @classmethod
+    def at_seat(cls, game: "Game", seat: int, policy: "Policy", mask: np.ndarray | None = None) -> "ActBatch":
+        """One decision point: `seat` of `game` as it stands, with the game's history for a policy
+        that searches from it (`needs_history`); `mask`: the seat's legal mask, if the caller has it."""
+        mask = game.legal_mask(seat) if mask is None else mask
+        return cls(game.observation(seat)[None], mask[None], np.array([seat], dtype=np.int64),
+                   [game.history()] if policy.needs_history else None)
 
 
 @dataclass(frozen=True)

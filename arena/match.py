@@ -586,10 +586,8 @@ def play_match(game_id: str, agents: Sequence["SandboxedAgent | Policy"], seed: 
         def ask_in_process(seat: int) -> None:
             agent = agents[seat]
             t0 = time.monotonic()
-            batch = ActBatch(game.observation(seat)[None], masks[seat][None], np.array([seat]),
-                             [game.history()] if agent.needs_history else None)
             try:
-                out = agent.act(batch, rngs[seat], greedy=greedy)
+                out = agent.act(ActBatch.at_seat(game, seat, agent, masks[seat]), rngs[seat], greedy=greedy)
             except SeatForfeit as exc:
                 think[seat] += time.monotonic() - t0
                 faults[seat] = AgentFault(MatchStatus(exc.status), exc.reason)
