@@ -341,7 +341,13 @@ class StackedActors:
         self.dtype = nets[0].policy_head.weight.dtype
         self.head = nets[0]._policy_from_head
         here = grouped_path(self.dtype)
+        odd = any(m.out_features % 2 for m in nets[0].actor_trunk if isinstance(m, nn.Linear))
+        if here == "amx" and odd:
+            here = "avx512bf16"  # (every CPU with AMX tiles has it)
         path = here if grouped is None or grouped is True else grouped or None
+        if path == "amx" and odd:
+            raise ValueError("the AMX kernel reads a layer's inputs in pairs, and these nets have an odd hidden "
+                             "width: use grouped=True (AVX512-BF16 then)")
         if grouped is True and here is None:
             raise ValueError(f"no grouped kernel runs {self.dtype} nets here ({grouped_linear_status()}); "
                              "use grouped=False")
