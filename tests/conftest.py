@@ -18,7 +18,7 @@ SKIP_ALLOWLIST: dict[str, str] = {
     # Each grouped-kernel path's numerics need its CPU feature (agents/kernels.py); on a CPU
     # without it the path is not used, and test_the_grouped_kernel_is_built_and_used_where_the_cpu_can
     # checks that (and fails if the CPU has the feature but the path is not used).
-    **{f"tests/test_policy.py::test_the_grouped_kernel_{test}[{path}-": f"no {feature} on this CPU"
+    **{f"tests/test_policy.py::test_the_grouped_kernel_{test}[{path}": f"no {feature} on this CPU"
        for test in ("gives_the_padded_stacks_logits", "refuses_mismatched_rows")
        for path, feature in (("amx", "AMX tiles"), ("avx512bf16", "AVX512-BF16"), ("avx2", "AVX2 with FMA"))},
     # Fused bf16 acting needs oneDNN's bf16, i.e. AVX-512 (agents/nets.py FusedActing); without it

@@ -313,8 +313,11 @@ def _kernel_runs_here(path: str) -> None:
     """A path's numerics can only be tested on a CPU that has it; the test below checks that every
     path the CPU has is used. These skips (AMX on a CPU without tiles, say) are on
     tests/conftest.py's allowlist: a missing CPU feature, not a missing package."""
+    from ludus.agents.kernels import grouped_linear_status, grouped_paths
+
     if not _cpu_runs(path):
         pytest.skip(f"this CPU has no {'/'.join(sorted(_PATH_FLAGS[path]))}: the {path} kernel does not run here")
+    assert path in grouped_paths(), grouped_linear_status()  # (and the extension is loaded)
 
 
 def test_the_grouped_kernel_is_built_and_used_where_the_cpu_can():
