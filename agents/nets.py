@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ludus.agents.kernels import grouped_linear_status
+from ludus.agents.kernels import PATHS, grouped_linear_status, grouped_path, grouped_paths
 from ludus.games.core import GameSpec
 from ludus.bounds import bounds
 
@@ -317,46 +317,67 @@ class StackedActors:
     """The actors of several nets of one MLP architecture, evaluated as one.
 
     A self-play runner asks ~16 frozen snapshots for ~100 rows each per step; one call per net
-    is bound by per-call overhead, not arithmetic. In bfloat16 on a CPU with AMX tiles each layer
-    is one call of `torch.ops.ludus.grouped_linear` (agents/kernels.py): every net's rows times its
-    own weights, packed once at construction, ReLU fused. Where that kernel is not built, each
-    layer is one `torch.baddbmm` over all the nets with each group padded to the largest (~2x
-    the products at PFSP's uneven groups, and ~15 us per net and layer of weight re-layout): the
-    kernel ran the preset's 16-net stack 1.8-1.9x faster here (docs/scale_out.md). Both are
-    several times cheaper than sixteen small products in bfloat16; in float32 they are not, and
-    the runner keeps one call per net there (ludus.agents.torch_policy).
+    is bound by per-call overhead, not arithmetic. Where `ludus.agents.kernels` has a path for the
+    nets' dtype, each layer is one call of its grouped kernel (agents/grouped_linear.cpp): every
+    net's rows, and only those, times its own weights, packed once at construction, ReLU fused —
+    bfloat16 on AMX tiles or AVX512-BF16, float32 on AVX2. Elsewhere each layer is one
+    `torch.baddbmm` over all the nets with each group padded to the largest (~2x the products at
+    PFSP's uneven groups, and ~15 us per net and layer of weight re-layout). On the preset's
+    16-net stack the kernels ran 1.8-1.9x faster than `baddbmm` on AMX tiles, 2.7x on AVX512-BF16
+    without AMX, and the float32 one 1.4x faster than one product per net, where the float32
+    `baddbmm` is 0.5x (docs/scale_out.md); the runner stacks float32 nets only where the float32
+    kernel runs (ludus.agents.torch_policy).
     The weights are copied once, at construction: build a new stack when a net's weights change.
     """
 
-    def __init__(self, nets: Sequence[ActorCritic], grouped: bool | None = None):
-        """`grouped`: use the grouped kernel (default: where `ludus.agents.kernels` has it ready)."""
+    def __init__(self, nets: Sequence[ActorCritic], grouped: bool | str | None = None):
+        """`grouped`: the grouped kernel's path (a key of `ludus.agents.kernels.PATHS`), True for
+        this CPU's path for the nets' dtype, False for `baddbmm`; default: the kernel where this
+        CPU has a path for the dtype, else `baddbmm`."""
         if not self.can_stack(nets):
             raise ValueError("StackedActors needs two or more 'mlp' nets of one config and dtype without layer norm")
         self.num_nets = len(nets)
         self.obs_dim = nets[0].obs_dim
         self.dtype = nets[0].policy_head.weight.dtype
         self.head = nets[0]._policy_from_head
-        if grouped is None:
-            grouped = self.dtype == torch.bfloat16 and grouped_linear_status() == "ready"
-        elif grouped and (self.dtype != torch.bfloat16 or grouped_linear_status() != "ready"):
-            raise ValueError(f"the grouped kernel runs bfloat16 nets only, and is {grouped_linear_status()} here")
-        self.grouped = grouped
-        self.in_dim = self.obs_dim + self.obs_dim % 2 if grouped else self.obs_dim
-        """Input width: the kernel reads its inputs in pairs (VNNI), so an odd one gets a zero column."""
+        here = grouped_path(self.dtype)
+        odd = any(m.out_features % 2 for m in nets[0].actor_trunk if isinstance(m, nn.Linear))
+        if here == "amx" and odd:
+            here = "avx512bf16"  # (every CPU with AMX tiles has it)
+        path = here if grouped is None or grouped is True else grouped or None
+        if path == "amx" and odd:
+            raise ValueError("the AMX kernel reads a layer's inputs in pairs, and these nets have an odd hidden "
+                             "width: use grouped=True (AVX512-BF16 then)")
+        if grouped is True and here is None:
+            raise ValueError(f"no grouped kernel runs {self.dtype} nets here ({grouped_linear_status()}); "
+                             "use grouped=False")
+        if path is not None and (path not in PATHS or PATHS[path][0] != self.dtype):
+            raise ValueError(f"grouped={path!r} is not a path for {self.dtype} nets: use one of "
+                             f"{sorted(p for p in PATHS if PATHS[p][0] == self.dtype)}, True or False")
+        if path is not None and path not in grouped_paths():
+            raise ValueError(f"this CPU does not run the {path!r} kernel ({grouped_linear_status()}); "
+                             "use grouped=True or False")
+        self.path = path
+        """The grouped kernel's path (`ludus.agents.kernels.PATHS`), or None for `baddbmm`."""
+        self.grouped = path is not None
+        self.in_dim = self.obs_dim + self.obs_dim % 2 if path == "amx" else self.obs_dim
+        """Input width: AMX reads its inputs in pairs (VNNI), so an odd one gets a zero column."""
         self.layers: list[tuple[torch.Tensor, torch.Tensor] | type[nn.Module]] = []
         """baddbmm path (empty on the grouped one), per layer: (weights [G, in, out], biases
         [G, 1, out]) of a Linear, or the activation's class."""
         self.grouped_layers: list[tuple[torch.Tensor, torch.Tensor, int, bool, type[nn.Module] | None]] = []
         """Grouped path (empty on the baddbmm one), per Linear: (packed weights, float32 biases
         [G, out], out width, ReLU fused, the activation applied after it otherwise or None)."""
+        if path is not None:
+            pack, self._linear = (getattr(torch.ops.ludus, name) for name in PATHS[path][2:])
         modules_in_order = [list(net.actor_trunk) + [net.policy_head] for net in nets]
         for i, modules in enumerate(zip(*modules_in_order)):
             if not isinstance(modules[0], nn.Linear):
-                if not grouped:
+                if not self.grouped:
                     self.layers.append(type(modules[0]))
                 continue
             weights, biases = self._stack(modules)
-            if not grouped:
+            if not self.grouped:
                 self.layers.append((weights, biases))
                 continue
             after = type(modules_in_order[0][i + 1]) if i + 1 < len(modules_in_order[0]) else None
@@ -364,7 +385,7 @@ class StackedActors:
             if i == 0 and self.in_dim != self.obs_dim:
                 weights = torch.cat([weights, weights.new_zeros(self.num_nets, self.in_dim - self.obs_dim,
                                                                 weights.shape[2])], dim=1)
-            self.grouped_layers.append((torch.ops.ludus.pack_weights(weights), biases[:, 0].float().contiguous(),
+            self.grouped_layers.append((pack(weights), biases[:, 0].float().contiguous(),
                                         weights.shape[2], after is nn.ReLU, None if after is nn.ReLU else after))
 
     @staticmethod
@@ -399,7 +420,7 @@ class StackedActors:
                 x[start:start + n, :self.obs_dim] = o.reshape(n, self.obs_dim)  # converted as it is copied
                 start += n
             for packed, biases, width, relu, after in self.grouped_layers:
-                x = torch.ops.ludus.grouped_linear(x, sizes, packed, biases, width, relu)
+                x = self._linear(x, sizes, packed, biases, width, relu)
                 if after is not None:
                     x = _IN_PLACE[after](x)
             return self.head(x.float(), mask)

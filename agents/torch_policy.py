@@ -15,8 +15,9 @@ plays is then the bf16 copy, and its log-probs are what the learner's importance
 by (the behaviour policy).
 
 A runner asks ~17 policies per step. `TorchPolicy.act_together` answers a run of them in one
-pass: each net computes its logits (frozen bf16 nets of one architecture as one
-`ludus.agents.nets.StackedActors`, one grouped product per layer), then one softmax and one sampling
+pass: each net computes its logits (frozen nets of one architecture as one
+`ludus.agents.nets.StackedActors`, one grouped product per layer: bf16 nets always, float32 nets
+where the float32 grouped kernel runs, `ludus.agents.kernels`), then one softmax and one sampling
 pass over all rows, drawing from the Generator exactly as the policies' own `act` calls would in
 turn. In connect-four self-play on this CPU (AMX bf16 tiles) that made `Runner.play` 1.18x faster
 in float32 and 1.77x in bfloat16 than one `act` per policy in float32 (benchmarks/inference_paths.py;
@@ -33,6 +34,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ludus.agents.kernels import grouped_path
 from ludus.agents.nets import ActorCritic, FusedActing, StackedActors
 from ludus.agents.policy import ActBatch, ActOutput
 
@@ -131,13 +133,19 @@ class TorchPolicy:
     @staticmethod
     def _logits_of(requests: Sequence[tuple["TorchPolicy", ActBatch, bool]]
                    ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-        """Each request's (masked logits, values or None for none); frozen bf16 nets of one
-        architecture in one stack."""
+        """Each request's (masked logits, values or None for none); frozen nets of one architecture
+        in one stack (bf16 nets always, float32 nets where the float32 grouped kernel runs)."""
         parts: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * len(requests)
         frozen = [i for i, (policy, _, _) in enumerate(requests)
-                  if policy.dtype != torch.float32 and not policy.compute_values]
+                  if not policy.compute_values and (policy.dtype != torch.float32 or _stacks_float32())]
         # (one frozen net alone does not stack: its acting copy is fetched once, by masked_logits)
-        found = _stack_of([requests[i][0].acting_net() for i in frozen]) if len(frozen) >= 2 else None
+        found = None
+        if len(frozen) >= 2:
+            # A float32 policy acts with its own net, whose weights may change in place: the stack's
+            # copy is checked against their versions (a bf16 copy is remade, a new net, instead).
+            versions = [tuple(p._version for p in requests[i][0]._parameters)
+                        if requests[i][0].dtype == torch.float32 else () for i in frozen]
+            found = _stack_of([requests[i][0].acting_net() for i in frozen], versions)
         if found is not None:
             stack, positions = found
             request_at = dict(zip(positions, frozen))  # stack position -> request
@@ -158,7 +166,7 @@ class TorchPolicy:
         Each net computes its own rows' logits; the softmax and the sampling then run once over all
         rows. What is drawn from `rng` is exactly what calling each policy's `act` in turn would
         draw (uniforms in request order, one per sampled row), and so is the result, but for frozen
-        bf16 nets, which compute as one stack whose products may round differently in the last bit
+        nets that compute as one stack, whose products may round differently in the last bit
         from one net's own. A runner stepping seventeen policies saves sixteen rounds of the small
         ops below (benchmarks/inference_paths.py).
         """
@@ -201,33 +209,46 @@ class TorchPolicy:
                 for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-_STACKS: OrderedDict[tuple[int, ...], tuple[tuple[ActorCritic, ...], StackedActors | None]] = OrderedDict()
+_STACKS: OrderedDict[tuple[int, ...], tuple[tuple[ActorCritic, ...], StackedActors | None,
+                                            tuple[tuple[int, ...], ...]]] = OrderedDict()
 """The last few groups of nets seen, by their ids (held, so that the ids stay theirs): their stack,
-or None where they cannot stack (`StackedActors.can_stack`)."""
+or None where they cannot stack (`StackedActors.can_stack`), and the versions of each net's
+parameters the stack copied (() for a net that never changes)."""
 
 _NO_ROWS = torch.zeros(0)
 """The observations of a stacked net that has no rows this step."""
 
 
-def _stack_of(nets: Sequence[ActorCritic]) -> tuple[StackedActors, list[int]] | None:
-    """A stack that holds `nets`, and each net's position in it; None where they cannot stack.
+def _stacks_float32() -> bool:
+    """Whether frozen float32 nets act as one stack: only on the grouped kernel (1.4x one product
+    per net on the preset's 16 snapshots, measured; the float32 `baddbmm` stack was 0.5x)."""
+    return grouped_path(torch.float32) is not None
+
+
+def _stack_of(nets: Sequence[ActorCritic], versions: Sequence[tuple[int, ...]] | None = None
+              ) -> tuple[StackedActors, list[int]] | None:
+    """A stack that holds `nets` with their weights at `versions` (per net: its parameters'
+    version counters, () for a net whose weights never change), and each net's position in it;
+    None where they cannot stack.
 
     A cached stack of up to twice as many nets serves too (the nets not asked get no rows): as a
     task's last matches finish, the frozen nets that act change from step to step, and building
     a stack of sixteen 256-wide nets took ~1.2 ms, more than running it on the last few rows.
     """
     key = tuple(map(id, nets))
+    versions = tuple(versions) if versions is not None else ((),) * len(key)
     if key not in _STACKS and len(set(key)) == len(key):
         for cached in reversed(_STACKS):
-            if _STACKS[cached][1] is not None and len(cached) <= 2 * len(key) and set(key) <= set(cached):
-                _STACKS.move_to_end(cached)
+            _, stack, held = _STACKS[cached]
+            if stack is not None and len(cached) <= 2 * len(key) and set(key) <= set(cached):
                 position = {net: g for g, net in enumerate(cached)}
-                return _STACKS[cached][1], [position[net] for net in key]
-    if key in _STACKS:
-        _STACKS.move_to_end(key)
-    else:
-        _STACKS[key] = (tuple(nets), StackedActors(nets) if StackedActors.can_stack(nets) else None)
-        if len(_STACKS) > 8:
-            _STACKS.popitem(last=False)
+                if all(held[position[net]] == version for net, version in zip(key, versions)):
+                    _STACKS.move_to_end(cached)
+                    return stack, [position[net] for net in key]
+    if key not in _STACKS or _STACKS[key][2] != versions:
+        _STACKS[key] = (tuple(nets), StackedActors(nets) if StackedActors.can_stack(nets) else None, versions)
+    _STACKS.move_to_end(key)
+    if len(_STACKS) > 8:
+        _STACKS.popitem(last=False)
     stack = _STACKS[key][1]
     return None if stack is None else (stack, list(range(len(key))))

@@ -23,10 +23,12 @@ same masked logits for the same steps, interleaved round by round, one torch thr
 * `torch bf16, StackedActors` — frozen nets in bfloat16 as one `ludus.agents.nets.StackedActors`,
   either padded (`baddbmm`: stacked weights, one batched matmul per layer, groups padded to a
   multiple of `ludus.agents.torch_policy.PAD_ROWS`) or grouped (the runner's path where the kernel
-  builds: `torch.ops.ludus.grouped_linear`, each net's rows only, weights packed once, see
-  agents/kernels.py), with the learner's net as it is (`learner unfused`) or as the runner runs
-  it (`learner fused`: `ludus.agents.nets.FusedActing`, each activation inside its product, the policy
-  and value heads one product);
+  has a path for this CPU: AMX tiles or AVX512-BF16, each net's rows only, weights packed once,
+  see agents/kernels.py), with the learner's net as it is (`learner unfused`) or as the runner
+  runs it (`learner fused`: `ludus.agents.nets.FusedActing`, each activation inside its product,
+  the policy and value heads one product);
+* `torch fp32, StackedActors (grouped, avx2)` — the float32 kernel where it runs (AVX2 with FMA),
+  the runner's float32 path for frozen nets;
 
 and prints each one's time per step relative to the first. The recorded steps repeat from
 round to round, and so do their batch sizes, which flatters bf16: oneDNN builds a bf16 matmul
@@ -63,7 +65,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ludus.agents.kernels import grouped_linear_available, grouped_linear_status  # noqa: E402
+from ludus.agents.kernels import grouped_linear_status, grouped_path  # noqa: E402
 from ludus.agents.nets import ActorCritic, FusedActing, NetConfig, StackedActors, masked_logits  # noqa: E402
 from ludus.agents.policy import ActBatch, ActOutput, AskedAlone  # noqa: E402
 from ludus.agents.snapshot import load_snapshot  # noqa: E402
@@ -275,9 +277,12 @@ def main() -> int:
         "torch bf16, StackedActors (baddbmm), learner unfused": stacked_actors(nets, torch.bfloat16, False, False),
         "torch bf16, StackedActors (baddbmm), learner fused": stacked_actors(nets, torch.bfloat16, True, False),
     }
-    if grouped_linear_available():
-        candidates["torch bf16, StackedActors (grouped), learner fused (the runner's path)"] = stacked_actors(
-            nets, torch.bfloat16, True, True)
+    if grouped_path(torch.bfloat16):
+        candidates[f"torch bf16, StackedActors (grouped, {grouped_path(torch.bfloat16)}), learner fused "
+                   "(the runner's path)"] = stacked_actors(nets, torch.bfloat16, True, True)
+    if grouped_path(torch.float32):
+        candidates[f"torch fp32, StackedActors (grouped, {grouped_path(torch.float32)}) (the runner's "
+                   "float32 path)"] = stacked_actors(nets, torch.float32, False, True)
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for run in candidates.values():  # warm-up (and compilation)
         for step in steps[:3]:
@@ -335,7 +340,8 @@ def runner_rates(nets: list[ActorCritic], boards: int, rounds: int) -> None:
     did before `act_together`), the policies asked together in float32 and in bfloat16."""
     runner = make_runner("connect_four", boards, seed=0)
     rng = np.random.default_rng(1)
-    ways = {"float32, one act() per policy": (torch.float32, True), "float32, together": (torch.float32, False),
+    ways = {"float32, one act() per policy": (torch.float32, True),
+            "float32, together (frozen nets stacked where the float32 kernel runs)": (torch.float32, False),
             "bfloat16, together (frozen nets stacked, the learner fused)": (torch.bfloat16, False)}
     rates: dict[str, list[float]] = {name: [] for name in ways}
     for r in range(rounds + 1):  # round 0 warms up

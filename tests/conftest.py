@@ -15,11 +15,12 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 # Node ids (prefixes) allowed to skip in CI, each with the reason.
 SKIP_ALLOWLIST: dict[str, str] = {
-    # The grouped kernel's numerics need AMX tiles (agents/kernels.py); on a CPU without them the
-    # kernel is not used, and test_the_grouped_kernel_is_built_and_used_where_the_cpu_has_tiles
-    # checks that (and fails if the CPU has tiles but the kernel is not ready).
-    "tests/test_policy.py::test_the_grouped_kernel_gives_the_padded_stacks_logits": "no AMX tiles on this CPU",
-    "tests/test_policy.py::test_the_grouped_kernel_refuses_mismatched_rows": "no AMX tiles on this CPU",
+    # Each grouped-kernel path's numerics need its CPU feature (agents/kernels.py); on a CPU
+    # without it the path is not used, and test_the_grouped_kernel_is_built_and_used_where_the_cpu_can
+    # checks that (and fails if the CPU has the feature but the path is not used).
+    **{f"tests/test_policy.py::test_the_grouped_kernel_{test}[{path}": f"no {feature} on this CPU"
+       for test in ("gives_the_padded_stacks_logits", "refuses_mismatched_rows")
+       for path, feature in (("amx", "AMX tiles"), ("avx512bf16", "AVX512-BF16"), ("avx2", "AVX2 with FMA"))},
     # Fused bf16 acting needs oneDNN's bf16, i.e. AVX-512 (agents/nets.py FusedActing); without it
     # bf16 nets act through their own forward, which test_bf16_nets_act_fused_exactly_where_the_cpu_can
     # checks (and fails if the CPU has AVX-512 but the fused path is not available).

@@ -47,12 +47,14 @@ def test_net_policies_keep_the_policy_protocol(game_id):
     check_policy(TorchPolicy(ActorCritic(game_spec(game_id), NetConfig(hidden=(16,)))), game_id, num_games=2)
 
 
-def test_frozen_bfloat16_net_policies_keep_the_policy_protocol():
-    """Frozen bf16 nets act together as a stack (ludus.agents.nets.StackedActors); the checker holds
-    act_together to acting in turn."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_frozen_net_policies_keep_the_policy_protocol(dtype):
+    """Frozen nets act together as a stack (ludus.agents.nets.StackedActors: bf16 nets always,
+    float32 nets where the float32 grouped kernel runs); the checker holds act_together to acting
+    in turn."""
     torch.manual_seed(0)
     net = ActorCritic(game_spec("connect_four"), NetConfig(hidden=(16,), activation="relu"))
-    check_policy(TorchPolicy(net, compute_values=False, dtype=torch.bfloat16), "connect_four", num_games=2)
+    check_policy(TorchPolicy(net, compute_values=False, dtype=dtype), "connect_four", num_games=2)
 
 
 def test_check_policy_catches_acting_together_that_is_not_acting_in_turn(monkeypatch):

@@ -253,6 +253,44 @@ def test_frozen_bfloat16_nets_act_as_one_stack(monkeypatch, activation):
     np.testing.assert_allclose(stacked.numpy(), own.numpy(), rtol=0.02, atol=0.02)
 
 
+def test_frozen_float32_nets_stack_where_the_float32_kernel_runs(monkeypatch):
+    """Frozen float32 nets act as one StackedActors exactly where the float32 grouped kernel runs
+    (elsewhere one product per net is faster than the padded baddbmm): each net's own logits to
+    float32 rounding, the same draws from the Generator. A float32 policy acts with its net
+    itself, not a copy, so when those weights change in place the stack is rebuilt at once."""
+    from collections import OrderedDict
+
+    import ludus.agents.torch_policy as torch_policy
+    from ludus.agents.kernels import grouped_path
+
+    monkeypatch.setattr(torch_policy, "_STACKS", OrderedDict())
+    nets = [_net(SPEC, NetConfig(hidden=(32, 32), activation="relu"), seed=s) for s in range(3)]
+    policies = [TorchPolicy(net, compute_values=False) for net in nets]
+    rng = np.random.default_rng(13)
+    batches = [_batch(SPEC, rows, rng) for rows in (20, 70, 5)]
+    stacks, original = [], StackedActors.policy_logits
+    monkeypatch.setattr(StackedActors, "policy_logits",
+                        lambda self, *a, **k: stacks.append(self) or original(self, *a, **k))
+
+    def compare(expected_nets):
+        rng_together, rng_in_turn = np.random.default_rng(4), np.random.default_rng(4)
+        outputs = act_in_order([(p, b, False) for p, b in zip(policies, batches)], rng_together)
+        for net, batch, out in zip(expected_nets, batches, outputs):
+            alone = TorchPolicy(net, compute_values=False).act(batch, rng_in_turn)
+            assert (out.actions == alone.actions).mean() >= 0.99
+            same = out.actions == alone.actions
+            np.testing.assert_allclose(out.log_probs[same], alone.log_probs[same], rtol=1e-4, atol=1e-4)
+        assert rng_together.random() == rng_in_turn.random()
+
+    compare(nets)
+    kernel = grouped_path(torch.float32)
+    assert [s.path for s in stacks] == ([kernel] if kernel else [])
+    other = _net(SPEC, NetConfig(hidden=(32, 32), activation="relu"), seed=9)
+    nets[1].load_state_dict(other.state_dict())
+    compare([nets[0], other, nets[2]])
+    assert len(stacks) == (2 if kernel else 0) and (not kernel or stacks[0] is not stacks[1])
+
+
 def _cpu_flags() -> set[str]:
     """The CPU's feature flags from /proc/cpuinfo: what the CPU has, independent of the checks
     torch and oneDNN make, which the tests below hold to them."""
@@ -260,54 +298,81 @@ def _cpu_flags() -> set[str]:
         return set(next((line for line in cpuinfo if line.startswith("flags")), "").split())
 
 
-def _cpu_has_amx() -> bool:
-    """Whether this CPU has AMX bf16 tiles (the grouped kernel's own check is oneDNN's `could_pack`)."""
-    return {"amx_bf16", "amx_tile"} <= _cpu_flags()
+_PATH_FLAGS = {"amx": {"amx_bf16", "amx_tile"}, "avx512bf16": {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"},
+               "avx2": {"avx2", "fma"}}
+"""The CPU flags each grouped-kernel path needs (ludus.agents.kernels.PATHS)."""
 
 
-def _kernel_runs_here() -> None:
-    """The grouped kernel's tests need AMX tiles; on a CPU without them the kernel is built but
-    not used, which test_the_grouped_kernel_is_built_and_used_where_the_cpu_has_tiles checks.
-    Skips for this reason are on tests/conftest.py's allowlist (a missing CPU feature, not a
-    missing package)."""
-    if not _cpu_has_amx():
-        pytest.skip("this CPU has no AMX tiles: the grouped kernel is not used here, the baddbmm stack is")
+def _cpu_runs(path: str) -> bool:
+    """Whether this CPU has what `path` needs, by its flags (the kernel's own checks are oneDNN's
+    `could_pack` for AMX and `__builtin_cpu_supports` for the others; tests hold them to these)."""
+    return _PATH_FLAGS[path] <= _cpu_flags()
 
 
-def test_the_grouped_kernel_is_built_and_used_where_the_cpu_has_tiles():
-    """The kernel always builds (CI's machine has a C++ compiler), and is used exactly where the
-    CPU has AMX bf16 tiles: there the stack picks it; elsewhere the stack keeps its baddbmm path,
-    asking for the kernel is a one-line error naming why, and so is packing weights."""
-    from ludus.agents.kernels import grouped_linear_status
+def _kernel_runs_here(path: str) -> None:
+    """A path's numerics can only be tested on a CPU that has it; the test below checks that every
+    path the CPU has is used. These skips (AMX on a CPU without tiles, say) are on
+    tests/conftest.py's allowlist: a missing CPU feature, not a missing package."""
+    from ludus.agents.kernels import grouped_linear_status, grouped_paths
+
+    if not _cpu_runs(path):
+        pytest.skip(f"this CPU has no {'/'.join(sorted(_PATH_FLAGS[path]))}: the {path} kernel does not run here")
+    assert path in grouped_paths(), grouped_linear_status()  # (and the extension is loaded)
+
+
+def test_the_grouped_kernel_is_built_and_used_where_the_cpu_can():
+    """The kernel always builds (CI's machine has a C++ compiler), and each path is used exactly
+    where the CPU has what it needs: a bf16 stack takes AMX tiles, else AVX512-BF16, else baddbmm;
+    a float32 stack AVX2 with FMA, else baddbmm; the status line names them. Asking for a path the
+    CPU lacks, or one of another dtype, is a one-line error naming why; grouped=False is baddbmm."""
+    from ludus.agents.kernels import PATHS, grouped_linear_status, grouped_path, grouped_paths
 
     status = grouped_linear_status()
     assert not status.startswith("not built"), status
-    nets = [_net(SPEC, seed=s).to(torch.bfloat16) for s in range(2)]
-    if _cpu_has_amx():
-        assert status == "ready"
-        assert StackedActors(nets).grouped
-    else:
-        assert status == "not used (this CPU's oneDNN cannot pack bf16 weights for AMX tiles)"
-        assert not StackedActors(nets).grouped
-        with pytest.raises(ValueError, match="the grouped kernel runs bfloat16 nets only, and is not used"):
-            StackedActors(nets, grouped=True)
+    assert grouped_paths() == tuple(path for path in PATHS if _cpu_runs(path))
+    expected_bf16 = next((path for path in ("amx", "avx512bf16") if _cpu_runs(path)), None)
+    expected_fp32 = "avx2" if _cpu_runs("avx2") else None
+    assert grouped_path(torch.bfloat16) == expected_bf16 and grouped_path(torch.float32) == expected_fp32
+    for dtype, expected in ((torch.bfloat16, expected_bf16), (torch.float32, expected_fp32)):
+        nets = [_net(SPEC, seed=s).to(dtype) for s in range(2)]
+        assert StackedActors(nets).path == expected and StackedActors(nets).grouped == (expected is not None)
+        assert StackedActors(nets, grouped=False).path is None
+        if expected is None:
+            with pytest.raises(ValueError, match="no grouped kernel runs"):
+                StackedActors(nets, grouped=True)
+        else:
+            assert PATHS[expected][1] in status
+        for path in PATHS:
+            if PATHS[path][0] != dtype:
+                with pytest.raises(ValueError, match=f"grouped='{path}' is not a path for {dtype}"):
+                    StackedActors(nets, grouped=path)
+            elif not _cpu_runs(path):
+                with pytest.raises(ValueError, match=f"this CPU does not run the '{path}' kernel"):
+                    StackedActors(nets, grouped=path)
+    if not _cpu_runs("amx"):
         with pytest.raises(RuntimeError, match="this CPU has no bf16 BRGeMM packing"):
             torch.ops.ludus.pack_weights(torch.zeros(2, 8, 4, dtype=torch.bfloat16))
+    if not _cpu_runs("avx512bf16"):
+        with pytest.raises(RuntimeError, match="this CPU has no AVX512-BF16"):
+            torch.ops.ludus.pack_weights_avx512bf16(torch.zeros(2, 8, 4, dtype=torch.bfloat16))
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
-@pytest.mark.parametrize("spec,hidden", [(SPEC, (32, 32)), (CONV_SPEC, (256, 256))])
-def test_the_grouped_kernel_gives_the_padded_stacks_logits(activation, spec, hidden):
-    """The stack's grouped kernel (agents/grouped_linear.cpp: each net's rows only, weights packed
-    once) gives the logits of the padded baddbmm stack: the same bf16 products, equal up to the
-    last bit of a rare sum accumulated in another order; uneven and empty groups, an odd input
-    width (27, padded with a zero column) and the connect-four preset's shape."""
-    from ludus.agents.kernels import grouped_linear_status
+@pytest.mark.parametrize("spec,hidden", [(SPEC, (32, 32)), (CONV_SPEC, (256, 256)), (SPEC, (33, 40))])
+@pytest.mark.parametrize("path", ["amx", "avx512bf16", "avx2"])
+def test_the_grouped_kernel_gives_the_padded_stacks_logits(path, activation, spec, hidden):
+    """Each path of the stack's grouped kernel (agents/grouped_linear.cpp: each net's rows only,
+    weights packed once) gives the logits of the padded baddbmm stack and of each net on its own
+    rows: in bf16 the same bf16 products, equal up to the last bit of a rare sum accumulated in
+    another order; in float32 equal to float32 rounding. Uneven and empty groups, an odd input
+    width (27), an odd hidden width (33: the next layer's inputs do not pair up), output widths
+    that are not a whole vector (7, 9, 33, 40) and the connect-four preset's shape."""
+    _kernel_runs_here(path)
+    from ludus.agents.kernels import PATHS
 
-    _kernel_runs_here()
-    assert grouped_linear_status() == "ready"
+    dtype = PATHS[path][0]
     config = NetConfig(hidden=hidden, activation=activation)
-    nets = [_net(spec, config, seed=s).to(torch.bfloat16) for s in range(5)]
+    nets = [_net(spec, config, seed=s).to(dtype) for s in range(5)]
     for net in nets:
         with torch.no_grad():
             net.policy_head.weight.div_(30.0)
@@ -316,36 +381,55 @@ def test_the_grouped_kernel_gives_the_padded_stacks_logits(activation, spec, hid
     obs = [torch.from_numpy(rng.integers(0, 2, (n, *spec.observation_shape)).astype(np.float32)) for n in sizes]
     mask = torch.from_numpy(rng.random((sum(sizes), spec.num_actions)) < 0.7)
     mask[:, 0] = True
-    grouped, padded = StackedActors(nets), StackedActors(nets, grouped=False)
-    assert grouped.grouped and not padded.grouped
+    if path == "amx" and hidden[0] % 2:
+        # AMX reads a layer's inputs in pairs: an odd hidden width runs on AVX512-BF16 instead
+        with pytest.raises(ValueError, match="odd hidden width: use grouped=True"):
+            StackedActors(nets, grouped=path)
+        path = "avx512bf16"
+        assert StackedActors(nets).path == path
+    grouped, padded = StackedActors(nets, grouped=path), StackedActors(nets, grouped=False)
+    assert grouped.path == path and not padded.grouped
     with torch.inference_mode():
         got = grouped.policy_logits(obs, mask, pad_rows=64)
         want = padded.policy_logits(obs, mask, pad_rows=64)
+        # (each net's own bf16 logits mask to bf16's -1e9, so only the legal ones are compared)
+        own = torch.cat([net.policy_logits(o, m).float() for net, o, m in zip(nets, obs, torch.split(mask, sizes))])
     assert got.shape == want.shape == (sum(sizes), spec.num_actions) and got.dtype == torch.float32
     legal = mask.numpy()
     np.testing.assert_array_equal(got.numpy()[~legal], want.numpy()[~legal])  # the mask's -1e9
-    np.testing.assert_allclose(got.numpy()[legal], want.numpy()[legal], rtol=2 ** -7, atol=2 ** -7)
-    assert (got != want).float().mean() < 0.01
+    tolerance = 2 ** -7 if dtype == torch.bfloat16 else 1e-5
+    for reference in (want, own):
+        np.testing.assert_allclose(got.numpy()[legal], reference.numpy()[legal], rtol=tolerance, atol=tolerance)
+        if dtype == torch.bfloat16:
+            assert (got.numpy()[legal] != reference.numpy()[legal]).mean() < 0.01
 
 
-def test_the_grouped_kernel_refuses_mismatched_rows():
-    """A row count that does not add up is a one-line error from the kernel, not a wild read."""
-    from ludus.agents.kernels import grouped_linear_status
+@pytest.mark.parametrize("path", ["amx", "avx512bf16", "avx2"])
+def test_the_grouped_kernel_refuses_mismatched_rows(path):
+    """A row count that does not add up, rows of another width or dtype are one-line errors from
+    each path's kernel, not a wild read; and the product with its bias is exact on small integers."""
+    _kernel_runs_here(path)
+    from ludus.agents.kernels import PATHS
 
-    _kernel_runs_here()
-    assert grouped_linear_status() == "ready"
-    packed = torch.ops.ludus.pack_weights(torch.zeros(2, 8, 4, dtype=torch.bfloat16))
-    x = torch.zeros(5, 8, dtype=torch.bfloat16)
+    dtype, _, pack_name, linear_name = PATHS[path]
+    pack, linear = getattr(torch.ops.ludus, pack_name), getattr(torch.ops.ludus, linear_name)
+    packed = pack(torch.zeros(2, 8, 4, dtype=dtype))
+    x = torch.zeros(5, 8, dtype=dtype)
     with pytest.raises(RuntimeError, match="row counts sum to 6 for 5 rows"):
-        torch.ops.ludus.grouped_linear(x, [3, 3], packed, torch.zeros(2, 4), 4, True)
-    with pytest.raises(RuntimeError, match="rows of width 8 for weights of input width 6"):
-        torch.ops.ludus.grouped_linear(x, [2, 3], torch.ops.ludus.pack_weights(
-            torch.zeros(2, 6, 4, dtype=torch.bfloat16)), torch.zeros(2, 4), 4, True)
-    with pytest.raises(RuntimeError, match="contiguous bf16 rows"):
-        torch.ops.ludus.grouped_linear(x.float(), [2, 3], packed, torch.zeros(2, 4), 4, True)
+        linear(x, [3, 3], packed, torch.zeros(2, 4), 4, True)
+    with pytest.raises(RuntimeError, match="rows of width 8 for weights of input width (5 or )?6"):
+        linear(x, [2, 3], pack(torch.zeros(2, 6, 4, dtype=dtype)), torch.zeros(2, 4), 4, True)
+    other = torch.float32 if dtype == torch.bfloat16 else torch.bfloat16
+    with pytest.raises(RuntimeError, match="grouped_linear wants contiguous"):
+        linear(x.to(other), [2, 3], packed, torch.zeros(2, 4), 4, True)
     np.testing.assert_array_equal(
-        torch.ops.ludus.grouped_linear(x + 1, [2, 3], packed, torch.arange(8.0).reshape(2, 4), 4, False).float(),
+        linear(x + 1, [2, 3], packed, torch.arange(8.0).reshape(2, 4), 4, False).float(),
         np.repeat([[0.0, 1, 2, 3], [4, 5, 6, 7]], [2, 3], axis=0))
+    weights = torch.arange(2 * 8 * 4).reshape(2, 8, 4).to(dtype) % 5 - 2  # small integers, exact in bf16
+    rows = torch.arange(5 * 8).reshape(5, 8).to(dtype) % 3
+    expected = torch.cat([rows[:2].double() @ weights[0].double(), rows[2:].double() @ weights[1].double()])
+    np.testing.assert_array_equal(linear(rows, [2, 3], pack(weights), torch.zeros(2, 4), 4, True).double(),
+                                  expected.clamp(min=0))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
