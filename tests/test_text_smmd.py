@@ -186,3 +186,38 @@ def test_sampled_mmd_from_play_nears_equilibrium_on_tabular_kuhn():
         log_pi = torch.log(torch.from_numpy(table).clamp_min(1e-30))
         table = mmd_answer_target(log_pi, rho, torch.from_numpy(q), legal, 0.5, 1.0).exp().double().numpy()
     assert start > 0.3 and table_exploitability(game, table) < 0.16
+
+
+@pytest.mark.parametrize("kind", ["text_smmd", "text_ppo"])
+def test_a_free_text_move_keeps_the_games_return(tiny_bases, kind):
+    """In a free-text game (ta:Nim-v0: a move is '[pile quantity]', judged by TextArena) no response
+    names a listed answer, since there is no list: the learner trains on the return the game gave
+    (TextArena's own rule for an invalid move is in it), not on the invalid-answer penalty."""
+    from ludus.agents.rollout import RolloutBatch
+    from ludus.games import registry
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.learners.text_lm import TextLMLeagueLearner
+    from ludus.league.learners.text_smmd import TextSMMDLeagueLearner
+
+    from ludus.league.api import load_config
+
+    nim = "ta:Nim-v0"
+    config = load_config("llm_any_game", [f"text_lm.model.base={tiny_bases[0]}", f"game={nim}", f"learner={kind}",
+                                          "log.wandb=disabled"])
+    learner = (TextSMMDLeagueLearner if kind == "text_smmd" else TextLMLeagueLearner)(
+        game_spec(nim), config, 0, seed=0, init_seed=1)
+    game = registry.make(nim)
+    game.reset(0)
+    obs = np.stack([game.observation(0), game.observation(0)])
+    mask = np.stack([game.legal_mask(0), game.legal_mask(0)])
+    n = 2
+    zeros = np.zeros(n, dtype=np.float32)
+    batch = RolloutBatch(obs=obs, mask=mask, actions=np.zeros(n, dtype=np.int64), logprobs=zeros, values=zeros,
+                         rewards=np.array([1.0, -1.0], dtype=np.float32), dones=np.ones(n, dtype=bool),
+                         advantages=zeros, returns=zeros, policy_version=np.zeros(n, dtype=np.int64),
+                         slots=np.arange(n), seats=np.zeros(n, dtype=np.int64),
+                         responses=np.array([[5, 6, -1], [7, -1, -1]], dtype=np.int64),
+                         response_log_probs=np.zeros((n, 3), dtype=np.float32))
+    turns, invalid = learner.turns(batch)
+    assert not invalid.any()
+    np.testing.assert_array_equal(turns.returns, [1.0, -1.0])

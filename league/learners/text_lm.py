@@ -38,7 +38,7 @@ from ludus.agents.lm.text_exit import BOARD_SYMMETRIES, Position, TextExItLearne
 from ludus.agents.lm.text_mmd import TextMMDLearner
 from ludus.agents.lm.text_ppo import TextPPOLearner, TurnBatch
 from ludus.games.core import GameSpec
-from ludus.games.text import text_view
+from ludus.games.text import is_free_text, text_view
 from ludus.league.seeds import rng_from_tensor, rng_to_tensor
 
 
@@ -135,6 +135,13 @@ class TextLMMember:
         action = self.policy.parse(self.policy.response_text(tokens), obs, seat, mask).action
         return tuple(self.policy.encode(obs, seat, mask)), tokens, action
 
+    def did_not_count(self, batch: RolloutBatch, i: int, action: int | None) -> bool:
+        """Whether row `i`'s first response did not count: it named no legal answer of a view that
+        lists them (`action` None, from `read_row`). A free-text move has no list to name: the game
+        itself judged it (TextArena: the seat is told why, and a second invalid move loses), and the
+        row's return already says so."""
+        return action is None and not is_free_text(self.view, batch.obs[i], batch.mask[i])
+
     def model_state(self) -> dict[str, torch.Tensor]:
         """The adapters and the value head, keyed for a learner's state dict ("model.")."""
         return {f"model.{k}": v for k, v in trained_state(self.lm.model).items()}
@@ -183,7 +190,7 @@ class TextLMLeagueLearner(TextLMMember):
             prompts.append(prompt)
             responses.append(tuple(tokens))
             behaviour.append(batch.response_log_probs[i, :len(tokens)])
-            invalid[i] = action is None
+            invalid[i] = self.did_not_count(batch, i, action)
             actions[i] = -1 if action is None else action
         returns = np.where(invalid, -self.text.play.invalid.penalty, returns)
         answer_tokens = answers = None

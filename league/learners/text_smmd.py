@@ -57,7 +57,7 @@ class TextSMMDLeagueLearner(TextLMMember):
             prompts.append(prompt)
             responses.append(tuple(tokens))
             behaviour.append(np.asarray(batch.response_log_probs[i, :len(tokens)], dtype=np.float64))
-            invalid[i] = action is None
+            invalid[i] = self.did_not_count(batch, i, action)
             answers[i] = -1 if action is None else action
             words = self.view.answers(batch.obs[i], int(batch.seats[i]), batch.mask[i]) if prefixed else {}
             answer_groups = answer_start_tokens(self.lm.tokenizer, words) if words else None
