@@ -66,43 +66,60 @@ at::Tensor pack_weights(const at::Tensor& weights) {
   return packed;
 }
 
-// y[i, j] = bf16(act(c[i, j] + bias[j])) for a block of rows, 16 columns at a time: the float ->
-// bf16 conversion is the CPU's (round to nearest even; denormals flush to zero), and the ReLU
-// keeps a NaN and turns -0 into +0.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void store_rows(
-    const float* c, int64_t rows, int64_t ldc, const float* bias, int64_t n, bool relu, uint16_t* y) {
-  const __m512 zero = _mm512_setzero_ps();
+#define LUDUS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define LUDUS_AVX2_TARGET __attribute__((target("avx2,fma")))
+
+// y[lanes in `in`] = bf16(act(sum + bias)), the store of both bf16 kernels: the float -> bf16
+// conversion is the CPU's (round to nearest even; denormals flush to zero), and the ReLU keeps a
+// NaN and turns -0 into +0.
+LUDUS_BF16_TARGET inline __attribute__((always_inline)) void store_bf16(__m512 sum, __m512 bias, bool relu,
+                                                                        __mmask16 in, uint16_t* y) {
+  __m512 v = _mm512_add_ps(sum, bias);
+  if (relu)
+    v = _mm512_maskz_mov_ps(
+        _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+  _mm256_mask_storeu_epi16(y, in, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+}
+
+// y[i, j] = bf16(act(c[i, j] + bias[j])) for a block of rows, 16 columns at a time.
+LUDUS_BF16_TARGET void store_rows(const float* c, int64_t rows, int64_t ldc, const float* bias, int64_t n, bool relu,
+                                  uint16_t* y) {
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < n; j += 16) {
       const __mmask16 in = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
-      __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(in, c + i * ldc + j), _mm512_maskz_loadu_ps(in, bias + j));
-      if (relu)
-        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
-      _mm256_mask_storeu_epi16(y + i * n + j, in, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+      store_bf16(_mm512_maskz_loadu_ps(in, c + i * ldc + j), _mm512_maskz_loadu_ps(in, bias + j), relu, in,
+                 y + i * n + j);
     }
   }
 }
 
-// y[r] = act(x[r] @ W[g] + b[g]) for the rows r of group g: the groups' rows are contiguous in
-// x, in order, counts[g] of them. x [rows, K] bf16; packed from pack_weights; bias [G, N] float32.
-at::Tensor grouped_linear(const at::Tensor& x, at::IntArrayRef counts, const at::Tensor& packed,
-                          const at::Tensor& bias, int64_t n, bool relu) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.is_contiguous(),
-              "grouped_linear wants contiguous bf16 rows [rows, in], got ", x.sizes(), " ", x.scalar_type());
-  TORCH_CHECK(packed.dim() == 4 && packed.scalar_type() == at::kBFloat16 && packed.is_contiguous(),
-              "grouped_linear wants weights from pack_weights");
-  const int64_t groups = packed.size(0), k = packed.size(2), np = packed.size(1) * kPanel;
+// The checks every grouped call makes; the total row count.
+int64_t check_grouped(const at::Tensor& x, at::IntArrayRef counts, int64_t groups, int64_t k, at::ScalarType dtype,
+                      const at::Tensor& bias, int64_t n, int64_t np) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == dtype && x.is_contiguous(),
+              "grouped_linear wants contiguous ", dtype, " rows [rows, in], got ", x.sizes(), " ", x.scalar_type());
   TORCH_CHECK(static_cast<int64_t>(counts.size()) == groups, counts.size(), " row counts for ", groups, " nets");
   TORCH_CHECK(x.size(1) == k, "rows of width ", x.size(1), " for weights of input width ", k);
   TORCH_CHECK(n > 0 && n <= np, "output width ", n, " for weights of padded width ", np);
-  TORCH_CHECK(bias.dim() == 2 && bias.size(0) == groups && bias.size(1) == n &&
-              bias.scalar_type() == at::kFloat && bias.is_contiguous(), "grouped_linear wants float32 biases [nets, out]");
+  TORCH_CHECK(bias.dim() == 2 && bias.size(0) == groups && bias.size(1) == n && bias.scalar_type() == at::kFloat &&
+              bias.is_contiguous(), "grouped_linear wants float32 biases [nets, out]");
   int64_t total = 0;
   for (int64_t count : counts) {
     TORCH_CHECK(count >= 0, "a negative row count");
     total += count;
   }
   TORCH_CHECK(total == x.size(0), "row counts sum to ", total, " for ", x.size(0), " rows");
+  return total;
+}
+
+// y[r] = act(x[r] @ W[g] + b[g]) for the rows r of group g: the groups' rows are contiguous in
+// x, in order, counts[g] of them. x [rows, K] bf16; packed from pack_weights; bias [G, N] float32.
+at::Tensor grouped_linear(const at::Tensor& x, at::IntArrayRef counts, const at::Tensor& packed,
+                          const at::Tensor& bias, int64_t n, bool relu) {
+  TORCH_CHECK(packed.dim() == 4 && packed.scalar_type() == at::kBFloat16 && packed.is_contiguous(),
+              "grouped_linear wants weights from pack_weights");
+  const int64_t groups = packed.size(0), k = packed.size(2), np = packed.size(1) * kPanel;
+  const int64_t total = check_grouped(x, counts, groups, k, at::kBFloat16, bias, n, np);
   at::Tensor y = at::empty({total, n}, x.options());
   if (total == 0) return y;
   std::vector<float> c(kBlockRows * np);
@@ -131,7 +148,7 @@ at::Tensor grouped_linear(const at::Tensor& x, at::IntArrayRef counts, const at:
 // pair of bf16 products added into each float32 lane) and AVX2/FMA for float32 nets. A tile of
 // kRows rows by up to kVecs column vectors keeps its float32 sums in registers over the whole input
 // width (per input: one load of each weight vector, one broadcast per row), then adds the bias,
-// applies the ReLU and stores (bf16: rounded to nearest even, as store_rows). The weights are
+// applies the ReLU and stores (bf16: store_bf16, as the AMX kernel does). The weights are
 // packed once, in panels of kVecs vectors: the panel at column j0 of net g holds its columns in
 // the order the tile reads them (input, then column) at g * k_rows * np + j0 * k_rows words, with
 // np the output width rounded up to a vector and k_rows the input width (float32) or its pairs
@@ -167,9 +184,6 @@ std::vector<std::string> kernel_paths() {
   return paths;
 }
 
-#define LUDUS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-#define LUDUS_AVX2_TARGET __attribute__((target("avx2,fma")))
-
 template <int M, int V>
 LUDUS_BF16_TARGET void tile_bf16(const uint16_t* x, int64_t k, const int32_t* w, const float* bias, int64_t cols,
                                  bool relu, uint16_t* y, int64_t ldy) {
@@ -203,7 +217,6 @@ LUDUS_BF16_TARGET void tile_bf16(const uint16_t* x, int64_t k, const int32_t* w,
       for (int v = 0; v < V; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], a, b[v]);
     }
   }
-  const __m512 zero = _mm512_setzero_ps();
   #pragma GCC unroll 32
   for (int v = 0; v < V; ++v) {
     const int64_t left = cols - v * 16;
@@ -211,12 +224,7 @@ LUDUS_BF16_TARGET void tile_bf16(const uint16_t* x, int64_t k, const int32_t* w,
     const __mmask16 in = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
     const __m512 b = _mm512_maskz_loadu_ps(in, bias + v * 16);
     #pragma GCC unroll 32
-    for (int i = 0; i < M; ++i) {
-      __m512 s = _mm512_add_ps(acc[i][v], b);
-      if (relu)
-        s = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, zero, _CMP_GT_OQ) | _mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q), s);
-      _mm256_mask_storeu_epi16(y + i * ldy + v * 16, in, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(s)));
-    }
+    for (int i = 0; i < M; ++i) store_bf16(acc[i][v], b, relu, in, y + i * ldy + v * 16);
   }
 }
 
@@ -323,25 +331,6 @@ at::Tensor pack_weights_avx2(const at::Tensor& weights) {
               "pack_weights_avx2 wants float32 weights [nets, in, out], got ", weights.sizes(), " ",
               weights.scalar_type());
   return pack_panels(weights, 8, kF32Vecs, 1);
-}
-
-// The checks every grouped call makes; the total row count.
-int64_t check_grouped(const at::Tensor& x, at::IntArrayRef counts, int64_t groups, int64_t k, at::ScalarType dtype,
-                      const at::Tensor& bias, int64_t n, int64_t np) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == dtype && x.is_contiguous(),
-              "grouped_linear wants contiguous ", dtype, " rows [rows, in], got ", x.sizes(), " ", x.scalar_type());
-  TORCH_CHECK(static_cast<int64_t>(counts.size()) == groups, counts.size(), " row counts for ", groups, " nets");
-  TORCH_CHECK(x.size(1) == k, "rows of width ", x.size(1), " for weights of input width ", k);
-  TORCH_CHECK(n > 0 && n <= np, "output width ", n, " for weights of padded width ", np);
-  TORCH_CHECK(bias.dim() == 2 && bias.size(0) == groups && bias.size(1) == n && bias.scalar_type() == at::kFloat &&
-              bias.is_contiguous(), "grouped_linear wants float32 biases [nets, out]");
-  int64_t total = 0;
-  for (int64_t count : counts) {
-    TORCH_CHECK(count >= 0, "a negative row count");
-    total += count;
-  }
-  TORCH_CHECK(total == x.size(0), "row counts sum to ", total, " for ", x.size(0), " rows");
-  return total;
 }
 
 // Runs every group's rows through its panels with `tiles` (R rows x up to VR vectors of `lanes`).

@@ -78,8 +78,3 @@ def grouped_linear_status() -> str:
     if grouped_path(torch.bfloat16) is None:
         described.append("bfloat16 nets on baddbmm (this CPU has neither AMX tiles nor AVX512-BF16)")
     return "ready: " + ", ".join(described)
-
-
-def grouped_linear_available(dtype: torch.dtype = torch.bfloat16) -> bool:
-    """Whether the extension is built and this CPU runs a path for `dtype` nets."""
-    return grouped_path(dtype) is not None
