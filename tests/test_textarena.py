@@ -12,7 +12,7 @@ from ludus.games import registry
 from ludus.games.check import check_game
 from ludus.games.core import GameError
 from ludus.games.text import check_text_view, parse_response, text_view
-from ludus.games.adapters.textarena import decode_text, encode_text
+from ludus.games.adapters.textarena import decode_text, encode_text, speakers_as_names
 
 TTT, KUHN = "ta:TicTacToe-v0", "ta:KuhnPoker-v0"
 
@@ -87,6 +87,23 @@ def test_long_texts_keep_their_head_and_tail():
     game = registry.make("ta:TicTacToe-v0(max_bytes=512)")
     assert game.spec.id == "ta:TicTacToe-v0(max_bytes=512)" and game.spec.observation_shape == (512,)
     check_game(game.spec.id, num_games=3)  # the id with its parameter rebuilds the same game
+
+
+def test_the_prompt_writes_speaker_tags_as_names_and_keeps_the_moves_in_brackets():
+    # A small model copies the first bracketed word it reads ([GAME]); the prompt names the
+    # speakers instead, while the game's own text (what nets, bots and the arena read) is unchanged.
+    game = registry.make("ta:Nim-v0")
+    game.reset(3)
+    game.step_text({0: "[0 1]"})
+    seat = game.to_move()[0]
+    obs, mask = game.observation(seat), game.legal_mask(seat)
+    raw = decode_text(obs)
+    assert raw.count("[GAME]") >= 2 and "[Player 0] [0 1]" in raw
+    prompt = text_view("ta:Nim-v0").state(obs, seat, mask)
+    assert "[GAME]" not in prompt and "[Player 0]" not in prompt
+    assert "GAME: Welcome to Nim" in prompt and "Player 0: [0 1]" in prompt and "'[0 3]'" in prompt
+    assert speakers_as_names("[Commander Alpha] [A4 B2 C2]\n[0 3] is a move") == \
+        "Commander Alpha: [A4 B2 C2]\n[0 3] is a move"
 
 
 @pytest.mark.parametrize("game_id, message", [

@@ -9,8 +9,8 @@ text-move game (`ludus.games.core.TextMoveGame`):
   the whole message history for ``-v0`` ids, prompt plus current board for ``-train`` ids) as
   UTF-8 bytes, zero-padded to ``max_bytes`` (an id parameter, default 8192). A longer text keeps
   its head (the rules and the seat's private facts) and its tail (the latest messages) around a
-  marker. The text view decodes it back, so a language model reads exactly what TextArena would
-  have shown it.
+  marker. The text view decodes it back, so a language model reads what TextArena would have
+  shown it (with its speaker tags written as names, `speakers_as_names`).
 * **Moves**: text, judged by TextArena itself with its own invalid-move rule: its error allowance
   (one by default) lets a seat that made an invalid move try again, told why in its next
   observation; past it, the seat loses. Every move's text and every invalid move is recorded
@@ -35,6 +35,7 @@ import dataclasses
 import functools
 import io
 import random
+import re
 import signal
 import threading
 from typing import Any, Callable, Iterator
@@ -52,6 +53,9 @@ DEFAULT_MAX_STEPS = 400
 """Most moves (invalid ones included) a ``ta:`` game may take before it is truncated, where the
 id names no ``max_steps``: TextArena bounds most games by turns, a few (board games) only by rules."""
 _CUT = "\n[...]\n"
+_SPEAKER = re.compile(r"(?m)^\[([A-Za-z][A-Za-z0-9 ]{0,39})\](?=[ \t])")
+"""A speaker tag at the start of a message line, as TextArena's observation wrapper writes it:
+``[GAME]``, ``[Player 1]``, or a role (``[Commander Alpha]``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -512,10 +516,22 @@ def describe_layout(game: TextArenaGame) -> list[str]:
     return lines
 
 
+def speakers_as_names(text: str) -> str:
+    """TextArena's text with each message's speaker tag written ``GAME:`` instead of ``[GAME]``.
+
+    TextArena writes speaker tags in the square brackets that also hold a move, and a small model
+    copies the first bracketed word it reads: SmolLM2-135M answered ``[GAME]`` to all 24 Nim
+    openings of a probe with the tags in brackets; with them written as names, 9 of its 24
+    answers were moves TextArena accepts (PigDice: 1 and 24 of 24). Only the prompt changes: the
+    game, its observation and what the opponent hears stay TextArena's."""
+    return _SPEAKER.sub(r"\1:", text)
+
+
 @dataclasses.dataclass(frozen=True)
 class TextArenaView:
     """A ``ta:`` game told as TextArena tells it: the observation is TextArena's own text, so the
-    view adds the legal moves where the game lists them (a `ludus.games.text.TextView`)."""
+    view adds the legal moves where the game lists them, and writes speaker tags as names
+    (`speakers_as_names`) (a `ludus.games.text.TextView`)."""
 
     game_id: str
     title: str
@@ -538,10 +554,11 @@ class TextArenaView:
         return f"You are Player {seat}."
 
     def state(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> str:
+        text = speakers_as_names(decode_text(obs).strip())
         if self.free_text:
-            return decode_text(obs).strip()
+            return text
         legal = " ".join(f"[{self.moves[a]}]" for a in np.flatnonzero(mask))
-        return f"{decode_text(obs).strip()}\nYour legal moves: {legal}"
+        return f"{text}\nYour legal moves: {legal}"
 
     def answers(self, obs: np.ndarray, seat: int, mask: np.ndarray) -> dict[str, int]:
         if self.free_text:
