@@ -47,19 +47,53 @@ TTT_GAMES = ("tic_tac_toe", "spiel:tic_tac_toe")
 
 
 def score_against(game: str, policy, opponent, games_per_seat: int, seed: int, threads: int):
-    """(score, Wilson low, Wilson high, legal first-response rate of `policy`)."""
-    from ludus.evaluation.evaluate import evaluate_policies
+    """(score, Wilson low, Wilson high, share of `policy`'s first answers that counted). Listed
+    answers: the turns whose first response named a legal answer. Free text, where only the game
+    judges a move: the share of its moves the game accepted (an invalid move is told why and
+    answered again; the game counts each refusal)."""
+    from ludus.evaluation.evaluate import CANDIDATE, policy_matches, tally_matches
+    from ludus.games.registry import spec as game_spec
+    from ludus.games.text import is_free_text
 
     policy.counts = {key: 0 for key in policy.counts}
-    (result,) = evaluate_policies(game, policy, {"opponent": opponent}, 2 * games_per_seat, seed=seed,
-                                  num_envs=200, threads=threads)
-    legal = policy.counts["first_valid"] / max(policy.counts["turns"], 1)
+    matches = policy_matches(game, policy, {"opponent": opponent}, 2 * games_per_seat, seed=seed, num_envs=200,
+                             threads=threads)
+    (result,) = tally_matches(matches, CANDIDATE, game_spec(game).team_of_seat)
+    if is_free_text(policy.view):
+        moves = refused = 0
+        for match in matches:
+            seat = match.assignment.players.index(CANDIDATE)
+            moves += match.turns[seat] if match.turns else 0
+            refused += match.text.invalid[seat] if match.text is not None else 0
+        legal = 1.0 - refused / max(moves, 1)
+    else:
+        legal = policy.counts["first_valid"] / max(policy.counts["turns"], 1)
     return result.score, result.lower, result.upper, legal
+
+
+def textarena_goal(results: list[dict]) -> str:
+    """`goal llm_any_textarena_game` over runs' results: every TextArena game's lower bound against
+    the base > 0.5, on three games at least, one of them with free-text moves (the issue names
+    games no preset names: the caller picks them)."""
+    games = [r for r in results if str(r.get("game", "")).startswith("ta:") and r.get("within_budget")]
+    for r in games:
+        print(f"{r['game']} seed {r['seed']}: vs base {r['vs_base'][0]:.3f} [{r['vs_base'][1]:.3f}, "
+              f"{r['vs_base'][2]:.3f}], accepted first answers {r['vs_base'][3]:.3f}, "
+              f"{'free text' if r['free_text'] else 'listed answers'}")
+    worst = min((r["vs_base"][1] for r in games), default=0.0)
+    ok = len({r["game"] for r in games}) >= 3 and any(r["free_text"] for r in games) and worst > 0.5
+    names = ", ".join(sorted({r["game"] for r in games}))
+    return (f"goal llm_any_textarena_game: worst lower bound against anchor:base {worst:.3f} over {names} "
+            f"(target > 0.5 on 3 games, one free text) {'PASS' if ok else 'FAIL'}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--game", required=True, help="a game id with a text view, e.g. spiel:kuhn_poker, ta:ID")
+    parser.add_argument("--game", help="a game id with a text view, e.g. spiel:kuhn_poker, ta:ID")
+    parser.add_argument("--out", type=Path, default=None, help="also write the run's result (JSON) here")
+    parser.add_argument("--combine", type=Path, nargs="+", default=None,
+                        help="no training: read --out files of runs on TextArena games and print "
+                             "goal llm_any_textarena_game over them")
     parser.add_argument("--minutes", type=float, default=30.0, help="training budget (wall clock, matches included)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--games", type=int, default=400, help="games a seat against each opponent")
@@ -70,12 +104,18 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="key=value on top of the default recipe (not for goal runs)")
     args = parser.parse_args()
+    if args.combine:
+        print(textarena_goal([json.loads(path.read_text()) for path in args.combine]))
+        return
+    if not args.game:
+        parser.error("--game is required (or --combine)")
 
     import torch
 
     from ludus.agents.lm.pretrained import trained_state
     from ludus.agents.lm.text_policy import TextLMPolicy
     from ludus.agents.policy import RandomPolicy
+    from ludus.games.text import is_free_text
 
     print(f"{host_line()}; load {os.getloadavg()}", flush=True)
     threads = [f"torch_threads={args.threads}", f"runner_threads={args.threads}"] if args.threads else []
@@ -129,14 +169,18 @@ def main() -> None:
     print(f"vs anchor:base: score {vs_base[0]:.3f} [{vs_base[1]:.3f}, {vs_base[2]:.3f}] over {2 * args.games} "
           f"games, legal first answers {vs_base[3]:.4f}", flush=True)
     vs_random = None
-    if play.prompt.response_prefix:  # a view that lists answers: the random legal mover is an opponent
+    if not is_free_text(view):  # a view that lists answers: the random legal mover is an opponent
         vs_random = score_against(args.game, policy, RandomPolicy(), args.games, 2000 + args.seed, threads)
         result["vs_random"] = vs_random
         print(f"vs random: score {vs_random[0]:.3f} [{vs_random[1]:.3f}, {vs_random[2]:.3f}] over "
               f"{2 * args.games} games, legal first answers {vs_random[3]:.4f}", flush=True)
     result["eval_seconds"] = round(time.perf_counter() - start, 1)
     result["load_at_end"] = os.getloadavg()[0]
+    result["free_text"] = is_free_text(view)
+    result["within_budget"] = trained_seconds <= budget
     print(json.dumps(result), flush=True)
+    if args.out is not None:
+        args.out.write_text(json.dumps(result) + "\n")
     print(f"{iterations} iterations, {learner.updates} updates ({adam_steps} Adam steps of the adapters) in "
           f"{trained_seconds:.0f} s of training (mean load {result['mean_load_during_training']}, now "
           f"{result['load_at_end']:.2f})", flush=True)

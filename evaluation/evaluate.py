@@ -319,13 +319,23 @@ def evaluate_policies(game_id: str, candidate: Policy, opponents: Mapping[str, P
     """
     from ludus.games.registry import spec as game_spec
 
+    matches = policy_matches(game_id, candidate, opponents, games_per_opponent, seed, greedy, num_envs, threads)
+    return tally_matches(matches, CANDIDATE, game_spec(game_id).team_of_seat)
+
+
+def policy_matches(game_id: str, candidate: Policy, opponents: Mapping[str, Policy], games_per_opponent: int,
+                   seed: int = 0, greedy: bool = False, num_envs: int = 64,
+                   threads: int = 1) -> tuple[PlayedMatch, ...]:
+    """The matches `evaluate_policies` plays (the candidate's player id is `CANDIDATE`), for a
+    caller that reads more of them than the tally (e.g. the invalid moves of text games)."""
+    from ludus.games.registry import spec as game_spec
+
     spec = game_spec(game_id)
     assignments = paired_assignments(CANDIDATE, list(opponents), games_per_opponent, spec.num_players, seed,
                                      sides=spec.sides)
     policies = {CANDIDATE: candidate, **opponents}
-    matches = play_assignments(game_id, assignments, policies, sample_seed=pair_seed(seed, 1 << 30),
-                               greedy=tuple(policies) if greedy else (), num_envs=num_envs, threads=threads)
-    return tally_matches(matches, CANDIDATE, spec.team_of_seat)
+    return play_assignments(game_id, assignments, policies, sample_seed=pair_seed(seed, 1 << 30),
+                            greedy=tuple(policies) if greedy else (), num_envs=num_envs, threads=threads)
 
 
 # ---------------------------------------------------------------------------------------------
