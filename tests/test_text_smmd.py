@@ -104,6 +104,37 @@ def test_free_text_turns_take_reinforce_with_role_baselines(tiny_bases):
     assert any(not torch.equal(before[k], v) for k, v in learner.module.state_dict().items())
 
 
+def test_the_magnet_keeps_free_text_near_the_base_when_every_answer_loses(tiny_bases):
+    """Free text where every sampled response loses (A < 0 on all): steps that only push samples
+    down drift away from the base (what turned SmolLM2's Nim moves into noise); the magnet term
+    (alpha times the KL to the base) bounds that drift."""
+    from ludus.agents.lm.text_ppo import response_log_probs
+    from ludus.agents.lm.text_smmd import PlayTurns
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.learners.text_smmd import TextSMMDLeagueLearner
+
+    def drift(alpha: float) -> float:
+        config = _config(tiny_bases[0], f"text_lm.smmd.alpha={alpha}", "text_lm.smmd.learning_rate=1e-2",
+                         "text_lm.smmd.distill_steps=4", "text_lm.smmd.rae_decay=0.0")
+        learner = TextSMMDLeagueLearner(game_spec(KUHN), config, 0, seed=0, init_seed=1)
+        prompt = _kuhn_turns(learner, [0], [0.0]).prompts[0]
+        responses = ((5, 6), (7, 8), (9,), (10, 11, 12))
+        for _ in range(8):
+            with torch.no_grad():  # on-policy: the behaviour log-probs are the current policy's
+                reading = response_log_probs(learner.lm.model, [prompt] * 4, responses, learner.smmd.temperature)
+            behaviour = tuple(reading.log_probs[k, :len(r)].numpy().astype(np.float64)
+                              for k, r in enumerate(responses))
+            # returns -1 after a baseline of 0 (rae_decay 0: the baseline is the last batch's mean, -1)
+            learner.smmd.baselines[:] = 0.0
+            stats = learner.smmd.update(PlayTurns((prompt,) * 4, responses, behaviour, np.full(4, -1.0),
+                                                  np.zeros(4, dtype=np.int64), np.full(4, -1),
+                                                  np.ones((4, 2), dtype=bool), (None,) * 4))
+        return stats["kl_to_base"]
+
+    free, held = drift(0.0), drift(2.0)
+    assert free > 0.05 and held < 0.5 * free
+
+
 def test_smmd_league_resumes_exactly(tiny_bases, tmp_path):
     from ludus.league.api import League
     from ludus.league.check import resumed_fingerprint, run_fingerprint

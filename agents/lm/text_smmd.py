@@ -36,18 +36,26 @@ Turns whose view lists the legal answers (and whose response is opened with
   zero-sum games (the paper's Theorem 3.4), so the adapters themselves are the output policy.
 
 Turns without an answer list (free-text moves), or whose first response did not count, are trained
-on the WHOLE response by REINFORCE with SPIRAL's role-conditioned advantage estimation (Liu et al.
-2025, arXiv 2506.24119, Algorithm 1): per role p a moving-average baseline
+on the WHOLE response y by the same mirror-descent step in its sampled, deep-RL form (Sokota et al.
+2023, section 5: a policy-gradient surrogate with a proximal term and the magnet term), with
+SPIRAL's role-conditioned advantage estimation (Liu et al. 2025, arXiv 2506.24119, Algorithm 1) for
+A: per role p a moving-average baseline
 
       b_p  <-  decay · b_p + (1 - decay) · mean(R over the role's turns),   A = R - b_p          (RAE)
 
-(advantages use the baseline before the batch), turns with |A| <= min_abs_advantage are dropped
-(SPIRAL's filtering of zero-advantage turns), and
+(advantages use the baseline before the batch; turns with |A| <= min_abs_advantage are dropped,
+SPIRAL's filtering of zero-advantage turns), and per token t of y_i, r_t = pi_theta / mu (mu: the
+behaviour log-probs the runners recorded),
 
-      L(theta) = - mean_i A_i · min(w_i, clip) · sum_t log pi_theta(y_i,t | s_i, y_i,<t)         (REINFORCE)
+      L(theta) = mean_i sum_t max(-A_i r_t, -A_i clip(r_t, 1 - clip, 1 + clip))            (proximal: KL to pi_t)
+                 + alpha · mean_i sum_t (rho_t / pi_t - log(rho_t / pi_t) - 1)             (magnet: KL to rho)
 
-w_i = exp(log pi_theta(y_i) - log mu(y_i)) the detached sequence-level importance weight against the
-behaviour log-probs mu the runners recorded. A first response that named no legal action is scored
+with rho the base model (adapters off): over free text the magnet is the base whatever `magnet`
+says (no uniform distribution over all texts exists), and the k3 estimator of KL(pi_theta || rho)
+(Schulman 2020) on the sampled tokens. The magnet is what keeps a response in the base's
+language: without it, steps that only push sampled responses down (every advantage negative,
+e.g. while a game refuses most of the base's moves) drove SmolLM2's Nim answers from
+"[0 3]"-like moves into noise in 7 updates. A first response that named no legal action is scored
 -invalid.penalty by the caller and lands here too (so a game with answers learns its format as well).
 """
 
@@ -76,13 +84,15 @@ class TextSMMDConfig:
     """Magnet weight (tau in Sokota et al.): the last iterate converges to the equilibrium regularised
     towards rho; smaller, closer to a Nash equilibrium but slower and noisier from samples (tabular
     Kuhn, Q from 32 sampled games an update, 8-15 updates: alpha 0.5 0.10-0.16 exploitable, alpha
-    0.2 0.14-0.24; tests/test_text_smmd.py replays it)."""
+    0.2 0.14-0.24; tests/test_text_smmd.py replays it). Free text: the weight of the KL of each
+    whole response to the base's."""
     eta: float = field(default=1.0, metadata=bounds(0, 1000, low_open=True))
     """MMD step size: how far one update moves towards exp(Q)."""
     magnet: Literal["base", "uniform"] = "uniform"
     """rho: 'uniform' over the legal answers (MMD then converges to the entropy-regularised quantal
     response equilibrium, whatever the base prefers) or 'base', the base model's answer distribution
-    (adapters off). The format stays the base's either way: rho is over answers, not tokens."""
+    (adapters off). The format stays the base's either way: rho is over answers, not tokens.
+    Free-text turns always have the base as their magnet."""
     distill_steps: int = field(default=4, metadata=bounds(1, 10**6))
     """Adam steps of the adapters towards each update's MMD targets (and of the REINFORCE loss).
     Each costs a pass with gradients over the step's prompts: on a shared 2-core host (load ~12) 8
@@ -109,10 +119,11 @@ class TextSMMDConfig:
     """RAE: decay of each role's moving-average baseline (free-text turns)."""
     min_abs_advantage: float = field(default=1e-6, metadata=bounds(0, None))
     """RAE: turns with |advantage| at most this are dropped (SPIRAL's zero-advantage filter)."""
-    importance_clip: float = field(default=2.0, metadata=bounds(0, None, low_open=True))
-    """REINFORCE: cap of the detached sequence-level importance weight against the behaviour log-probs."""
+    clip: float = field(default=0.2, metadata=bounds(0, 10, low_open=True))
+    """Free text: PPO's clip of each token's ratio to the behaviour policy (the proximal term of the
+    sampled MMD step: one update moves each token's probability at most this far, relatively)."""
     reinforce_coef: float = field(default=1.0, metadata=bounds(0, 100))
-    """Weight of the free-text REINFORCE loss beside the answer-level one."""
+    """Weight of the free-text policy-gradient loss beside the answer-level one."""
 
     def __post_init__(self) -> None:
         if not self.alpha >= 0 or not self.eta > 0:
@@ -121,6 +132,8 @@ class TextSMMDConfig:
             raise ValueError("text_lm.smmd.distill_steps, minibatch_prompts and critic_hidden must be >= 1")
         if not self.learning_rate > 0 or not self.critic_learning_rate > 0 or self.format_coef < 0:
             raise ValueError("text_lm.smmd learning rates must be > 0 and format_coef >= 0")
+        if not self.clip > 0:
+            raise ValueError(f"text_lm.smmd.clip must be > 0, got {self.clip}")
         if not 0 <= self.rae_decay <= 1:
             raise ValueError(f"text_lm.smmd.rae_decay must be in [0, 1], got {self.rae_decay}")
 
@@ -281,10 +294,17 @@ class TextSMMDLearner:
             kept = np.abs(advantages) > config.min_abs_advantage
             free, advantages = [i for i, k in zip(free, kept) if k], advantages[kept]
             stats["free_text_turns"] = float(len(free))
+            if free:
+                # the magnet rho: the base's log-probs of each response, read once before the steps
+                with torch.no_grad(), adapter_disabled(self.model):
+                    reading = response_log_probs(self.model, [turns.prompts[i] for i in free],
+                                                 [turns.responses[i] for i in free], self.temperature,
+                                                 store=self._store())
+                free_base = torch.where(reading.mask, reading.log_probs, torch.zeros_like(reading.log_probs))
 
         # 4. Adam steps of the adapters on (distil) and (REINFORCE)
         self.model.train()
-        grad_norms, kls, rests = [], [], []
+        grad_norms, kls, rests, magnets = [], [], [], []
         canonical = None
         if prompts and config.rest_coef > 0 and turns.canonical is not None:
             canonical = [turns.canonical[first_turn[d]] for d in range(len(prompts))]
@@ -325,11 +345,22 @@ class TextSMMDLearner:
                 reading = response_log_probs(self.model, [turns.prompts[i] for i in rows_free],
                                              [turns.responses[i] for i in rows_free], self.temperature,
                                              store=self._store())
-                log_seq = torch.where(reading.mask, reading.log_probs, torch.zeros_like(reading.log_probs)).sum(1)
-                behaviour = torch.tensor([float(np.sum(turns.behaviour[i])) for i in rows_free])
-                weight = (log_seq.detach() - behaviour).exp().clamp(max=config.importance_clip)
-                adv = torch.from_numpy(advantages[pick])
-                loss = loss - config.reinforce_coef * (adv * weight * log_seq).mean()
+                mask = reading.mask
+                log_pi = torch.where(mask, reading.log_probs, torch.zeros_like(reading.log_probs))
+                behaviour = torch.zeros_like(log_pi)
+                for k, i in enumerate(rows_free):
+                    behaviour[k, :len(turns.behaviour[i])] = torch.from_numpy(np.asarray(turns.behaviour[i]))
+                adv = torch.from_numpy(advantages[pick])[:, None].expand_as(log_pi)
+                weights = mask.float()
+                # the proximal term: PPO's clipped surrogate per token (agents/ppo_core.py, Eq. 7)
+                ratio = torch.where(mask, log_pi - behaviour, torch.zeros_like(log_pi)).exp()
+                surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - config.clip, 1 + config.clip))
+                # the magnet term: k3 estimate of KL(pi_theta || base) on the sampled tokens, per response
+                log_base_ratio = torch.where(mask, free_base[torch.from_numpy(pick)] - log_pi, torch.zeros_like(log_pi))
+                magnet = ((log_base_ratio.exp() - log_base_ratio - 1) * weights).sum(1).mean()
+                # both per response (summed over its tokens), as the sequence is the action
+                loss = loss + config.reinforce_coef * (surrogate * weights).sum(1).mean() + config.alpha * magnet
+                magnets.append(float(magnet.detach()))
             if not prompts and not free:
                 break
             grad_norms.append(self.optimizer.step(loss))
@@ -345,6 +376,8 @@ class TextSMMDLearner:
                           "answer_prompts": float(len(prompts))})
             if rests:
                 stats["response_rest_prob"] = rests[-1]
+        if magnets:
+            stats["kl_to_base"] = magnets[-1]
         stats.update({"grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
                       "mean_return": float(turns.returns.mean()) if len(turns) else 0.0, "turns": float(len(turns))})
         stats.update({f"rae_baseline_seat{r}": float(b) for r, b in enumerate(self.baselines)})
