@@ -94,7 +94,7 @@ class TextSMMDConfig:
     (adapters off). The format stays the base's either way: rho is over answers, not tokens.
     Free-text turns always have the base as their magnet."""
     distill_steps: int = field(default=4, metadata=bounds(1, 10**6))
-    """Adam steps of the adapters towards each update's MMD targets (and of the REINFORCE loss).
+    """Adam steps of the adapters towards each update's MMD targets (and of the free-text loss).
     Each costs a pass with gradients over the step's prompts: on a shared 2-core host (load ~12) 8
     steps over Kuhn's 11 prompts took ~380 s of an iteration whose 32 matches took 45 s."""
     learning_rate: float = field(default=1e-3, metadata=bounds(0, 1, low_open=True))
@@ -203,7 +203,7 @@ class PlayTurns:
 
 
 class TextSMMDLearner:
-    """Sampled MMD on answers with a learned critic, REINFORCE+RAE on free text; LoRA adapters trained."""
+    """Sampled MMD on answers with a learned critic, the same step PPO-clipped with the base as magnet on free text; LoRA adapters trained."""
 
     def __init__(self, model: LMWithValueHead, config: TextSMMDConfig, temperature: float, num_actions: int,
                  num_roles: int, seed: int):
@@ -302,7 +302,7 @@ class TextSMMDLearner:
                                                  store=self._store())
                 free_base = torch.where(reading.mask, reading.log_probs, torch.zeros_like(reading.log_probs))
 
-        # 4. Adam steps of the adapters on (distil) and (REINFORCE)
+        # 4. Adam steps of the adapters on (distil) and (free text)
         self.model.train()
         grad_norms, kls, rests, magnets = [], [], [], []
         canonical = None

@@ -280,7 +280,7 @@ TEXT_EXIT = register_learner_kind(LearnerKind(
     text_lm="exit"))
 TEXT_SMMD = register_learner_kind(LearnerKind(
     "text_smmd", "pretrained LMs on any text game from play alone: sampled MMD on the answers with a learned "
-    "critic, REINFORCE with role baselines on free text", ("text_lm",),
+    "critic; on free text PPO-clipped with the base as magnet and role baselines", ("text_lm",),
     _make_text_smmd, _text_lm_architecture, _validate_text_lm(), text_lm="smmd"))
 DEFAULT_TEXT_LM_LEARNER = TEXT_SMMD.name
 """The LM learner of a game no preset names (benchmarks/llm_any_game.py, preset `llm_any_game`):
