@@ -203,7 +203,8 @@ class PlayTurns:
 
 
 class TextSMMDLearner:
-    """Sampled MMD on answers with a learned critic, the same step PPO-clipped with the base as magnet on free text; LoRA adapters trained."""
+    """Sampled MMD on answers with a learned critic, and on free text PPO-clipped with the base as
+    magnet; LoRA adapters trained."""
 
     def __init__(self, model: LMWithValueHead, config: TextSMMDConfig, temperature: float, num_actions: int,
                  num_roles: int, seed: int):
@@ -356,7 +357,8 @@ class TextSMMDLearner:
                 ratio = torch.where(mask, log_pi - behaviour, torch.zeros_like(log_pi)).exp()
                 surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - config.clip, 1 + config.clip))
                 # the magnet term: k3 estimate of KL(pi_theta || base) on the sampled tokens, per response
-                log_base_ratio = torch.where(mask, free_base[torch.from_numpy(pick)] - log_pi, torch.zeros_like(log_pi))
+                log_base_ratio = torch.where(mask, free_base[torch.from_numpy(pick)] - log_pi,
+                                             torch.zeros_like(log_pi))
                 magnet = ((log_base_ratio.exp() - log_base_ratio - 1) * weights).sum(1).mean()
                 # both per response (summed over its tokens), as the sequence is the action
                 loss = loss + config.reinforce_coef * (surrogate * weights).sum(1).mean() + config.alpha * magnet
