@@ -10,7 +10,8 @@ LM against
 * the random legal mover, where the game lists its answers,
 
 `--games` games a seat each, and reports the score (win 1, draw 0.5, loss 0) with a Wilson 95%
-interval and the share of the LM's turns whose FIRST response named a legal move. For Kuhn poker
+interval and the share of the LM's turns whose FIRST response named a legal move (free-text
+games, where the game judges a move: the share of its moves the game accepted). For Kuhn poker
 also the exploitability of the LM's played policy (exact: every response enumerated,
 benchmarks/llm_kuhn.py). Prints the host's CPU flags that matter for the speed of a bf16 / fp32
 CPU run (amx, avx512_bf16, avx512f, avx2) and the load.
@@ -23,6 +24,12 @@ Ends with ``goal NAME: figure (target t) PASS|FAIL``: `llm_kuhn_from_play` (expl
 <= 0.15 of the run's output policy: the recipe's average of its snapshots; the last iterate's is
 printed beside it) for Kuhn poker, `llm_tictactoe_from_play` (>= 0.80 against the random mover and legal
 first answers >= 0.99) for tic-tac-toe, else `llm_any_game` (the lower bound against the base > 0.5).
+`--out FILE` keeps a run's result; `--combine FILE...` (no training) reads those of runs on
+TextArena games and ends with `goal llm_any_textarena_game` (the worst lower bound against the
+base > 0.5, on three games at least, one with free-text moves):
+
+    python benchmarks/llm_any_game.py --game ta:Nim-v0 --minutes 30 --seed 1 --games 200 --out nim.json
+    python benchmarks/llm_any_game.py --combine nim.json poker.json wild.json
 """
 
 from __future__ import annotations
