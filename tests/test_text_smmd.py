@@ -113,9 +113,9 @@ def test_the_magnet_keeps_free_text_near_the_base_when_every_answer_loses(tiny_b
     from ludus.games.registry import spec as game_spec
     from ludus.league.learners.text_smmd import TextSMMDLeagueLearner
 
-    def drift(alpha: float) -> float:
+    def drift(alpha: float, *extra: str) -> float:
         config = _config(tiny_bases[0], f"text_lm.smmd.alpha={alpha}", "text_lm.smmd.learning_rate=1e-2",
-                         "text_lm.smmd.distill_steps=4", "text_lm.smmd.rae_decay=0.0")
+                         "text_lm.smmd.distill_steps=4", "text_lm.smmd.rae_decay=0.0", *extra)
         learner = TextSMMDLeagueLearner(game_spec(KUHN), config, 0, seed=0, init_seed=1)
         prompt = _kuhn_turns(learner, [0], [0.0]).prompts[0]
         responses = ((5, 6), (7, 8), (9,), (10, 11, 12))
@@ -133,6 +133,8 @@ def test_the_magnet_keeps_free_text_near_the_base_when_every_answer_loses(tiny_b
 
     free, held = drift(0.0), drift(2.0)
     assert free > 0.05 and held < 0.5 * free
+    # a step's minibatch of responses shorter than the batch's longest
+    assert np.isfinite(drift(0.5, "text_lm.smmd.minibatch_prompts=1"))
 
 
 def test_smmd_league_resumes_exactly(tiny_bases, tmp_path):

@@ -357,8 +357,9 @@ class TextSMMDLearner:
                 ratio = torch.where(mask, log_pi - behaviour, torch.zeros_like(log_pi)).exp()
                 surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - config.clip, 1 + config.clip))
                 # the magnet term: k3 estimate of KL(pi_theta || base) on the sampled tokens, per response
-                log_base_ratio = torch.where(mask, free_base[torch.from_numpy(pick)] - log_pi,
-                                             torch.zeros_like(log_pi))
+                # (the step's rows are padded to their own longest response, not to all free rows')
+                base = free_base[torch.from_numpy(pick), :log_pi.shape[1]]
+                log_base_ratio = torch.where(mask, base - log_pi, torch.zeros_like(log_pi))
                 magnet = ((log_base_ratio.exp() - log_base_ratio - 1) * weights).sum(1).mean()
                 # both per response (summed over its tokens), as the sequence is the action
                 loss = loss + config.reinforce_coef * (surrogate * weights).sum(1).mean() + config.alpha * magnet
