@@ -112,7 +112,13 @@ def main() -> None:
                         help="key=value on top of the default recipe (not for goal runs)")
     args = parser.parse_args()
     if args.combine:
-        print(textarena_goal([json.loads(path.read_text()) for path in args.combine]))
+        results = []
+        for path in args.combine:
+            try:
+                results.append(json.loads(path.read_text()))
+            except (OSError, ValueError) as exc:
+                parser.error(f"--combine {path}: not a result file of --out ({exc})")
+        print(textarena_goal(results))
         return
     if not args.game:
         parser.error("--game is required (or --combine)")
