@@ -182,14 +182,15 @@ def main() -> None:
     print(f"vs anchor:base: score {vs_base[0]:.3f} [{vs_base[1]:.3f}, {vs_base[2]:.3f}] over {2 * args.games} "
           f"games, legal first answers {vs_base[3]:.4f}", flush=True)
     vs_random = None
-    if not is_free_text(view):  # a view that lists answers: the random legal mover is an opponent
+    free_text = is_free_text(view)
+    if not free_text:  # a view that lists answers: the random legal mover is an opponent
         vs_random = score_against(args.game, policy, RandomPolicy(), args.games, 2000 + args.seed, threads)
         result["vs_random"] = vs_random
         print(f"vs random: score {vs_random[0]:.3f} [{vs_random[1]:.3f}, {vs_random[2]:.3f}] over "
               f"{2 * args.games} games, legal first answers {vs_random[3]:.4f}", flush=True)
     result["eval_seconds"] = round(time.perf_counter() - start, 1)
     result["load_at_end"] = os.getloadavg()[0]
-    result["free_text"] = is_free_text(view)
+    result["free_text"] = free_text
     result["within_budget"] = trained_seconds <= budget
     print(json.dumps(result), flush=True)
     if args.out is not None:

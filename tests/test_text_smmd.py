@@ -229,10 +229,9 @@ def test_a_free_text_move_keeps_the_games_return(tiny_bases, kind):
     from ludus.agents.rollout import RolloutBatch
     from ludus.games import registry
     from ludus.games.registry import spec as game_spec
+    from ludus.league.api import load_config
     from ludus.league.learners.text_lm import TextLMLeagueLearner
     from ludus.league.learners.text_smmd import TextSMMDLeagueLearner
-
-    from ludus.league.api import load_config
 
     nim = "ta:Nim-v0"
     config = load_config("llm_any_game", [f"text_lm.model.base={tiny_bases[0]}", f"game={nim}", f"learner={kind}",

@@ -72,7 +72,7 @@ from ludus.agents.lm.model import LMWithValueHead
 from ludus.agents.lm.prompt_cache import SharedPromptCache, base_readings
 from ludus.agents.lm.pretrained import adapter_disabled, adapter_parameters
 from ludus.agents.lm.text_ppo import answer_log_probs, response_log_probs
-from ludus.agents.ppo_core import TorchAdam
+from ludus.agents.ppo_core import TorchAdam, ppo_terms
 from ludus.bounds import bounds
 
 
@@ -353,16 +353,18 @@ class TextSMMDLearner:
                     behaviour[k, :len(turns.behaviour[i])] = torch.from_numpy(np.asarray(turns.behaviour[i]))
                 adv = torch.from_numpy(advantages[pick])[:, None].expand_as(log_pi)
                 weights = mask.float()
-                # the proximal term: PPO's clipped surrogate per token (agents/ppo_core.py, Eq. 7)
-                ratio = torch.where(mask, log_pi - behaviour, torch.zeros_like(log_pi)).exp()
-                surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - config.clip, 1 + config.clip))
+                # the proximal term: PPO's clipped surrogate per token (its token mean, times the
+                # tokens per response: summed over each response)
+                zeros = torch.zeros_like(log_pi)
+                surrogate = ppo_terms(log_pi, behaviour, adv, zeros, zeros, zeros, zeros, config.clip,
+                                      value_clip=None, weights=weights).policy_loss * weights.sum() / len(pick)
                 # the magnet term: k3 estimate of KL(pi_theta || base) on the sampled tokens, per response
                 # (the step's rows are padded to their own longest response, not to all free rows')
                 base = free_base[torch.from_numpy(pick), :log_pi.shape[1]]
                 log_base_ratio = torch.where(mask, base - log_pi, torch.zeros_like(log_pi))
                 magnet = ((log_base_ratio.exp() - log_base_ratio - 1) * weights).sum(1).mean()
                 # both per response (summed over its tokens), as the sequence is the action
-                loss = loss + config.reinforce_coef * (surrogate * weights).sum(1).mean() + config.alpha * magnet
+                loss = loss + config.reinforce_coef * surrogate + config.alpha * magnet
                 magnets.append(float(magnet.detach()))
             if not prompts and not free:
                 break
