@@ -137,6 +137,40 @@ def test_the_magnet_keeps_free_text_near_the_base_when_every_answer_loses(tiny_b
     assert np.isfinite(drift(0.5, "text_lm.smmd.minibatch_prompts=1"))
 
 
+
+def test_micro_batches_of_free_text_take_the_same_step_as_one_pass(tiny_bases):
+    """A TextArena turn's prompt is 300-1,000 tokens, so a step's free-text turns are read in
+    micro-batches whose gradients add up: the step is the one-pass step (to float rounding)."""
+    from ludus.agents.lm.pretrained import trained_state
+    from ludus.agents.lm.text_ppo import response_log_probs
+    from ludus.agents.lm.text_smmd import PlayTurns
+    from ludus.games.registry import spec as game_spec
+    from ludus.league.learners.text_smmd import TextSMMDLeagueLearner
+
+    def adapters_before_and_after_a_step(micro: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        config = _config(tiny_bases[0], "text_lm.smmd.learning_rate=1e-2", "text_lm.smmd.distill_steps=1",
+                         "text_lm.smmd.alpha=0.5", f"text_lm.smmd.micro_batch_turns={micro}")
+        learner = TextSMMDLeagueLearner(game_spec(KUHN), config, 0, seed=0, init_seed=1)
+        before = {k: v.clone() for k, v in trained_state(learner.lm.model).items()}
+        prompt = _kuhn_turns(learner, [0], [0.0]).prompts[0]
+        responses = ((5, 6), (7, 8, 3), (9,), (10, 11, 12), (4, 4))
+        with torch.no_grad():
+            reading = response_log_probs(learner.lm.model, [prompt] * 5, responses, learner.smmd.temperature)
+        behaviour = tuple(reading.log_probs[k, :len(r)].numpy().astype(np.float64) - 0.1 * k
+                          for k, r in enumerate(responses))
+        learner.smmd.update(PlayTurns((prompt,) * 5, responses, behaviour, np.array([1.0, -1.0, 1.0, -1.0, 1.0]),
+                                      np.array([0, 1, 0, 1, 0]), np.full(5, -1), np.ones((5, 2), dtype=bool),
+                                      (None,) * 5))
+        return before, trained_state(learner.lm.model)
+
+    before, whole = adapters_before_and_after_a_step(64)
+    _, parts = adapters_before_and_after_a_step(2)
+    step = max(float((whole[k] - before[k]).abs().max()) for k in whole)
+    apart = max(float((parts[k] - whole[k]).abs().max()) for k in whole)
+    # Adam moves each weight by up to the learning rate (1e-2); rounding differs in the last bits
+    assert step > 1e-3 and apart < 1e-3 * step
+
+
 def test_smmd_league_resumes_exactly(tiny_bases, tmp_path):
     from ludus.league.api import League
     from ludus.league.check import resumed_fingerprint, run_fingerprint

@@ -103,6 +103,9 @@ class TextSMMDConfig:
     """Global gradient-norm clip of the adapters' steps; None: none."""
     minibatch_prompts: int = field(default=64, metadata=bounds(1, 10**6))
     """Distinct prompts (answer-level) or turns (free text) per Adam step, drawn at random."""
+    micro_batch_turns: int = field(default=16, metadata=bounds(1, 10**6))
+    """Free text: turns per forward/backward pass; the micro-batches' gradients add up to the
+    step's (a TextArena turn reads a 300-1,000-token prompt: 64 at once held ~8 GB of activations)."""
     format_coef: float = field(default=1.0, metadata=bounds(0, 100))
     """Weight of -log(mass of answer-starting tokens), averaged over the step's prompts."""
     rest_coef: float = field(default=1.0, metadata=bounds(0, 100))
@@ -241,6 +244,35 @@ class TextSMMDLearner:
 
     # ------------------------------------------------------------------ the update
 
+    def _free_text_loss(self, turns: PlayTurns, free: list[int], part: np.ndarray, advantages: np.ndarray,
+                        free_base: torch.Tensor, step_size: int) -> tuple[torch.Tensor, float]:
+        """The free-text loss of the step's turns `part` (indices into `free`), as its share of a step
+        over `step_size` turns (so the micro-batches' gradients add up to the step's), and its magnet
+        term's value."""
+        config = self.config
+        rows = [free[k] for k in part]
+        reading = response_log_probs(self.model, [turns.prompts[i] for i in rows], [turns.responses[i] for i in rows],
+                                     self.temperature, store=self._store())
+        mask = reading.mask
+        log_pi = torch.where(mask, reading.log_probs, torch.zeros_like(reading.log_probs))
+        behaviour = torch.zeros_like(log_pi)
+        for k, i in enumerate(rows):
+            behaviour[k, :len(turns.behaviour[i])] = torch.from_numpy(np.asarray(turns.behaviour[i]))
+        adv = torch.from_numpy(advantages[part])[:, None].expand_as(log_pi)
+        weights = mask.float()
+        # the proximal term: PPO's clipped surrogate per token (its token mean, times the tokens of
+        # these responses: summed over each response)
+        zeros = torch.zeros_like(log_pi)
+        surrogate = ppo_terms(log_pi, behaviour, adv, zeros, zeros, zeros, zeros, config.clip,
+                              value_clip=None, weights=weights).policy_loss * weights.sum() / step_size
+        # the magnet term: k3 estimate of KL(pi_theta || base) on the sampled tokens, per response
+        # (these rows are padded to their own longest response, not to all free rows')
+        base = free_base[torch.from_numpy(part), :log_pi.shape[1]]
+        log_base_ratio = torch.where(mask, base - log_pi, torch.zeros_like(log_pi))
+        magnet = ((log_base_ratio.exp() - log_base_ratio - 1) * weights).sum() / step_size
+        # both per response (summed over its tokens), as the sequence is the action
+        return config.reinforce_coef * surrogate + config.alpha * magnet, float(magnet.detach())
+
     def update(self, turns: PlayTurns) -> dict[str, float]:
         config, stats = self.config, {}
         answered = [i for i in range(len(turns)) if turns.answer_tokens[i] is not None]
@@ -340,35 +372,19 @@ class TextSMMDLearner:
                 kl = torch.where(legal_pick, t.exp() * (t - log_pi), torch.zeros_like(t)).sum(1)
                 loss = loss + kl.mean() - config.format_coef * log_valid.mean()
                 kls.append(float(kl.mean().detach()))
+                self.optimizer.backward(loss)  # gradients accumulate until `apply`: one step
             if free:
                 pick = np.sort(self.rng.permutation(len(free))[:config.minibatch_prompts])
-                rows_free = [free[k] for k in pick]
-                reading = response_log_probs(self.model, [turns.prompts[i] for i in rows_free],
-                                             [turns.responses[i] for i in rows_free], self.temperature,
-                                             store=self._store())
-                mask = reading.mask
-                log_pi = torch.where(mask, reading.log_probs, torch.zeros_like(reading.log_probs))
-                behaviour = torch.zeros_like(log_pi)
-                for k, i in enumerate(rows_free):
-                    behaviour[k, :len(turns.behaviour[i])] = torch.from_numpy(np.asarray(turns.behaviour[i]))
-                adv = torch.from_numpy(advantages[pick])[:, None].expand_as(log_pi)
-                weights = mask.float()
-                # the proximal term: PPO's clipped surrogate per token (its token mean, times the
-                # tokens per response: summed over each response)
-                zeros = torch.zeros_like(log_pi)
-                surrogate = ppo_terms(log_pi, behaviour, adv, zeros, zeros, zeros, zeros, config.clip,
-                                      value_clip=None, weights=weights).policy_loss * weights.sum() / len(pick)
-                # the magnet term: k3 estimate of KL(pi_theta || base) on the sampled tokens, per response
-                # (the step's rows are padded to their own longest response, not to all free rows')
-                base = free_base[torch.from_numpy(pick), :log_pi.shape[1]]
-                log_base_ratio = torch.where(mask, base - log_pi, torch.zeros_like(log_pi))
-                magnet = ((log_base_ratio.exp() - log_base_ratio - 1) * weights).sum(1).mean()
-                # both per response (summed over its tokens), as the sequence is the action
-                loss = loss + config.reinforce_coef * surrogate + config.alpha * magnet
-                magnets.append(float(magnet.detach()))
+                magnet = 0.0
+                for start in range(0, len(pick), config.micro_batch_turns):
+                    part = pick[start:start + config.micro_batch_turns]
+                    part_loss, part_magnet = self._free_text_loss(turns, free, part, advantages, free_base, len(pick))
+                    self.optimizer.backward(part_loss)
+                    magnet += part_magnet
+                magnets.append(magnet)
             if not prompts and not free:
                 break
-            grad_norms.append(self.optimizer.step(loss))
+            grad_norms.append(self.optimizer.apply())
         self.model.eval()
         self.updates += 1
         if prompts:
