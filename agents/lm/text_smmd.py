@@ -344,8 +344,8 @@ class TextSMMDLearner:
             if any(c is None for c in canonical):
                 canonical = None
         for _ in range(config.distill_steps):
-            loss = torch.zeros(())
             if prompts:
+                loss = torch.zeros(())
                 pick = np.sort(self.rng.permutation(len(prompts))[:config.minibatch_prompts])
                 t = target[torch.from_numpy(pick)]
                 legal_pick = torch.isfinite(t)
