@@ -104,8 +104,9 @@ class TextSMMDConfig:
     minibatch_prompts: int = field(default=64, metadata=bounds(1, 10**6))
     """Distinct prompts (answer-level) or turns (free text) per Adam step, drawn at random."""
     micro_batch_turns: int = field(default=16, metadata=bounds(1, 10**6))
-    """Free text: turns per forward/backward pass; the micro-batches' gradients add up to the
-    step's (a TextArena turn reads a 300-1,000-token prompt: 64 at once held ~8 GB of activations)."""
+    """Free text: turns per forward/backward pass (and per pass of the base for the magnet); the
+    micro-batches' gradients add up to the step's (a TextArena turn reads a 300-1,000-token prompt:
+    64 at once held ~8 GB of activations)."""
     format_coef: float = field(default=1.0, metadata=bounds(0, 100))
     """Weight of -log(mass of answer-starting tokens), averaged over the step's prompts."""
     rest_coef: float = field(default=1.0, metadata=bounds(0, 100))
@@ -329,11 +330,16 @@ class TextSMMDLearner:
             stats["free_text_turns"] = float(len(free))
             if free:
                 # the magnet rho: the base's log-probs of each response, read once before the steps
+                # (in micro-batches too: an update has hundreds of free turns, each a long prompt)
+                free_base = torch.zeros((len(free), max(len(turns.responses[i]) for i in free)))
                 with torch.no_grad(), adapter_disabled(self.model):
-                    reading = response_log_probs(self.model, [turns.prompts[i] for i in free],
-                                                 [turns.responses[i] for i in free], self.temperature,
-                                                 store=self._store())
-                free_base = torch.where(reading.mask, reading.log_probs, torch.zeros_like(reading.log_probs))
+                    for start in range(0, len(free), config.micro_batch_turns):
+                        rows = free[start:start + config.micro_batch_turns]
+                        reading = response_log_probs(self.model, [turns.prompts[i] for i in rows],
+                                                     [turns.responses[i] for i in rows], self.temperature,
+                                                     store=self._store())
+                        free_base[start:start + len(rows), :reading.log_probs.shape[1]] = torch.where(
+                            reading.mask, reading.log_probs, torch.zeros_like(reading.log_probs))
 
         # 4. Adam steps of the adapters on (distil) and (free text)
         self.model.train()
