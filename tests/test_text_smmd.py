@@ -137,7 +137,6 @@ def test_the_magnet_keeps_free_text_near_the_base_when_every_answer_loses(tiny_b
     assert np.isfinite(drift(0.5, "text_lm.smmd.minibatch_prompts=1"))
 
 
-
 def test_micro_batches_of_free_text_take_the_same_step_as_one_pass(tiny_bases):
     """A TextArena turn's prompt is 300-1,000 tokens, so a step's free-text turns are read in
     micro-batches whose gradients add up: the step is the one-pass step (to float rounding)."""

@@ -3,9 +3,10 @@
 The league's side of agents/lm/text_smmd.py (sampled magnetic mirror descent on the answers a
 game's view lists, with a learned critic; on free-text responses the same step with PPO's clip
 and the base as magnet, on SPIRAL's role baselines). It reads only the runners' rows
-(`RolloutBatch` with `responses`): no game tree (`text_mmd`), no search over the rules (`text_exit`). Its members are the same LM members as the
-other LM learners' (adapters + value head; same snapshots, same play), so it is the default LM
-learner for a game no preset names (`ludus.league.learners.kinds.DEFAULT_TEXT_LM_LEARNER`).
+(`RolloutBatch` with `responses`): no game tree (`text_mmd`), no search over the rules
+(`text_exit`). Its members are the same LM members as the other LM learners' (adapters + value
+head; same snapshots, same play), so it is the default LM learner for a game no preset names
+(`ludus.league.learners.kinds.DEFAULT_TEXT_LM_LEARNER`).
 """
 
 from __future__ import annotations
