@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -69,6 +70,22 @@ class PPOTerms:
                 "ratio_mean": self.ratio_mean.item()}
 
 
+def k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of a KL divergence, per sample ("Approximating KL divergence", 2020):
+    with x = log q(s) - log p(s) on samples s ~ p, e^x - x - 1 (>= 0; its mean is unbiased for
+    KL(p || q), with less variance than -x)."""
+    return log_ratio.exp() - log_ratio - 1
+
+
+def padded(rows: Iterable[np.ndarray], width: int) -> torch.Tensor:
+    """[N, width] float32: ragged rows (e.g. each response's behaviour log-probs) left-aligned, zeros after."""
+    rows = list(rows)
+    out = torch.zeros((len(rows), width))
+    for k, row in enumerate(rows):
+        out[k, :len(row)] = torch.from_numpy(np.asarray(row, dtype=np.float32))
+    return out
+
+
 def ppo_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor, entropy: torch.Tensor,
               new_value: torch.Tensor, old_value: torch.Tensor, returns: torch.Tensor, clip_coef: float,
               value_clip: float | None, weights: torch.Tensor | None = None,
@@ -96,7 +113,7 @@ def ppo_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: 
     value_loss = weighted_mean(value_losses, weights)
     entropy_mean = weighted_mean(entropy, weights)
     with torch.no_grad():
-        approx_kl = weighted_mean((ratio - 1) - log_ratio, weights)
+        approx_kl = weighted_mean(k3(log_ratio), weights)
         old_approx_kl = weighted_mean(-log_ratio, weights)
         clipfrac = weighted_mean(((ratio - 1.0).abs() > clip_coef).float(), weights)
         ratio_mean = weighted_mean(ratio.detach(), weights)

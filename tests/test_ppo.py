@@ -11,7 +11,7 @@ import torch
 
 from ludus.agents.nets import ActorCritic, NetConfig
 from ludus.agents.rl.ppo import PPOConfig, PPOLearner, train_single_player
-from ludus.agents.ppo_core import TorchAdam
+from ludus.agents.ppo_core import TorchAdam, k3, padded
 from ludus.agents.rollout import RolloutBatch
 from ludus.games.core import GameSpec
 
@@ -240,6 +240,24 @@ def test_optimizer_state_of_another_shape_is_refused_when_loaded():
     with pytest.raises(ValueError, match=f"names parameter {index}; the optimizer has {index}"):
         PPOLearner(make_net(), PPOConfig(), seed=0).load_state_dict(extra)
     PPOLearner(make_net(), PPOConfig(), seed=0).load_state_dict(state)  # the saved state itself loads
+
+
+def test_k3_averages_to_the_exact_kl_under_the_sampling_distribution():
+    # E_p[e^x - x - 1] with x = log q - log p is sum q - 1 + KL(p || q) = KL(p || q), exactly
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        p, q = (torch.from_numpy(rng.dirichlet(np.ones(6))).double() for _ in range(2))
+        kl = float((p * (p.log() - q.log())).sum())
+        assert float((p * k3(q.log() - p.log())).sum()) == pytest.approx(kl, rel=1e-9)
+    assert float(k3(torch.zeros(3)).abs().max()) == 0.0
+    assert bool((k3(torch.linspace(-5, 5, 101)) >= 0).all())
+
+
+def test_padded_rows_are_left_aligned_with_zeros_after():
+    rows = [np.array([-0.5, -1.0]), np.array([], dtype=np.float64), np.array([-2.0, -3.0, -4.0])]
+    out = padded(rows, 4)
+    assert out.dtype == torch.float32 and out.shape == (3, 4)
+    assert out.tolist() == [[-0.5, -1.0, 0.0, 0.0], [0.0] * 4, [-2.0, -3.0, -4.0, 0.0]]
 
 
 def test_backend_is_the_seam_for_the_optimizer_step():

@@ -44,7 +44,7 @@ import torch
 from ludus.agents.lm.model import LMWithValueHead
 from ludus.agents.lm.prompt_cache import BaseReadings, PromptStore, SharedPromptCache, base_readings
 from ludus.agents.lm.split_trunk import SplitTrunk, frozen_lower_layers
-from ludus.agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, ppo_terms
+from ludus.agents.ppo_core import StatMeans, TorchAdam, categorical_entropy, k3, padded, ppo_terms
 from ludus.agents.lm.pretrained import adapter_disabled, adapter_parameters
 from ludus.bounds import bounds
 
@@ -470,9 +470,7 @@ class TextPPOLearner:
         reading = response_log_probs(policy_model, prompts, responses, self.temperature, store=policy_store)
         log_probs, entropy, mask, features, first_log_pi = (part[pair_of_row] for part in reading)
         width = log_probs.shape[1]
-        behaviour = torch.zeros((len(rows), width))
-        for k, i in enumerate(rows):
-            behaviour[k, :len(batch.responses[i])] = torch.from_numpy(np.asarray(batch.behaviour_log_probs[i]))
+        behaviour = padded((batch.behaviour_log_probs[i] for i in rows), width)
         adv = torch.from_numpy(advantages[rows])[:, None].repeat(1, width)
         all_action = [k for k, i in enumerate(rows) if action_values[i] is not None]
         # the answer at those turns' first token is trained on every answer below, not on the sampled one
@@ -481,8 +479,7 @@ class TextPPOLearner:
         zeros = torch.zeros_like(log_probs)
         terms = ppo_terms(log_probs, behaviour, adv, entropy, zeros, zeros, zeros, self.config.clip_coef,
                           value_clip=None, weights=weights)
-        log_ratio_ref = torch.where(mask, reference - log_probs, zeros)
-        kl = (log_ratio_ref.exp() - log_ratio_ref - 1) * weights
+        kl = k3(torch.where(mask, reference - log_probs, zeros)) * weights
         # token-mean over the whole minibatch: each micro-batch adds its share of the tokens
         share = float(weights.sum()) / tokens_in_minibatch
         loss = terms.policy_loss + self.config.kl_coef * kl.sum() / weights.sum()

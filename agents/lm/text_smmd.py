@@ -72,7 +72,7 @@ from ludus.agents.lm.model import LMWithValueHead
 from ludus.agents.lm.prompt_cache import SharedPromptCache, base_readings
 from ludus.agents.lm.pretrained import adapter_disabled, adapter_parameters
 from ludus.agents.lm.text_ppo import answer_log_probs, response_log_probs
-from ludus.agents.ppo_core import TorchAdam, ppo_terms
+from ludus.agents.ppo_core import TorchAdam, k3, padded, ppo_terms
 from ludus.bounds import bounds
 
 
@@ -256,9 +256,7 @@ class TextSMMDLearner:
                                      self.temperature, store=self._store())
         mask = reading.mask
         log_pi = torch.where(mask, reading.log_probs, torch.zeros_like(reading.log_probs))
-        behaviour = torch.zeros_like(log_pi)
-        for k, i in enumerate(rows):
-            behaviour[k, :len(turns.behaviour[i])] = torch.from_numpy(np.asarray(turns.behaviour[i]))
+        behaviour = padded((turns.behaviour[i] for i in rows), log_pi.shape[1])
         adv = torch.from_numpy(advantages[part])[:, None].expand_as(log_pi)
         weights = mask.float()
         # the proximal term: PPO's clipped surrogate per token (its token mean, times the tokens of
@@ -269,8 +267,7 @@ class TextSMMDLearner:
         # the magnet term: k3 estimate of KL(pi_theta || base) on the sampled tokens, per response
         # (these rows are padded to their own longest response, not to all free rows')
         base = free_base[torch.from_numpy(part), :log_pi.shape[1]]
-        log_base_ratio = torch.where(mask, base - log_pi, torch.zeros_like(log_pi))
-        magnet = ((log_base_ratio.exp() - log_base_ratio - 1) * weights).sum() / step_size
+        magnet = (k3(torch.where(mask, base - log_pi, torch.zeros_like(log_pi))) * weights).sum() / step_size
         # both per response (summed over its tokens), as the sequence is the action
         return config.reinforce_coef * surrogate + config.alpha * magnet, float(magnet.detach())
 
