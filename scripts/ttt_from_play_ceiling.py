@@ -12,8 +12,8 @@ them, both more generous than the LM's:
   4 Adam steps) and a critic that is the mean Monte-Carlo return of every (position, answer) seen
   so far (the LM's is refitted on each update's turns);
 * `fqi`: fitted Q iteration over every transition seen so far (the learner's own next position,
-  Q(s, a) = mean of r + max_a' Q(s', a')), acting by softmax(Q / 0.1): a far more sample-efficient
-  learner than any policy-gradient step, as a ceiling.
+  Q(s, a) = mean of r + max_a' Q(s', a')), acting by softmax(Q / 0.1): a learner that reuses every game
+  at every update, far more sample-efficient than a policy-gradient step; the ceiling.
 
 Positions never seen keep the uniform policy (where the base SmolLM2 is: 0.51-0.65 against the
 random mover). The score against the random mover is exact (every line of play), averaged over
@@ -22,7 +22,7 @@ the two seats (win 1, draw 0.5, loss 0), as the benchmark's Wilson interval esti
     python scripts/ttt_from_play_ceiling.py [--games 640 1920] [--seeds 3]
 
 (`--games 6400` gives the third row of docs/llm.md's table; its fitted Q iteration, pure Python over
-every transition seen after each of 200 updates, did not finish in the hour it was given.)
+every transition seen after each of 200 updates, did not finish in the hour it ran, niced beside other jobs.)
 
 If a tabular learner needs several thousand games for 0.80, then 0.80 in a 30-minute run (at most
 ~2,000 games on a 2-core CPU with no time for learning) needs the LM to carry what it learns at
