@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
+from typing import Sequence
 
 import numpy as np
 import pyspiel
@@ -47,9 +48,8 @@ class TablePolicy:
     def __init__(self) -> None:
         self.logits: dict[Key, np.ndarray] = {}
 
-    def probs(self, state) -> np.ndarray:
-        legal = state.legal_actions()
-        logits = self.logits.get(str(state))
+    def probs(self, key: Key, legal: Sequence[int]) -> np.ndarray:
+        logits = self.logits.get(key)
         if logits is None:
             return np.full(len(legal), 1.0 / len(legal))
         p = np.exp(logits - logits.max())
@@ -67,7 +67,8 @@ def score_vs_random(policy: TablePolicy) -> float:
                 memo[key] = 0.5 + 0.5 * state.returns()[me]
             else:
                 legal = state.legal_actions()
-                p = policy.probs(state) if state.current_player() == me else np.full(len(legal), 1 / len(legal))
+                mine = state.current_player() == me
+                p = policy.probs(str(state), legal) if mine else np.full(len(legal), 1 / len(legal))
                 memo[key] = sum(pa * value(state.child(a), me) for a, pa in zip(legal, p))
         return memo[key]
 
@@ -76,19 +77,20 @@ def score_vs_random(policy: TablePolicy) -> float:
 
 
 def play(seats: tuple[TablePolicy | None, TablePolicy | None], rng: np.random.Generator):
-    """One game; None is the random mover. Returns per seat its turns [(position, action, state)] and returns."""
+    """One game; None is the random mover. Returns per seat its turns [(position, action, legal
+    actions)] and the returns."""
     state, turns = GAME.new_initial_state(), ([], [])
     while not state.is_terminal():
         me, legal = state.current_player(), state.legal_actions()
-        p = seats[me].probs(state) if seats[me] is not None else np.full(len(legal), 1 / len(legal))
+        p = seats[me].probs(str(state), legal) if seats[me] is not None else np.full(len(legal), 1 / len(legal))
         action = legal[rng.choice(len(legal), p=p)]
-        turns[me].append((str(state), action, state.clone()))
+        turns[me].append((str(state), action, tuple(legal)))
         state.apply_action(action)
     return turns, state.returns()
 
 
 def matches(policy: TablePolicy, count: int, self_play: float, rng: np.random.Generator):
-    """The learner's turns of `count` games: each seat it held, [(position, action, state)] and its return."""
+    """The learner's turns of `count` games: each seat it held, [(position, action, legal actions)] and its return."""
     out = []
     for _ in range(count):
         other = policy if rng.random() < self_play else None
@@ -106,14 +108,13 @@ def mmd_run(games: int, seed: int, alpha: float = 0.5, eta: float = 1.0, per_upd
     for _ in range(games // per_update):
         seen = {}
         for turns, ret in matches(policy, per_update, self_play, rng):
-            for key, action, state in turns:
+            for key, action, legal in turns:
                 total[key, action] += ret
                 count[key, action] += 1
-                seen[key] = state
-        for key, state in seen.items():
-            legal = state.legal_actions()
+                seen[key] = legal
+        for key, legal in seen.items():
             q = np.array([total[key, a] / count[key, a] if count[key, a] else 0.0 for a in legal])
-            log_pi, log_rho = np.log(policy.probs(state)), np.full(len(legal), -np.log(len(legal)))
+            log_pi, log_rho = np.log(policy.probs(key, legal)), np.full(len(legal), -np.log(len(legal)))
             policy.logits[key] = (log_pi + alpha * eta * log_rho + eta * q) / (1 + alpha * eta)
     return score_vs_random(policy)
 
@@ -123,25 +124,25 @@ def fqi_run(games: int, seed: int, tau: float = 0.1, per_update: int = 32, self_
     """Fitted Q iteration over every transition seen (to the learner's next position), softmax(Q / tau).
     A seat moves at most 5 times, so 5 sweeps reach the fixed point from any start."""
     rng, policy = np.random.default_rng(seed), TablePolicy()
-    transitions, states = [], {}
+    transitions, legal_at = [], {}
     q: dict[tuple[Key, int], float] = {}
     for _ in range(games // per_update):
         for turns, ret in matches(policy, per_update, self_play, rng):
-            for k, (key, action, state) in enumerate(turns):
+            for k, (key, action, legal) in enumerate(turns):
                 following = turns[k + 1][0] if k + 1 < len(turns) else None
                 transitions.append((key, action, ret if following is None else 0.0, following))
-                states[key] = state
+                legal_at[key] = legal
         for _ in range(sweeps):
             targets = defaultdict(list)
             for key, action, reward, following in transitions:
                 if following is None:
                     targets[key, action].append(reward)
                 else:
-                    known = [q[following, a] for a in states[following].legal_actions() if (following, a) in q]
+                    known = [q[following, a] for a in legal_at[following] if (following, a) in q]
                     targets[key, action].append(max(known, default=0.0))
             q = {k: float(np.mean(v)) for k, v in targets.items()}
-        for key, state in states.items():
-            policy.logits[key] = np.array([q.get((key, a), 0.0) for a in state.legal_actions()]) / tau
+        for key, legal in legal_at.items():
+            policy.logits[key] = np.array([q.get((key, a), 0.0) for a in legal]) / tau
     return score_vs_random(policy)
 
 
