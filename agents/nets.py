@@ -236,6 +236,20 @@ _FUSED_ACTIVATIONS = {nn.ReLU: "relu", nn.Tanh: "tanh"}
 """Trunk activations that `FusedActing` runs inside the product, by oneDNN's post-op name."""
 
 
+def onednn_packing(dtype: torch.dtype) -> bool:
+    """Whether this torch build and CPU run oneDNN's inner product on weights packed once
+    (`mkldnn._reorder_linear_weight`, `mkldnn._linear_pointwise`: private ops, what torch.compile's
+    CPU backend emits for frozen linear layers) in `dtype` (float32, or bfloat16 where oneDNN
+    has bf16 support)."""
+    ops = torch.ops.mkldnn
+    if not (torch.backends.mkldnn.is_available()
+            and all(hasattr(ops, name) for name in ("_linear_pointwise", "_reorder_linear_weight"))):
+        return False
+    if dtype == torch.float32:
+        return True
+    return dtype == torch.bfloat16 and hasattr(ops, "_is_mkldnn_bf16_supported") and ops._is_mkldnn_bf16_supported()
+
+
 class FusedActing:
     """A bfloat16 'mlp' net's acting pass as oneDNN inner products: each hidden layer's
     activation fused into its product, the weights reordered once into oneDNN's blocked layout,
@@ -272,11 +286,7 @@ class FusedActing:
     @staticmethod
     def available() -> bool:
         """oneDNN with bf16 support, and the (private) ops this needs in this torch build."""
-        ops = torch.ops.mkldnn
-        return (torch.backends.mkldnn.is_available()
-                and all(hasattr(ops, name) for name in ("_linear_pointwise", "_reorder_linear_weight",
-                                                        "_is_mkldnn_bf16_supported"))
-                and ops._is_mkldnn_bf16_supported())
+        return onednn_packing(torch.bfloat16)
 
     @staticmethod
     def can_fuse(net: ActorCritic) -> bool:

