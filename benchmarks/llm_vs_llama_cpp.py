@@ -386,10 +386,9 @@ def gemm_peak(torch, config, rows: int, dtype, repeats: int, seconds: float = 0.
         if onednn_packing(dtype):
             packed = torch.ops.mkldnn._reorder_linear_weight(w, rows)
             times["packed"] = best_time(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
-        way = min(times, key=times.get)
         f = 2.0 * rows * fan_in * fan_out
         flops += count * f
-        seconds_total += count * times[way]
+        seconds_total += count * min(times.values())
         lines.append(f"{name} [{rows}x{fan_in}]x[{fan_in}x{fan_out}] " + ", ".join(
             f"{k} {f / t / 1e9:.1f}" for k, t in times.items()) + " GFLOP/s")
     return flops / seconds_total, lines
@@ -586,8 +585,7 @@ def main() -> int:
           f"{args.games}-game call (base readings kept for the run, as in a league: only the activation tokens read "
           f"again), llama.cpp {best[0]} {statistics.median(prompt_seconds['llama']):.2f} s (every prompt read)")
     # each round's ratio (both engines on the machine as it was then), the median over rounds
-    round_ratio = {key: statistics.median(a / b for a, b in zip(rates[key], rates["llama"]))
-                   for key in keys + ["ludus_1"]}
+    round_ratio = {key: statistics.median(a / b for a, b in zip(rates[key], rates["llama"])) for key in keys}
     round_ratio["ludus_1"] = statistics.median(a / b for a, b in zip(rates["ludus_1"], rates["llama_1"]))
     fastest = max(keys, key=round_ratio.get)
     ratio, ratio_1 = round_ratio[fastest], round_ratio["ludus_1"]

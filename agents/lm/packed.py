@@ -70,6 +70,11 @@ GROUPS = {"qkv": ("self_attn", ("q_proj", "k_proj", "v_proj")), "o": ("self_attn
 """A decoder layer's products, each the stack of the projections that read the same input."""
 
 
+def _projections(layer: nn.Module) -> dict[str, list[nn.Module]]:
+    """A decoder layer's projection modules (peft LoRA layers or linear layers) by `GROUPS` product."""
+    return {group: [getattr(getattr(layer, part), name) for name in names] for group, (part, names) in GROUPS.items()}
+
+
 def _base_linear(module: nn.Module) -> nn.Linear:
     """The frozen linear layer of a projection (a peft LoRA layer's `base_layer`, or the layer)."""
     return getattr(module, "base_layer", module)
@@ -80,15 +85,13 @@ class PackedBase:
     once a base weight is replaced or written (then it is packed again)."""
 
     def __init__(self, model: LMWithValueHead):
-        layers = model.lm.base_model.layers
-        self.weights = [_base_linear(getattr(getattr(layer, part), name)).weight
-                        for layer in layers for part, names in GROUPS.values() for name in names]
-        self.weights.append(model.lm.get_output_embeddings().weight)
+        stacks = [{group: [_base_linear(m).weight for m in modules] for group, modules in _projections(layer).items()}
+                  for layer in model.lm.base_model.layers]
+        head = model.lm.get_output_embeddings().weight
+        self.weights = [w for stack in stacks for weights in stack.values() for w in weights] + [head]
         with torch.no_grad(), torch.inference_mode(False):
-            self.layers = [{group: _pack(torch.cat([_base_linear(getattr(getattr(layer, part), name)).weight
-                                                    for name in names]))
-                            for group, (part, names) in GROUPS.items()} for layer in layers]
-            self.head = _pack(model.lm.get_output_embeddings().weight)
+            self.layers = [{group: _pack(torch.cat(weights)) for group, weights in stack.items()} for stack in stacks]
+            self.head = _pack(head)
         self.key = self._key()
 
     def _key(self) -> tuple:
@@ -120,8 +123,8 @@ class _StackedAdapter:
     def __init__(self, modules: list[nn.Module]):
         a, b = [], {}
         for i, module in enumerate(modules):
-            if _adapter_state(module):
-                adapter = module.active_adapters[0]
+            adapter = _adapter_state(module)
+            if adapter:
                 a.append(module.lora_A[adapter].weight)
                 b[i] = module.lora_B[adapter].weight * module.scaling[adapter]
         self.a = torch.cat(a)
@@ -147,11 +150,8 @@ class DecodeStep:
         self.base = packed_base(model)
         self.adapters: list[dict[str, _StackedAdapter | None]] = []
         for layer in self.inner.layers:
-            found = {}
-            for group, (part, names) in GROUPS.items():
-                modules = [getattr(getattr(layer, part), name) for name in names]
-                found[group] = _StackedAdapter(modules) if any(map(_adapter_state, modules)) else None
-            self.adapters.append(found)
+            self.adapters.append({group: _StackedAdapter(modules) if any(map(_adapter_state, modules)) else None
+                                  for group, modules in _projections(layer).items()})
         config = model.lm.config
         self.heads_q = config.num_attention_heads
         self.heads_kv = config.num_key_value_heads
@@ -170,11 +170,9 @@ class DecodeStep:
         head = model.lm.get_output_embeddings()
         if head is None or head.weight.device.type != "cpu" or not onednn_packing(head.weight.dtype):
             return False
-        for layer in model.lm.base_model.layers:
-            for part, names in GROUPS.values():
-                if any(_adapter_state(getattr(getattr(layer, part), name)) is None for name in names):
-                    return False  # an adapter (or a layer) this step cannot run
-        return True
+        # every projection a plain linear layer, or a LoRA layer whose adapter this step can run
+        return all(_adapter_state(module) is not None for layer in model.lm.base_model.layers
+                   for modules in _projections(layer).values() for module in modules)
 
     def heads(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [..., V] float32, values [...]) of hidden states, as `LMWithValueHead.heads`."""
@@ -225,20 +223,21 @@ def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return norm.weight * normalised.to(x.dtype)
 
 
-def _adapter_state(module: nn.Module) -> bool | None:
-    """True: a plain LoRA adapter on; False: no adapter, or adapters off; None: anything else."""
+def _adapter_state(module: nn.Module) -> str | None:
+    """The name of the plain LoRA adapter `module` runs; "" where it runs none (a linear layer, or
+    adapters off); None where it is anything this step cannot run."""
     from peft.tuners.lora import LoraLayer
 
     if not isinstance(module, LoraLayer):
-        return False if isinstance(module, nn.Linear) and module.bias is None else None
+        return "" if isinstance(module, nn.Linear) and module.bias is None else None
     if module.base_layer.bias is not None:
         return None
     if module.disable_adapters:
-        return False
+        return ""
     active = [a for a in module.active_adapters if a in module.lora_A]
     if not active:
-        return False
+        return ""
     if len(active) > 1 or active[0] in getattr(module, "lora_variant", {}):
         return None
     dropout = module.lora_dropout[active[0]]
-    return None if (not isinstance(dropout, nn.Identity) and dropout.training) else True
+    return None if (not isinstance(dropout, nn.Identity) and dropout.training) else active[0]
