@@ -145,3 +145,30 @@ def test_a_model_that_decoded_packed_can_still_be_copied(tiny_bases):
                                                                    stop_token=None)
     clone = frozen_copy(lm.model)  # the packed weights are held beside the model, not copied with it
     assert all(torch.equal(a, b) for a, b in zip(clone.state_dict().values(), lm.model.state_dict().values()))
+
+
+def test_prompt_blocks_read_together_are_the_floats_of_each_read_alone(tiny_bases):
+    """`read_blocks` (what `BaseReadings` reads with): blocks of several prompts read in one call,
+    each block after the ones before it, give every block the same floats as reading its prompt
+    alone, a block of one token too, and the model's own forward to float32 rounding."""
+    from ludus.agents.lm.packed import reads_blocks
+    from ludus.agents.lm.prompt_cache import BaseReadings
+
+    lm = _lm(tiny_bases[0], activation_tokens=3)
+    if not reads_blocks(lm.model):
+        assert not onednn_packing(torch.float32)
+        return
+    rows = [row[:-3] for row in _prompts(lm)[:6]]
+    rows.append(rows[0][:17])  # blocks of 8, 8 and one token
+    together = BaseReadings(block=8)
+    with torch.no_grad(), adapter_disabled(lm.model):
+        read = together.read_many(lm.model, rows)
+        assert together.computed == len(together.blocks) > len(rows)  # prompts that begin alike share blocks
+        for row, layers in zip(rows, read):
+            alone = BaseReadings(block=8).read(lm.model, row)
+            assert all(torch.equal(a, b) for pair in zip(layers, alone) for a, b in zip(*pair))
+            _, past = lm.model.trunk(torch.tensor([row]), None, None, torch.arange(len(row))[None], use_cache=True)
+            for (keys, values), own in zip(layers, past.layers):
+                for mine, theirs in ((keys, own.keys), (values, own.values)):
+                    assert mine.shape == theirs.shape
+                    assert float((mine - theirs).abs().max()) <= 1e-5 * float(theirs.abs().max())

@@ -156,14 +156,15 @@ class LMPolicy:
         uniforms = None if greedy else rng.random((batch, max_new_tokens))
         out = _GenerationBuffers(batch, max_new_tokens, self.pad_id)
         with torch.inference_mode():
+            # decode steps (and activated adapters' tokens) on packed weights where the model and
+            # host allow (agents/lm/packed.py)
+            decoder = DecodeStep(self.model) if DecodeStep.supports(self.model) else None
             cache = SharedPromptCache(self.model, rows, share=reuse_prefix, store=store if reuse_prefix else None,
-                                      prefix_once=reuse_prefix)
+                                      prefix_once=reuse_prefix, decoder=decoder)
             # every step appends at most one column per row of an entry
             cache.reserve(max_new_tokens * int(np.bincount(cache.entry_of).max()))
             hidden = cache.prompt_hidden[torch.from_numpy(cache.entry_of)]
             live = np.arange(batch)  # rows still generating
-            # decode steps on packed weights where the model and host allow (agents/lm/packed.py)
-            decoder = DecodeStep(self.model) if DecodeStep.supports(self.model) else None
             for step in range(max_new_tokens):
                 logits, values = (decoder or self.model).heads(hidden)
                 if temperature != 1.0:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -78,6 +79,18 @@ def _projections(layer: nn.Module) -> dict[str, list[nn.Module]]:
 def _base_linear(module: nn.Module) -> nn.Linear:
     """The frozen linear layer of a projection (a peft LoRA layer's `base_layer`, or the layer)."""
     return getattr(module, "base_layer", module)
+
+
+def reads_blocks(model: LMWithValueHead) -> bool:
+    """Whether this host packs the base's dtype and the model is of a family these steps run (no
+    biases in its projections): then `read_blocks` reads its prompts and, adapters allowing
+    (`DecodeStep.supports`), `DecodeStep` decodes."""
+    config = model.lm.config
+    if getattr(config, "model_type", "") not in DECODED_FAMILIES or getattr(config, "mlp_bias", False) \
+            or getattr(config, "attention_bias", False):
+        return False
+    head = model.lm.get_output_embeddings()
+    return head is not None and head.weight.device.type == "cpu" and onednn_packing(head.weight.dtype)
 
 
 class PackedBase:
@@ -160,15 +173,9 @@ class DecodeStep:
 
     @staticmethod
     def supports(model: LMWithValueHead) -> bool:
-        """Whether this host packs the base's dtype, the model is of a family this step runs (no
-        biases in its projections), and its adapters (if any) are plain LoRA: one active adapter
-        per layer, no dropout while training, no DoRA."""
-        config = model.lm.config
-        if getattr(config, "model_type", "") not in DECODED_FAMILIES or getattr(config, "mlp_bias", False) \
-                or getattr(config, "attention_bias", False):
-            return False
-        head = model.lm.get_output_embeddings()
-        if head is None or head.weight.device.type != "cpu" or not onednn_packing(head.weight.dtype):
+        """Whether the model's base is one `reads_blocks` runs and its adapters (if any) are plain
+        LoRA: one active adapter per layer, no dropout while training, no DoRA."""
+        if not reads_blocks(model):
             return False
         # every projection a plain linear layer, or a LoRA layer whose adapter this step can run
         return all(_adapter_state(module) is not None for layer in model.lm.base_model.layers
@@ -212,6 +219,76 @@ class DecodeStep:
     def _product(x: torch.Tensor, packed: torch.Tensor, adapter: _StackedAdapter | None) -> torch.Tensor:
         out = _linear(x, packed)
         return out if adapter is None else adapter.add_to(out, x)
+
+
+Block = tuple[tuple[int, ...], int, "list[tuple[torch.Tensor, torch.Tensor]] | None"]
+"""A prompt block to read: its tokens, the position of its first, and per layer the keys and values
+[1, kv heads, start, dim] of every token before it (None when it starts the prompt)."""
+
+
+def read_blocks(model: LMWithValueHead, blocks: list[Block]) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The base's keys and values [1, kv heads, len(tokens), dim] per layer of each block, many
+    blocks at once and each the same floats as when read alone (`prompt_cache.BaseReadings` keeps
+    them for a run on that promise; tests/test_packed_decode.py checks it).
+
+    A block read alone through the model's own forward pays a cost per call whatever its length
+    (SmolLM2-135M in float32 here: ~77 ms for 16 tokens, ~110 ms for 64; every weight matrix, 540
+    MB, is read from memory per call). Here the products run over every block's rows together, on
+    `PackedBase` weights: oneDNN's inner product computes a row from that row alone (its sums are
+    not split with the row count, as the BLAS's are on two threads), so a row's floats do not
+    depend on the rows beside it. One row alone is the exception (a matrix-vector kernel), so a
+    lone row is read beside a copy of itself. The rest is per row (norms, rotary, SwiGLU), and
+    attention runs per block over its own past, in the shapes it has alone. Adapters play no part:
+    these are the base's readings. `reads_blocks` says which models this runs."""
+    inner, base = model.lm.base_model, packed_base(model)
+    config = model.lm.config
+    heads_q, heads_kv = config.num_attention_heads, config.num_key_value_heads
+    dim = getattr(config, "head_dim", None) or config.hidden_size // heads_q
+    q_width, kv_width = heads_q * dim, heads_kv * dim
+    lengths = [len(tokens) for tokens, _, _ in blocks]
+    ids = torch.tensor([t for tokens, _, _ in blocks for t in tokens], dtype=torch.int64)
+    positions = torch.cat([torch.arange(start, start + n) for (_, start, _), n in zip(blocks, lengths)])
+    if len(ids) == 1:
+        ids, positions = ids.repeat(2), positions.repeat(2)
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    masks = [torch.ones(n, start + n, dtype=torch.bool).tril(start) for (_, start, _), n in zip(blocks, lengths)]
+    read: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in blocks]
+    with torch.no_grad(), torch.inference_mode(False):
+        x = inner.embed_tokens(ids)
+        cos, sin = inner.rotary_emb(x[None], positions[None])
+        cos, sin = cos[0, :, None], sin[0, :, None]  # [N, 1, head_dim]: every head
+        last = len(inner.layers) - 1
+        for index, (layer, packed) in enumerate(zip(inner.layers, base.layers)):
+            attention = layer.self_attn
+            qkv = _linear(_rms_norm(layer.input_layernorm, x), packed["qkv"])
+            qk = qkv[:, :q_width + kv_width].view(-1, heads_q + heads_kv, dim)
+            first, second = qk.chunk(2, dim=-1)
+            qk = qk * cos + torch.cat((-second, first), dim=-1) * sin  # as DecodeStep.trunk
+            v = qkv[:, q_width + kv_width:].view(-1, heads_kv, dim)
+            outs = []
+            for b, (_, start, before) in enumerate(blocks):
+                rows = slice(bounds[b], bounds[b + 1])
+                keys = qk[rows, heads_q:].transpose(0, 1)[None].contiguous()
+                values = v[rows].transpose(0, 1)[None].contiguous()
+                read[b].append((keys, values))
+                if index == last:  # the last layer's keys and values are all that is kept of it
+                    continue
+                if before is not None:
+                    keys = torch.cat([before[index][0], keys], dim=2)
+                    values = torch.cat([before[index][1], values], dim=2)
+                query = qk[rows, :heads_q].transpose(0, 1)[None]
+                out = nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=masks[b],
+                                                                 scale=attention.scaling, enable_gqa=True)
+                outs.append(out[0].transpose(0, 1).reshape(-1, q_width))
+            if index == last:
+                break
+            out = torch.cat(outs)
+            if len(out) < len(x):  # the lone row's copy
+                out = out.repeat(2, 1)
+            x = x + _linear(out, packed["o"])
+            gate, up = _linear(_rms_norm(layer.post_attention_layernorm, x), packed["gate_up"]).chunk(2, dim=-1)
+            x = x + _linear(layer.mlp.act_fn(gate).mul_(up), packed["down"])
+    return read
 
 
 def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:

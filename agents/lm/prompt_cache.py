@@ -108,14 +108,19 @@ class BaseReadings:
     openings, Kuhn poker's twelve states). A `PromptStore` must be emptied at every runner task
     and learner update all the same, because a batched reading's rounding depends on what else is
     in the batch, so a kept reading would differ in the last bits from the one a resumed run makes
-    afresh. Here every prompt is read alone, in blocks of `block` tokens, each block from its own
-    tokens and the keys and values of the blocks before it: always the same shapes, so the same
-    floats at any time and in any company (for the process's torch thread count), and a resumed run
-    computes exactly what was kept. A block is keyed by all the tokens up to its end (as vLLM's
+    afresh. Here every prompt is read in blocks of `block` tokens, each block from its own tokens
+    and the keys and values of the blocks before it, and each the same floats at any time and in
+    any company (for the process's torch thread count): read with other prompts' blocks by
+    `ludus.agents.lm.packed.read_blocks`, whose products give a row the floats it has alone, or
+    alone through the model's own forward (always the same shapes). So a resumed run computes
+    exactly what was kept. A block is keyed by all the tokens up to its end (as vLLM's
     prefix caching chains its block hashes), so prompts that begin alike (the rules) share theirs,
     and an evicted block is simply read again.
 
     Tensors are kept out of inference mode, so that a learner's gradient pass can read them."""
+
+    BLOCKS_AT_ONCE = 16
+    """Blocks read in one call of `read_blocks` (activations of at most 16 x `block` rows)."""
 
     def __init__(self, capacity_mb: float = 3072.0, block: int = 64):
         if block < 1:
@@ -130,34 +135,61 @@ class BaseReadings:
     def read(self, model: "LMWithValueHead", prompt: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer (keys, values) [1, kv heads, len(prompt), dim] of `prompt`, read by `model` as
         the caller has it (the base alone: `SharedPromptCache` switches the adapters off)."""
-        tokens = tuple(int(t) for t in prompt)
-        blocks: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
-        for start in range(0, len(tokens), self.block):
-            end = min(start + self.block, len(tokens))
-            layers = self.blocks.get(tokens[:end])
-            if layers is None:
-                layers = self._read_block(model, tokens[start:end], start, blocks)
-                self._put(tokens[:end], layers)
-            else:
-                self.blocks.move_to_end(tokens[:end])
-            blocks.append(layers)
-        return self._joined(blocks)
+        return self.read_many(model, [prompt])[0]
+
+    def read_many(self, model: "LMWithValueHead", prompts: Sequence[Sequence[int]]
+                  ) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+        """`read` of each prompt. The blocks that are not kept are read a prompt's next block at a
+        time, those of all the prompts together where the model is of a family that
+        `ludus.agents.lm.packed.read_blocks` runs (each block the same floats as alone), else one by
+        one through the model's own forward."""
+        from ludus.agents.lm.packed import read_blocks, reads_blocks
+
+        keyed = [tuple(int(t) for t in prompt) for prompt in prompts]
+        ends = [list(range(self.block, len(tokens), self.block)) + [len(tokens)] for tokens in keyed]
+        held: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}  # this call's blocks: the
+        # store may evict some of them while others are added
+        together = reads_blocks(model)
+        for depth in range(max(len(stops) for stops in ends)):
+            missing: dict[tuple[int, ...], tuple[tuple[int, ...], int, Any]] = {}
+            for tokens, stops in zip(keyed, ends):
+                key = tokens[:stops[depth]] if depth < len(stops) else None
+                if key is None or key in held or key in missing:
+                    continue
+                if key in self.blocks:
+                    self.blocks.move_to_end(key)
+                    held[key] = self.blocks[key]
+                    continue
+                start = stops[depth - 1] if depth else 0
+                before = self._joined([held[tokens[:end]] for end in stops[:depth]]) if depth else None
+                missing[key] = (key[start:], start, before)
+            keys, step = list(missing), self.BLOCKS_AT_ONCE if together else 1
+            for first in range(0, len(keys), step):
+                part = keys[first:first + step]
+                read = read_blocks(model, [missing[key] for key in part]) if together else \
+                    [self._read_block(model, *missing[part[0]])]
+                for key, layers in zip(part, read):
+                    held[key] = layers
+                    self._put(key, layers)
+                self.computed += len(part)
+        return [self._joined([held[tokens[:end]] for end in stops]) for tokens, stops in zip(keyed, ends)]
 
     @staticmethod
     def _joined(blocks: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(torch.cat([b[layer][0] for b in blocks], dim=2), torch.cat([b[layer][1] for b in blocks], dim=2))
                 for layer in range(len(blocks[0]))]
 
-    def _read_block(self, model: "LMWithValueHead", tokens: tuple[int, ...], start: int,
-                    before: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    @staticmethod
+    def _read_block(model: "LMWithValueHead", tokens: tuple[int, ...], start: int,
+                    before: list[tuple[torch.Tensor, torch.Tensor]] | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One block after the keys and values `before` it, by the model's own forward."""
         from transformers import DynamicCache
 
-        self.computed += 1
         with torch.inference_mode(False), torch.no_grad():
             cache = None
-            if before:
+            if before is not None:
                 cache = DynamicCache()
-                for layer, (keys, values) in enumerate(self._joined(before)):
+                for layer, (keys, values) in enumerate(before):
                     cache.update(keys, values, layer)
             positions = torch.arange(start, start + len(tokens))[None]
             _, past = model.trunk(torch.tensor([tokens], dtype=torch.int64), None, cache, positions, use_cache=True)
@@ -226,7 +258,7 @@ class SharedPromptCache:
 
     def __init__(self, model: "LMWithValueHead", rows: Sequence[Sequence[int]], rows_per_entry: int | None = None,
                  share: bool = True, store: PromptStore | BaseReadings | None = None, prefix_once: bool = False,
-                 activated: Sequence[int] | None = None):
+                 activated: Sequence[int] | None = None, decoder: "DecodeStep | None" = None):
         self.model = model
         batch = len(rows)
         if activated is None:
@@ -275,7 +307,7 @@ class SharedPromptCache:
         prefix_length = 0 if self.prefix is None else int(self.prefix[0][0].shape[2])
         tail_hidden = None
         if tails:
-            past, tail_hidden, real = self._read_tails(model, past, real, self.prefix, tails)
+            past, tail_hidden, real = self._read_tails(model, past, real, self.prefix, tails, decoder)
             hidden_last = tail_hidden[:, -1]
         count = len(distinct)
         owner = np.where(real, -1, -2)
@@ -372,7 +404,7 @@ class SharedPromptCache:
                                                              list[tuple[torch.Tensor, torch.Tensor]] | None]:
         """`_read` of prompts before their activation tokens, from `readings` (no last hidden state:
         their activation tokens give it)."""
-        layers = [readings.read(model, head) for head in heads]
+        layers = readings.read_many(model, heads)
         shared = cls._shared_length(heads) if prefix_once else 0
         held = [(k[:, :, :shared], v[:, :, :shared]) for k, v in layers[0]] if shared > 0 else None
         cache, real = cls._assemble(layers, skip=shared)
@@ -380,11 +412,12 @@ class SharedPromptCache:
 
     @classmethod
     def _read_tails(cls, model: "LMWithValueHead", past: Any, real: np.ndarray,
-                    prefix: list[tuple[torch.Tensor, torch.Tensor]] | None, tails: list[list[int]]
-                    ) -> tuple[Any, torch.Tensor, np.ndarray]:
+                    prefix: list[tuple[torch.Tensor, torch.Tensor]] | None, tails: list[list[int]],
+                    decoder: "DecodeStep | None" = None) -> tuple[Any, torch.Tensor, np.ndarray]:
         """Append each prompt's activation tokens (LEFT-padded, so that every prompt still ends in
-        the last column) after its base reading `past`; returns the cache, the tails' hidden states
-        [D, longest tail, H] and the real columns."""
+        the last column) after its base reading `past`, by `decoder` if given (generation) else
+        the model's own forward; returns the cache, the tails' hidden states [D, longest tail, H]
+        and the real columns."""
         count, longest = len(tails), max(len(t) for t in tails)
         ids = np.zeros((count, longest), dtype=np.int64)
         owner = np.full((count, longest), -2, dtype=np.int64)
@@ -395,9 +428,12 @@ class SharedPromptCache:
             owner[i, longest - len(tail):] = -1
             positions[i, longest - len(tail):] = read[i] + np.arange(len(tail))
         mask = cls._mask(np.where(real, -1, -2), owner)
-        extra = {} if prefix is None else {"shared_prefix": prefix}
-        hidden, past = model.trunk(torch.from_numpy(ids), mask, past, torch.from_numpy(positions), use_cache=True,
-                                   **extra)
+        if decoder is not None:
+            hidden = decoder.trunk(torch.from_numpy(ids), mask, past, torch.from_numpy(positions), prefix)
+        else:
+            extra = {} if prefix is None else {"shared_prefix": prefix}
+            hidden, past = model.trunk(torch.from_numpy(ids), mask, past, torch.from_numpy(positions),
+                                       use_cache=True, **extra)
         return past, hidden, np.concatenate([real, owner == -1], axis=1)
 
     @staticmethod
