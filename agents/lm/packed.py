@@ -1,4 +1,4 @@
-"""A decode step on packed weights: the Llama-family forward for the few new tokens of a step.
+"""Decode steps and prompt blocks on packed weights: the Llama-family forward without gradients.
 
 A decode step multiplies a few dozen rows (one new token per game) by every weight matrix of the
 model, and in between runs some twenty small operations per layer. Two costs dominate that are
@@ -24,10 +24,13 @@ than the BLAS's (a logit's last bits, ~1e-6), so a learner's reading gives a pla
 log-prob back as closely as before (tests/test_packed_decode.py checks the step against the
 model's own forward).
 
-Generation only (`LMPolicy.generate` runs its decode steps here; prompts are read by the model's
-own forward, since they must be the same floats however they are read): the packed op has no
-backward. Models that are not of the Llama family (`DecodeStep.supports`), and hosts whose torch
-cannot pack (`onednn_packing`), decode with the model's own forward.
+Generation only: `LMPolicy.generate` runs its decode steps and activated adapters' tokens here,
+and `BaseReadings` reads the base's prompt blocks here, many at once (`read_blocks`: each block
+the same floats as read alone). The packed op has no backward, so learners read through the
+model's own forward (a differentiable packed product was tried for `text_exit`'s step of ~200
+rows: no faster products, more small operations, slower). Models that are not of the Llama
+family (`reads_blocks`, `DecodeStep.supports`), and hosts whose torch cannot pack
+(`onednn_packing`), run the model's own forward.
 """
 
 from __future__ import annotations
