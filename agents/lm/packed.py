@@ -172,7 +172,6 @@ class DecodeStep:
         self.heads_q = config.num_attention_heads
         self.heads_kv = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.act = self.inner.layers[0].mlp.act_fn
 
     @staticmethod
     def supports(model: LMWithValueHead) -> bool:
@@ -202,26 +201,39 @@ class DecodeStep:
         q_width, kv_width = self.heads_q * self.head_dim, self.heads_kv * self.head_dim
         for index, (layer, packed, adapters) in enumerate(zip(inner.layers, self.base.layers, self.adapters)):
             attention = layer.self_attn
-            qkv = self._product(_rms_norm(layer.input_layernorm, x), packed["qkv"], adapters["qkv"])
-            # the rotary embedding of q and k in one pass (Su et al. 2021; as apply_rotary_pos_emb)
-            qk = qkv[..., :q_width + kv_width].view(rows, length, heads, self.head_dim).transpose(1, 2)
-            first, second = qk.chunk(2, dim=-1)
-            qk = qk * cos + torch.cat((-second, first), dim=-1) * sin
+            qkv = _product(_rms_norm(layer.input_layernorm, x), packed["qkv"], adapters["qkv"])
+            qk = _rotated(qkv[..., :q_width + kv_width].view(rows, length, heads, self.head_dim).transpose(1, 2),
+                          cos, sin)
             q, k = qk[:, :self.heads_q], qk[:, self.heads_q:]
             v = qkv[..., q_width + kv_width:].view(rows, length, self.heads_kv, self.head_dim).transpose(1, 2)
             k, v = past.layers[index].update(k, v)
             out, _ = shared_prefix_attention(attention, q, k, v, attention_mask, scaling=attention.scaling,
                                              shared_prefix=shared_prefix)
-            x = x + self._product(out.reshape(rows, length, q_width), packed["o"], adapters["o"])
-            gate, up = self._product(_rms_norm(layer.post_attention_layernorm, x), packed["gate_up"],
-                                     adapters["gate_up"]).chunk(2, dim=-1)
-            x = x + self._product(self.act(gate).mul_(up), packed["down"], adapters["down"])
+            x = x + _product(out.reshape(rows, length, q_width), packed["o"], adapters["o"])
+            x = _feed_forward(layer, packed, x, adapters)
         return _rms_norm(inner.norm, x)
 
-    @staticmethod
-    def _product(x: torch.Tensor, packed: torch.Tensor, adapter: _StackedAdapter | None) -> torch.Tensor:
-        out = _linear(x, packed)
-        return out if adapter is None else adapter.add_to(out, x)
+
+def _product(x: torch.Tensor, packed: torch.Tensor, adapter: _StackedAdapter | None) -> torch.Tensor:
+    out = _linear(x, packed)
+    return out if adapter is None else adapter.add_to(out, x)
+
+
+def _rotated(qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding of q and k stacked, in one pass (Su et al. 2021; as Hugging Face's
+    apply_rotary_pos_emb)."""
+    first, second = qk.chunk(2, dim=-1)
+    return qk * cos + torch.cat((-second, first), dim=-1) * sin
+
+
+def _feed_forward(layer: nn.Module, packed: dict[str, torch.Tensor], x: torch.Tensor,
+                  adapters: dict[str, _StackedAdapter | None] | None = None) -> torch.Tensor:
+    """`x` plus the layer's SwiGLU block on packed weights (gate and up one product), with the
+    adapters of `adapters` where given."""
+    adapters = adapters or {}
+    gate, up = _product(_rms_norm(layer.post_attention_layernorm, x), packed["gate_up"],
+                        adapters.get("gate_up")).chunk(2, dim=-1)
+    return x + _product(layer.mlp.act_fn(gate).mul_(up), packed["down"], adapters.get("down"))
 
 
 Block = tuple[tuple[int, ...], int, "list[tuple[torch.Tensor, torch.Tensor]] | None"]
@@ -264,9 +276,7 @@ def read_blocks(model: LMWithValueHead, blocks: list[Block]) -> list[list[tuple[
         for index, (layer, packed) in enumerate(zip(inner.layers, base.layers)):
             attention = layer.self_attn
             qkv = _linear(_rms_norm(layer.input_layernorm, x), packed["qkv"])
-            qk = qkv[:, :q_width + kv_width].view(-1, heads_q + heads_kv, dim)
-            first, second = qk.chunk(2, dim=-1)
-            qk = qk * cos + torch.cat((-second, first), dim=-1) * sin  # as DecodeStep.trunk
+            qk = _rotated(qkv[:, :q_width + kv_width].view(-1, heads_q + heads_kv, dim), cos, sin)
             v = qkv[:, q_width + kv_width:].view(-1, heads_kv, dim)
             outs = []
             for b, (_, start, before) in enumerate(blocks):
@@ -288,9 +298,7 @@ def read_blocks(model: LMWithValueHead, blocks: list[Block]) -> list[list[tuple[
             out = torch.cat(outs)
             if len(out) < len(x):  # the lone row's copy
                 out = out.repeat(2, 1)
-            x = x + _linear(out, packed["o"])
-            gate, up = _linear(_rms_norm(layer.post_attention_layernorm, x), packed["gate_up"]).chunk(2, dim=-1)
-            x = x + _linear(layer.mlp.act_fn(gate).mul_(up), packed["down"])
+            x = _feed_forward(layer, packed, x + _linear(out, packed["o"]))
     return read
 
 
